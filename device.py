@@ -1,0 +1,104 @@
+"""Compute-device selection, shared by the UI, the CLI and the solver.
+
+This module imports no ``bpy``; ``torch`` is imported lazily so the module
+itself always imports.
+"""
+
+import warnings
+
+#: Values accepted for the "compute device" setting (preferences and ``--device``).
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def torch_version():
+    """Return the installed torch version, or ``None`` when torch does not import.
+
+    Returns
+    -------
+    str or None
+        ``torch.__version__`` or ``None``.
+    """
+    try:
+        import torch
+    except Exception:  # ImportError, or a broken install raising anything else
+        return None
+    return str(torch.__version__)
+
+
+def cuda_available():
+    """Return whether torch imports and reports a usable CUDA device.
+
+    Returns
+    -------
+    bool
+        ``True`` only when ``torch.cuda.is_available()`` is true.
+    """
+    try:
+        import torch
+    except Exception:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def resolve_device(choice="auto"):
+    """Turn a compute-device setting into a torch device string.
+
+    Parameters
+    ----------
+    choice : str
+        One of ``"auto"``, ``"cpu"`` or ``"cuda"`` (case-insensitive).
+
+    Returns
+    -------
+    str
+        ``"cuda"`` when CUDA is requested (or ``"auto"``) and available,
+        otherwise ``"cpu"``.
+
+    Raises
+    ------
+    ValueError
+        If ``choice`` is not one of :data:`DEVICE_CHOICES`.
+
+    Warns
+    -----
+    RuntimeWarning
+        When ``"cuda"`` is requested but not available; ``"cpu"`` is used.
+    """
+    key = str(choice).lower()
+    if key not in DEVICE_CHOICES:
+        raise ValueError(
+            "unknown compute device {!r}, expected one of: {}".format(choice, ", ".join(DEVICE_CHOICES))
+        )
+    if key == "cpu":
+        return "cpu"
+    if cuda_available():
+        return "cuda"
+    if key == "cuda":
+        warnings.warn("CUDA requested but not available; using CPU", RuntimeWarning, stacklevel=2)
+    return "cpu"
+
+
+def status_line(choice="auto"):
+    """Describe torch and the device actually in use, in one line.
+
+    Parameters
+    ----------
+    choice : str
+        The compute-device setting, see :func:`resolve_device`.
+
+    Returns
+    -------
+    str
+        For example ``"torch 2.13.0+cpu, device: cpu"`` or
+        ``"PyTorch is not installed"``.
+    """
+    version = torch_version()
+    if version is None:
+        return "PyTorch is not installed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        device = resolve_device(choice)
+    return "torch {}, device: {}".format(version, device)
