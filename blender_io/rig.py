@@ -1,0 +1,68 @@
+"""Reading an armature's rest skeleton into plain arrays.
+
+Everything is read with ``foreach_get``: bone names, parent indices, rest
+``matrix_local`` (armature space), head and tail positions, plus the
+object's world matrix. The retarget maths (:mod:`..retarget`) takes these
+arrays and never sees ``bpy``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["armature_arrays", "rig_description", "NotAnArmatureError"]
+
+
+class NotAnArmatureError(ValueError):
+    """The chosen object is not an armature."""
+
+
+def armature_arrays(obj) -> dict:
+    """Rest skeleton of an armature object as numpy arrays.
+
+    Returns
+    -------
+    dict
+        ``names`` (list of str), ``parents`` (B,) int (-1 for roots),
+        ``matrix_local`` (B, 4, 4) rest matrices in armature space,
+        ``head`` and ``tail`` (B, 3) armature space, ``matrix_world`` (4, 4).
+    """
+    if obj is None or obj.type != "ARMATURE":
+        kind = "nothing" if obj is None else f"{obj.name!r} ({obj.type.lower()})"
+        raise NotAnArmatureError(f"the target must be an armature, got {kind}")
+    bones = obj.data.bones
+    n = len(bones)
+    names = [b.name for b in bones]
+    index = {name: i for i, name in enumerate(names)}
+    parents = np.array([index[b.parent.name] if b.parent else -1 for b in bones], dtype=np.int64)
+    mats = np.empty(n * 16, dtype=np.float32)
+    bones.foreach_get("matrix_local", mats)
+    # foreach_get flattens matrices column-major (Blender's memory layout)
+    mats = mats.reshape(n, 4, 4).transpose(0, 2, 1).astype(np.float64)
+    head = np.empty(n * 3, dtype=np.float32)
+    tail = np.empty(n * 3, dtype=np.float32)
+    bones.foreach_get("head_local", head)
+    bones.foreach_get("tail_local", tail)
+    return {
+        "names": names,
+        "parents": parents,
+        "matrix_local": mats,
+        "head": head.reshape(n, 3).astype(np.float64),
+        "tail": tail.reshape(n, 3).astype(np.float64),
+        "matrix_world": np.array(obj.matrix_world, dtype=np.float64),
+    }
+
+
+def rig_description(obj):
+    """The armature as a :class:`..retarget.rig.RigDescription`."""
+    from ..retarget.rig import RigDescription
+
+    a = armature_arrays(obj)
+    return RigDescription(
+        names=a["names"],
+        parents=a["parents"],
+        matrix_local=a["matrix_local"],
+        head=a["head"],
+        tail=a["tail"],
+        matrix_world=a["matrix_world"],
+    )
