@@ -167,7 +167,7 @@ def _redraw_preferences():
                 area.tag_redraw()
 
 
-class NEURALIK_OT_install_pytorch(bpy.types.Operator):
+class NEURAL_IK_OT_install_pytorch(bpy.types.Operator):
     """Download and install PyTorch for this add-on (needs internet access)"""
 
     bl_idname = "neural_ik.install_pytorch"
@@ -265,8 +265,8 @@ class NeuralIKPreferences(bpy.types.AddonPreferences):
                 box.label(text="Online access is disabled (Preferences > System > Network)", icon='INFO')
             row = box.row(align=True)
             row.enabled = not _install_job.running and bpy.app.online_access
-            row.operator(NEURALIK_OT_install_pytorch.bl_idname, text="Install PyTorch (CPU)").variant = 'CPU'
-            row.operator(NEURALIK_OT_install_pytorch.bl_idname, text="Install PyTorch (CUDA)").variant = 'CUDA'
+            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install PyTorch (CPU)").variant = 'CPU'
+            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install PyTorch (CUDA)").variant = 'CUDA'
             target = site_packages_dir()
             if target:
                 box.label(text="Installs into: " + target)
@@ -278,7 +278,7 @@ class NeuralIKPreferences(bpy.types.AddonPreferences):
 
 classes = [
     NeuralIKPreferences,
-    NEURALIK_OT_install_pytorch,
+    NEURAL_IK_OT_install_pytorch,
 ]
 
 _added_path = None
