@@ -207,3 +207,36 @@ def test_scene_reset_per_test_part1(ext):
 def test_scene_reset_per_test_part2(ext):
     assert "leak_probe" not in bpy.data.objects
     assert MODULE_NAME in bpy.context.preferences.addons
+
+
+def test_without_torch_only_preferences_register(ext, monkeypatch, capfd):
+    """Phase 1 only: preferences and "Install PyTorch" stay, the rest waits for torch."""
+    addon_utils.disable(MODULE_NAME, default_set=True)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+        module = addon_utils.enable(MODULE_NAME, default_set=True)
+        try:
+            assert module is not None
+            assert "torch does not import" in module.missing_reason
+            assert _operator_registered("neural_ik.install_pytorch")
+            assert bpy.context.preferences.addons[MODULE_NAME].preferences is not None
+            assert not hasattr(bpy.types, "VIEW3D_PT_neural_ik")
+            assert not _cli_name_taken(capfd)
+            device = sys.modules[MODULE_NAME + ".device"]
+            assert device.status_line() == "PyTorch is not installed"
+        finally:
+            addon_utils.disable(MODULE_NAME, default_set=True)
+    module = addon_utils.enable(MODULE_NAME, default_set=True)
+    assert module.missing_reason == ""
+    assert hasattr(bpy.types, "VIEW3D_PT_neural_ik")
+
+
+def test_install_job_reports_pip_output_and_failure(ext):
+    """The background process runner used by "Install PyTorch" (no network needed)."""
+    preferences = sys.modules[MODULE_NAME + ".preferences"]
+    job = preferences._InstallJob()
+    job.start([sys.executable, "-c", "print('Collecting torch'); print('ERROR: no matching distribution'); raise SystemExit(1)"])
+    job.reader.join(timeout=30)
+    assert not job.running
+    assert job.returncode == 1
+    assert job.lines == ["Collecting torch", "ERROR: no matching distribution"]
