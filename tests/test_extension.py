@@ -66,7 +66,7 @@ def test_zip_contents(ext_zip):
     assert "blender_manifest.toml" in names
     assert "__init__.py" in names
     assert any(name.startswith("weights/") for name in names), "weights/ must ship"
-    for excluded in ("tests/", ".ci/", ".venv/", ".git/", "benchmarks/output/"):
+    for excluded in ("tests/", ".ci/", ".venv/", ".git/", "benchmarks/output/", "bench_out/", "out/"):
         assert not any(name.startswith(excluded) for name in names), excluded
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
     assert "neural-ik" not in names
