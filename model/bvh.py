@@ -1,0 +1,574 @@
+"""BVH motion files: a numpy reader and writer.
+
+The reader accepts any channel order, 3 or 6 (or any subset of the six)
+channels on any joint, position channels on non-root joints, End Sites,
+several ``ROOT`` hierarchies in one file, tabs or spaces, CRLF line ends and
+blank lines. Rotation channels compose as *intrinsic* rotations in the order
+they are listed (``Zrotation Yrotation Xrotation`` gives
+``R = Rz @ Ry @ Rx``, scipy's ``from_euler("ZYX", ...)``).
+
+Position channels follow the usual convention by default (they *replace*
+the joint's OFFSET, as Blender's importer does); ``position_mode="add"``
+adds them to the OFFSET instead.
+
+Any malformed input raises :class:`BVHError` naming the file and the line.
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .rotations_np import axis_rotation, matrix_to_euler
+
+__all__ = ["BVHError", "BVHData", "read_bvh", "write_bvh", "frames_from_rotations", "CHANNEL_NAMES"]
+
+#: Valid channel names (case-insensitive in files).
+CHANNEL_NAMES = ("Xposition", "Yposition", "Zposition", "Xrotation", "Yrotation", "Zrotation")
+_CHANNEL_LOOKUP = {c.lower(): c for c in CHANNEL_NAMES}
+
+
+class BVHError(ValueError):
+    """A malformed or truncated BVH file; the message names the file and line."""
+
+    def __init__(self, path, line, message):
+        self.path = str(path)
+        self.line = line
+        super().__init__(f"{self.path}, line {line}: {message}")
+
+
+@dataclass
+class BVHData:
+    """A parsed BVH file.
+
+    Attributes
+    ----------
+    path : str
+        The file it was read from (or ``"<string>"``).
+    names : list of str
+        Joint names in file (depth-first) order; parents come before children.
+    parents : ndarray of int, shape (J,)
+        Parent index per joint, -1 for roots.
+    offsets : ndarray, shape (J, 3)
+        OFFSET of each joint (file units).
+    channels : list of tuple of str
+        Channel names of each joint, in file order (canonical spelling).
+    end_sites : list of tuple (int, ndarray)
+        ``(parent joint index, offset)`` of each End Site, in file order.
+    rotations : ndarray, shape (T, J, 3, 3), float64
+        Local rotation of each joint per frame (identity without rotation channels).
+    translations : ndarray, shape (T, J, 3), float64
+        Local translation of each joint per frame: the OFFSET, with position
+        channels replacing (or added to, see ``position_mode``) its components.
+    frame_time : float
+        Seconds per frame.
+    motion : ndarray, shape (T, C)
+        The raw channel values.
+    position_mode : str
+        ``"replace"`` or ``"add"``.
+    """
+
+    path: str
+    names: list
+    parents: np.ndarray
+    offsets: np.ndarray
+    channels: list
+    end_sites: list
+    rotations: np.ndarray
+    translations: np.ndarray
+    frame_time: float
+    motion: np.ndarray
+    position_mode: str = "replace"
+    _world: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def fps(self) -> float:
+        """Frames per second (``1 / frame_time``)."""
+        return 1.0 / self.frame_time if self.frame_time > 0 else 0.0
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.rotations.shape[0])
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.names)
+
+    def index(self, name: str) -> int:
+        """Index of a joint by name (``KeyError`` when missing)."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(f"joint {name!r} not in {self.path}") from None
+
+    def world(self) -> tuple[np.ndarray, np.ndarray]:
+        """World rotations (T, J, 3, 3) and world positions (T, J, 3) of the joints."""
+        if self._world is None:
+            T, J = self.rotations.shape[:2]
+            wr = np.empty_like(self.rotations)
+            wp = np.empty((T, J, 3))
+            for j in range(J):
+                p = self.parents[j]
+                if p < 0:
+                    wr[:, j] = self.rotations[:, j]
+                    wp[:, j] = self.translations[:, j]
+                else:
+                    wr[:, j] = wr[:, p] @ self.rotations[:, j]
+                    wp[:, j] = wp[:, p] + np.einsum("tij,tj->ti", wr[:, p], self.translations[:, j])
+            self._world = (wr, wp)
+        return self._world
+
+    def world_positions(self) -> np.ndarray:
+        """World joint positions, shape (T, J, 3)."""
+        return self.world()[1]
+
+    def world_rotations(self) -> np.ndarray:
+        """World joint rotations, shape (T, J, 3, 3)."""
+        return self.world()[0]
+
+    def end_site_positions(self) -> np.ndarray:
+        """World positions of the End Sites, shape (T, E, 3)."""
+        wr, wp = self.world()
+        if not self.end_sites:
+            return np.zeros((self.num_frames, 0, 3))
+        par = np.array([p for p, _ in self.end_sites])
+        off = np.array([o for _, o in self.end_sites], dtype=np.float64)
+        return wp[:, par] + np.einsum("tkij,kj->tki", wr[:, par], off)
+
+
+def _tokenize(lines, start, stop):
+    """Tokens with their 1-based line numbers for lines[start:stop]."""
+    toks = []
+    for i in range(start, stop):
+        for t in lines[i].split():
+            # allow braces glued to words ("{OFFSET" is rare, but "JOINT a{" happens)
+            if len(t) > 1 and ("{" in t or "}" in t):
+                buf = ""
+                for ch in t:
+                    if ch in "{}":
+                        if buf:
+                            toks.append((buf, i + 1))
+                            buf = ""
+                        toks.append((ch, i + 1))
+                    else:
+                        buf += ch
+                if buf:
+                    toks.append((buf, i + 1))
+            else:
+                toks.append((t, i + 1))
+    return toks
+
+
+def _parse_hierarchy(path, toks, end_line):
+    names, parents, offsets, channels, end_sites = [], [], [], [], []
+    pos = 0
+    n = len(toks)
+
+    def peek():
+        return toks[pos] if pos < n else (None, end_line)
+
+    def take(what=None, desc=None):
+        nonlocal pos
+        if pos >= n:
+            raise BVHError(path, end_line, f"unexpected end of hierarchy (expected {what or desc or 'more'})")
+        tok = toks[pos]
+        pos += 1
+        if what is not None and tok[0].upper() != what.upper():
+            raise BVHError(path, tok[1], f"expected {what!r}, found {tok[0]!r}")
+        return tok
+
+    def number(what):
+        tok = take(desc=what)
+        try:
+            v = float(tok[0])
+        except ValueError:
+            raise BVHError(path, tok[1], f"expected a number for {what}, found {tok[0]!r}") from None
+        if not np.isfinite(v):
+            raise BVHError(path, tok[1], f"non-finite number {tok[0]!r} for {what}")
+        return v
+
+    def joint(parent):
+        # name already consumed by caller -> here we read the body
+        nonlocal pos
+        take("{")
+        tok = take("OFFSET")
+        off = [number("OFFSET") for _ in range(3)]
+        idx = len(offsets)
+        offsets.append(off)
+        chans = []
+        if peek()[0] is not None and peek()[0].upper() == "CHANNELS":
+            take("CHANNELS")
+            t = take(desc="channel count")
+            try:
+                cnt = int(t[0])
+            except ValueError:
+                raise BVHError(path, t[1], f"bad channel count {t[0]!r}") from None
+            if not 0 <= cnt <= 6:
+                raise BVHError(path, t[1], f"bad channel count {cnt}")
+            for _ in range(cnt):
+                c = take(desc="channel name")
+                canon = _CHANNEL_LOOKUP.get(c[0].lower())
+                if canon is None:
+                    raise BVHError(path, c[1], f"bad channel name {c[0]!r}")
+                if canon in chans:
+                    raise BVHError(path, c[1], f"duplicate channel {canon!r}")
+                chans.append(canon)
+        channels.append(tuple(chans))
+        parents.append(parent)
+        while True:
+            t = peek()
+            key = (t[0] or "").upper()
+            if key == "JOINT":
+                take()
+                nt = take(desc="joint name")
+                if nt[0] in "{}":
+                    raise BVHError(path, nt[1], "JOINT without a name")
+                names.append(nt[0])
+                joint(idx)
+            elif key == "END":
+                take()
+                take("Site")
+                take("{")
+                take("OFFSET")
+                eo = [number("End Site OFFSET") for _ in range(3)]
+                take("}")
+                end_sites.append((idx, np.array(eo)))
+            elif key == "}":
+                take()
+                return
+            elif t[0] is None:
+                raise BVHError(path, end_line, f"missing '}}' closing joint {names[idx]!r}")
+            else:
+                raise BVHError(path, t[1], f"unexpected {t[0]!r} in joint {names[idx]!r}")
+
+    first = take("HIERARCHY")
+    del first
+    roots = 0
+    while pos < n:
+        t = take()
+        if t[0].upper() != "ROOT":
+            raise BVHError(path, t[1], f"expected ROOT, found {t[0]!r}")
+        nt = take(desc="root name")
+        if nt[0] in "{}":
+            raise BVHError(path, nt[1], "ROOT without a name")
+        names.append(nt[0])
+        joint(-1)
+        roots += 1
+    if roots == 0:
+        raise BVHError(path, end_line, "no ROOT in hierarchy")
+    if len(set(names)) != len(names):
+        dup = next(nm for nm in names if names.count(nm) > 1)
+        raise BVHError(path, end_line, f"duplicate joint name {dup!r}")
+    return names, np.array(parents, dtype=np.int64), np.array(offsets, dtype=np.float64), channels, end_sites
+
+
+def _compose(path, motion, names, offsets, channels, position_mode):
+    T = motion.shape[0]
+    J = len(names)
+    rot = np.empty((T, J, 3, 3))
+    rot[:] = np.eye(3)
+    trans = np.broadcast_to(offsets, (T, J, 3)).copy()
+    # group joints by the sequence of their rotation axes -> one batched product per group
+    groups: dict = {}
+    col = 0
+    for j, chans in enumerate(channels):
+        rcols, raxes = [], []
+        for c in chans:
+            ax = "XYZ".index(c[0])
+            if c.endswith("position"):
+                if position_mode == "replace":
+                    trans[:, j, ax] = motion[:, col]
+                else:
+                    trans[:, j, ax] += motion[:, col]
+            else:
+                rcols.append(col)
+                raxes.append(ax)
+            col += 1
+        if raxes:
+            g = groups.setdefault(tuple(raxes), ([], []))
+            g[0].append(j)
+            g[1].append(rcols)
+    for axes, (joints, cols) in groups.items():
+        ang = np.deg2rad(motion[:, np.array(cols)])  # (T, G, k)
+        m = None
+        for k, ax in enumerate(axes):
+            r = axis_rotation(ax, ang[..., k])
+            m = r if m is None else m @ r
+        rot[:, joints] = m
+    return rot, trans
+
+
+def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> BVHData:
+    """Read a BVH file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (used for messages only when ``text`` is given).
+    position_mode : {"replace", "add"}
+        Whether position channels replace the joint's OFFSET (standard,
+        Blender's importer) or are added to it.
+    text : str, optional
+        File contents, to parse a string instead of reading ``path``.
+
+    Returns
+    -------
+    BVHData
+
+    Raises
+    ------
+    BVHError
+        On any malformed or truncated input (message names file and line).
+    """
+    if position_mode not in ("replace", "add"):
+        raise ValueError(f"position_mode must be 'replace' or 'add', got {position_mode!r}")
+    path = str(path)
+    if text is None:
+        try:
+            with open(path, "r", encoding="utf-8", errors="replace", newline=None) as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise BVHError(path, 0, f"cannot read: {exc}") from exc
+    lines = text.splitlines()
+    # locate MOTION
+    motion_line = None
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if s.upper() == "MOTION":
+            motion_line = i
+            break
+        if s.upper().startswith("MOTION") and not s[6:7].isalnum():
+            motion_line = i
+            break
+    hier_end = motion_line if motion_line is not None else len(lines)
+    toks = _tokenize(lines, 0, hier_end)
+    if not toks:
+        raise BVHError(path, 1, "empty file or missing HIERARCHY")
+    names, parents, offsets, channels, end_sites = _parse_hierarchy(path, toks, hier_end + 1 if motion_line is not None else len(lines))
+    if motion_line is None:
+        raise BVHError(path, len(lines), "missing MOTION section")
+    nchan = sum(len(c) for c in channels)
+
+    # header: Frames: N / Frame Time: dt
+    i = motion_line + 1
+
+    def next_nonblank(i):
+        while i < len(lines) and not lines[i].strip():
+            i += 1
+        return i
+
+    i = next_nonblank(i)
+    if i >= len(lines):
+        raise BVHError(path, len(lines), "missing 'Frames:' line")
+    parts = lines[i].replace(":", " : ").split()
+    if len(parts) != 3 or parts[0].lower() != "frames" or parts[1] != ":":
+        raise BVHError(path, i + 1, f"expected 'Frames: N', found {lines[i].strip()!r}")
+    try:
+        frames = int(parts[2])
+    except ValueError:
+        raise BVHError(path, i + 1, f"bad frame count {parts[2]!r}") from None
+    if frames < 0:
+        raise BVHError(path, i + 1, f"negative frame count {frames}")
+    i = next_nonblank(i + 1)
+    if i >= len(lines):
+        raise BVHError(path, len(lines), "missing 'Frame Time:' line")
+    parts = lines[i].replace(":", " : ").split()
+    if len(parts) != 4 or parts[0].lower() != "frame" or parts[1].lower() != "time" or parts[2] != ":":
+        raise BVHError(path, i + 1, f"expected 'Frame Time: dt', found {lines[i].strip()!r}")
+    try:
+        frame_time = float(parts[3])
+    except ValueError:
+        raise BVHError(path, i + 1, f"bad frame time {parts[3]!r}") from None
+    if not np.isfinite(frame_time) or frame_time <= 0:
+        raise BVHError(path, i + 1, f"frame time must be positive, got {parts[3]!r}")
+    data_start = i + 1
+
+    # numbers: fast path, with a per-line count for error positions
+    body = lines[data_start:]
+    counts = np.fromiter((len(ln.split()) for ln in body), dtype=np.int64, count=len(body))
+    cum = np.cumsum(counts)
+    total = int(cum[-1]) if len(cum) else 0
+    expected = frames * nchan
+    if total != expected:
+        if total < expected:
+            last = int(np.nonzero(counts)[0][-1]) + data_start + 1 if total else data_start
+            got_frames = total / nchan if nchan else 0
+            raise BVHError(
+                path, max(last, 1),
+                f"truncated motion: Frames: {frames} x {nchan} channels needs {expected} numbers, "
+                f"found {total} (about {got_frames:.1f} frames)",
+            )
+        k = int(np.searchsorted(cum, expected, side="right"))
+        raise BVHError(
+            path, data_start + k + 1,
+            f"Frames mismatch: more motion data than Frames: {frames} x {nchan} channels ({total} numbers)",
+        )
+    if nchan and frames:
+        # lines must hold whole frames (catches a short line followed by a long one)
+        bad_lines = np.nonzero((counts != 0) & (counts != nchan))[0]
+        if len(bad_lines) and len(np.nonzero(counts)[0]) == frames:
+            ln = int(bad_lines[0])
+            raise BVHError(path, data_start + ln + 1, f"expected {nchan} numbers on this frame line, found {counts[ln]}")
+        joined = " ".join(body)
+        try:
+            values = np.array(joined.split(), dtype=np.float64)
+        except ValueError:
+            for li, ln in enumerate(body):
+                for tok in ln.split():
+                    try:
+                        float(tok)
+                    except ValueError:
+                        raise BVHError(path, data_start + li + 1, f"non-numeric motion value {tok!r}") from None
+            raise
+        if not np.all(np.isfinite(values)):
+            k = int(np.nonzero(~np.isfinite(values))[0][0])
+            li = int(np.searchsorted(cum, k, side="right"))
+            raise BVHError(path, data_start + li + 1, "non-finite motion value")
+        motion = values.reshape(frames, nchan)
+    else:
+        motion = np.zeros((frames, nchan))
+    rot, trans = _compose(path, motion, names, offsets, channels, position_mode)
+    return BVHData(
+        path=path, names=names, parents=parents, offsets=offsets, channels=channels, end_sites=end_sites,
+        rotations=rot, translations=trans, frame_time=frame_time, motion=motion, position_mode=position_mode,
+    )
+
+
+def frames_from_rotations(channels, rotations, translations=None, offsets=None, position_mode="replace"):
+    """Channel values (T, C) for given local rotations/translations.
+
+    Parameters
+    ----------
+    channels : sequence of tuple of str
+        Channels per joint. Rotation channels must be three distinct axes (or none).
+    rotations : ndarray, shape (T, J, 3, 3)
+    translations : ndarray, shape (T, J, 3), optional
+        Local translations for joints with position channels (defaults to ``offsets``).
+    offsets : ndarray, shape (J, 3), optional
+        Needed for ``position_mode="add"`` (values written are translation - offset).
+    position_mode : {"replace", "add"}
+
+    Returns
+    -------
+    ndarray, shape (T, C)
+    """
+    rotations = np.asarray(rotations, dtype=np.float64)
+    T, J = rotations.shape[:2]
+    if translations is None:
+        translations = np.zeros((T, J, 3)) if offsets is None else np.broadcast_to(offsets, (T, J, 3))
+    cols = []
+    for j, chans in enumerate(channels):
+        rot_order = "".join(c[0] for c in chans if c.endswith("rotation"))
+        eul = None
+        if rot_order:
+            if len(rot_order) != 3:
+                raise ValueError(f"joint {j}: writing needs 0 or 3 rotation channels, got {rot_order!r}")
+            eul = matrix_to_euler(rotations[:, j], rot_order, degrees=True)
+        k = 0
+        for c in chans:
+            ax = "XYZ".index(c[0])
+            if c.endswith("position"):
+                v = translations[:, j, ax]
+                if position_mode == "add":
+                    v = v - (0.0 if offsets is None else offsets[j][ax])
+                cols.append(np.asarray(v, dtype=np.float64))
+            else:
+                cols.append(eul[:, k])
+                k += 1
+    return np.stack(cols, axis=1) if cols else np.zeros((T, 0))
+
+
+def write_bvh(
+    path,
+    names,
+    parents,
+    offsets,
+    channels,
+    motion,
+    frame_time: float = 1.0 / 30.0,
+    end_sites=None,
+    newline: str = "\n",
+    indent: str = "\t",
+    precision: int = 6,
+) -> None:
+    """Write a BVH file.
+
+    Parameters
+    ----------
+    path : str or Path
+    names : sequence of str
+        Joint names, parents before children (depth-first order is produced
+        from ``parents``; several roots give several ``ROOT`` blocks).
+    parents : sequence of int
+        Parent index per joint (-1 for roots).
+    offsets : array-like, shape (J, 3)
+    channels : sequence of sequence of str
+        Channel names per joint, any order, e.g.
+        ``("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")``.
+    motion : array-like, shape (T, C)
+        Channel values in file order (joints in the written depth-first
+        order, which equals the input order when it already is depth-first).
+        :func:`frames_from_rotations` builds it from matrices.
+    frame_time : float
+    end_sites : sequence of (int, offset), optional
+        End Sites; by default one zero-offset End Site is written under
+        every joint without children (as most exporters do). Pass ``[]`` for none.
+    newline, indent : str
+        Line ending and indentation (to produce tricky files in tests).
+    precision : int
+        Decimals written.
+    """
+    names = list(names)
+    parents = [int(p) for p in parents]
+    offsets = np.asarray(offsets, dtype=np.float64).reshape(len(names), 3)
+    motion = np.asarray(motion, dtype=np.float64)
+    if motion.ndim == 1:
+        motion = motion[None]
+    children = {j: [c for c, p in enumerate(parents) if p == j] for j in range(len(names))}
+    if end_sites is None:
+        end_sites = [(j, np.zeros(3)) for j in range(len(names)) if not children[j]]
+    ends = {}
+    for p, o in end_sites:
+        ends.setdefault(int(p), []).append(np.asarray(o, dtype=np.float64))
+    order = []
+    fmt = f"{{:.{precision}f}}"
+    out = ["HIERARCHY"]
+
+    def emit(j, depth):
+        order.append(j)
+        pad = indent * depth
+        kw = "ROOT" if parents[j] < 0 else "JOINT"
+        out.append(f"{pad}{kw} {names[j]}")
+        out.append(pad + "{")
+        out.append(f"{pad}{indent}OFFSET " + " ".join(fmt.format(v) for v in offsets[j]))
+        ch = list(channels[j])
+        out.append(f"{pad}{indent}CHANNELS {len(ch)}" + "".join(" " + c for c in ch))
+        for c in children[j]:
+            emit(c, depth + 1)
+        for o in ends.get(j, []):
+            out.append(f"{pad}{indent}End Site")
+            out.append(pad + indent + "{")
+            out.append(f"{pad}{indent}{indent}OFFSET " + " ".join(fmt.format(v) for v in o))
+            out.append(pad + indent + "}")
+        out.append(pad + "}")
+
+    for j in range(len(names)):
+        if parents[j] < 0:
+            emit(j, 0)
+    # motion columns are given in input joint order; reorder to the written order
+    starts = np.cumsum([0] + [len(c) for c in channels])
+    colidx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in order]) if order else np.zeros(0, int)
+    nchan = int(starts[-1])
+    if motion.shape[1] != nchan:
+        raise ValueError(f"motion has {motion.shape[1]} columns, channels need {nchan}")
+    motion = motion[:, colidx]
+    out.append("MOTION")
+    out.append(f"Frames: {motion.shape[0]}")
+    out.append(f"Frame Time: {frame_time:.8f}")
+    for row in motion:
+        out.append(" ".join(fmt.format(v) for v in row))
+    Path(os.fspath(path)).write_text(newline.join(out) + newline, encoding="utf-8", newline="")

@@ -1,0 +1,263 @@
+"""Numpy rotation helpers (no scipy, usable inside Blender).
+
+Conventions: rotation matrices act on column vectors (``v' = R @ v``).
+Euler orders are *intrinsic* and written as the BVH channel order, e.g.
+``"ZYX"`` means ``R = Rz(a) @ Ry(b) @ Rx(c)`` (scipy's uppercase orders).
+Quaternions are ``(w, x, y, z)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "axis_rotation",
+    "euler_to_matrix",
+    "matrix_to_euler",
+    "axis_angle_to_matrix",
+    "matrix_to_axis_angle",
+    "matrix_to_quat",
+    "quat_to_matrix",
+    "quat_slerp",
+    "matrix_to_6d",
+    "sixd_to_matrix",
+    "orthonormalize",
+    "rotation_between",
+    "resample_rotations",
+]
+
+_AXES = {"X": 0, "Y": 1, "Z": 2}
+
+
+def axis_rotation(axis: int, angle: np.ndarray) -> np.ndarray:
+    """Rotation matrices about a coordinate axis.
+
+    Parameters
+    ----------
+    axis : int
+        0, 1 or 2 for X, Y, Z.
+    angle : ndarray, shape (...)
+        Angles in radians.
+
+    Returns
+    -------
+    ndarray, shape (..., 3, 3)
+    """
+    angle = np.asarray(angle, dtype=np.float64)
+    c, s = np.cos(angle), np.sin(angle)
+    out = np.zeros(angle.shape + (3, 3))
+    i, j = [(1, 2), (2, 0), (0, 1)][axis]
+    out[..., axis, axis] = 1.0
+    out[..., i, i] = c
+    out[..., j, j] = c
+    out[..., i, j] = -s
+    out[..., j, i] = s
+    return out
+
+
+def euler_to_matrix(angles: np.ndarray, order: str = "ZYX", degrees: bool = True) -> np.ndarray:
+    """Intrinsic euler angles to matrices.
+
+    Parameters
+    ----------
+    angles : ndarray, shape (..., len(order))
+        Angles in the order of ``order``.
+    order : str
+        Axis letters, 1 to 3 of them (``"ZYX"``, ``"XZ"``...), intrinsic.
+    degrees : bool
+        Whether ``angles`` are in degrees.
+
+    Returns
+    -------
+    ndarray, shape (..., 3, 3)
+    """
+    angles = np.asarray(angles, dtype=np.float64)
+    if degrees:
+        angles = np.deg2rad(angles)
+    out = None
+    for k, ax in enumerate(order.upper()):
+        m = axis_rotation(_AXES[ax], angles[..., k])
+        out = m if out is None else out @ m
+    if out is None:
+        out = np.broadcast_to(np.eye(3), angles.shape[:-1] + (3, 3)).copy()
+    return out
+
+
+def matrix_to_euler(mat: np.ndarray, order: str = "ZYX", degrees: bool = True) -> np.ndarray:
+    """Matrices to intrinsic Tait-Bryan angles (inverse of :func:`euler_to_matrix`).
+
+    Parameters
+    ----------
+    mat : ndarray, shape (..., 3, 3)
+    order : str
+        Three distinct axis letters.
+    degrees : bool
+
+    Returns
+    -------
+    ndarray, shape (..., 3)
+    """
+    order = order.upper()
+    if len(order) != 3 or len(set(order)) != 3:
+        raise ValueError(f"matrix_to_euler needs three distinct axes, got {order!r}")
+    i, j, k = (_AXES[a] for a in order)
+    s = 1.0 if (i, j, k) in ((0, 1, 2), (1, 2, 0), (2, 0, 1)) else -1.0
+    mat = np.asarray(mat, dtype=np.float64)
+    b = np.arcsin(np.clip(s * mat[..., i, k], -1.0, 1.0))
+    a = np.arctan2(-s * mat[..., j, k], mat[..., k, k])
+    c = np.arctan2(-s * mat[..., i, j], mat[..., i, i])
+    # gimbal lock: put everything into a
+    lock = np.abs(s * mat[..., i, k]) > 1.0 - 1e-9
+    if np.any(lock):
+        c = np.where(lock, 0.0, c)
+        # with c = 0: R = Ri(a) Rj(+-90) -> a from the j/k block of column j
+        a_lock = np.arctan2(mat[..., k, j], mat[..., j, j])
+        a = np.where(lock, a_lock, a)
+    out = np.stack([a, b, c], axis=-1)
+    return np.rad2deg(out) if degrees else out
+
+
+def axis_angle_to_matrix(aa: np.ndarray) -> np.ndarray:
+    """Rotation vectors (axis * angle, radians) to matrices, shape (..., 3, 3)."""
+    aa = np.asarray(aa, dtype=np.float64)
+    theta = np.linalg.norm(aa, axis=-1, keepdims=True)
+    small = theta < 1e-12
+    axis = aa / np.where(small, 1.0, theta)
+    x, y, z = axis[..., 0], axis[..., 1], axis[..., 2]
+    zero = np.zeros_like(x)
+    K = np.stack([zero, -z, y, z, zero, -x, -y, x, zero], axis=-1).reshape(aa.shape[:-1] + (3, 3))
+    t = theta[..., None]
+    eye = np.eye(3)
+    return eye + np.sin(t) * K + (1.0 - np.cos(t)) * (K @ K)
+
+
+def matrix_to_quat(mat: np.ndarray) -> np.ndarray:
+    """Matrices to unit quaternions ``(w, x, y, z)`` with ``w >= 0``, shape (..., 4)."""
+    m = np.asarray(mat, dtype=np.float64)
+    tr = m[..., 0, 0] + m[..., 1, 1] + m[..., 2, 2]
+    cand = np.stack(
+        [
+            np.stack([1 + tr, m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], -1),
+            np.stack([m[..., 2, 1] - m[..., 1, 2], 1 + m[..., 0, 0] - m[..., 1, 1] - m[..., 2, 2], m[..., 0, 1] + m[..., 1, 0], m[..., 0, 2] + m[..., 2, 0]], -1),
+            np.stack([m[..., 0, 2] - m[..., 2, 0], m[..., 0, 1] + m[..., 1, 0], 1 - m[..., 0, 0] + m[..., 1, 1] - m[..., 2, 2], m[..., 1, 2] + m[..., 2, 1]], -1),
+            np.stack([m[..., 1, 0] - m[..., 0, 1], m[..., 0, 2] + m[..., 2, 0], m[..., 1, 2] + m[..., 2, 1], 1 - m[..., 0, 0] - m[..., 1, 1] + m[..., 2, 2]], -1),
+        ],
+        axis=-2,
+    )  # (..., 4, 4): each row proportional to q, pick the best conditioned
+    diag = np.stack([1 + tr, 1 + m[..., 0, 0] - m[..., 1, 1] - m[..., 2, 2],
+                     1 - m[..., 0, 0] + m[..., 1, 1] - m[..., 2, 2], 1 - m[..., 0, 0] - m[..., 1, 1] + m[..., 2, 2]], -1)
+    best = np.argmax(diag, axis=-1)
+    q = np.take_along_axis(cand, best[..., None, None], axis=-2)[..., 0, :]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return q * np.where(q[..., :1] < 0, -1.0, 1.0)
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """Quaternions ``(w, x, y, z)`` (normalised here) to matrices, shape (..., 3, 3)."""
+    q = np.asarray(q, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    out = np.stack(
+        [
+            1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+        ],
+        axis=-1,
+    )
+    return out.reshape(q.shape[:-1] + (3, 3))
+
+
+def matrix_to_axis_angle(mat: np.ndarray) -> np.ndarray:
+    """Matrices to rotation vectors (radians), shape (..., 3)."""
+    q = matrix_to_quat(mat)
+    v = q[..., 1:]
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    angle = 2.0 * np.arctan2(n, q[..., :1])
+    return v * np.where(n < 1e-12, 2.0, angle / np.where(n < 1e-12, 1.0, n))
+
+
+def quat_slerp(q0: np.ndarray, q1: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Spherical linear interpolation (shortest path), broadcasting ``t`` of shape (...,)."""
+    q0 = np.asarray(q0, dtype=np.float64)
+    q1 = np.asarray(q1, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)[..., None]
+    dot = np.sum(q0 * q1, axis=-1, keepdims=True)
+    q1 = np.where(dot < 0, -q1, q1)
+    dot = np.abs(dot)
+    theta = np.arccos(np.clip(dot, -1.0, 1.0))
+    sin = np.sin(theta)
+    lin = dot > 0.9995
+    safe = np.where(lin, 1.0, sin)
+    w0 = np.where(lin, 1.0 - t, np.sin((1.0 - t) * theta) / safe)
+    w1 = np.where(lin, t, np.sin(t * theta) / safe)
+    out = w0 * q0 + w1 * q1
+    return out / np.linalg.norm(out, axis=-1, keepdims=True)
+
+
+def matrix_to_6d(mat: np.ndarray) -> np.ndarray:
+    """The first two columns of each matrix, shape (..., 6) (Zhou et al. 2019)."""
+    mat = np.asarray(mat)
+    return np.concatenate([mat[..., :, 0], mat[..., :, 1]], axis=-1)
+
+
+def sixd_to_matrix(d6: np.ndarray) -> np.ndarray:
+    """Gram-Schmidt of two 3-vectors into a rotation matrix (columns), shape (..., 3, 3)."""
+    d6 = np.asarray(d6, dtype=np.float64)
+    a, b = d6[..., :3], d6[..., 3:]
+    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b - np.sum(x * b, axis=-1, keepdims=True) * x
+    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    z = np.cross(x, y)
+    return np.stack([x, y, z], axis=-1)
+
+
+def orthonormalize(mat: np.ndarray) -> np.ndarray:
+    """Nearest rotation matrices (SVD, determinant +1)."""
+    u, _, vt = np.linalg.svd(np.asarray(mat, dtype=np.float64))
+    d = np.sign(np.linalg.det(u @ vt))
+    u = u.copy()
+    u[..., :, -1] *= d[..., None]
+    return u @ vt
+
+
+def rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Smallest rotation taking direction ``a`` onto direction ``b``, shape (..., 3, 3)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    axis = np.cross(a, b)
+    s = np.linalg.norm(axis, axis=-1, keepdims=True)
+    c = np.sum(a * b, axis=-1, keepdims=True)
+    angle = np.arctan2(s, c)
+    # antiparallel: any axis perpendicular to a
+    perp = np.cross(a, np.where(np.abs(a[..., :1]) < 0.9, [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]))
+    perp = perp / np.linalg.norm(perp, axis=-1, keepdims=True)
+    axis = np.where(s < 1e-12, perp, axis / np.where(s < 1e-12, 1.0, s))
+    return axis_angle_to_matrix(axis * angle)
+
+
+def resample_rotations(rot: np.ndarray, src_times: np.ndarray, dst_times: np.ndarray) -> np.ndarray:
+    """Slerp-resample rotation matrices along axis 0.
+
+    Parameters
+    ----------
+    rot : ndarray, shape (T, ..., 3, 3)
+    src_times : ndarray, shape (T,)
+        Increasing sample times.
+    dst_times : ndarray, shape (T2,)
+        Times within ``[src_times[0], src_times[-1]]``.
+
+    Returns
+    -------
+    ndarray, shape (T2, ..., 3, 3)
+    """
+    q = matrix_to_quat(rot)
+    idx = np.clip(np.searchsorted(src_times, dst_times, side="right") - 1, 0, len(src_times) - 2) if len(src_times) > 1 else np.zeros(len(dst_times), int)
+    if len(src_times) == 1:
+        return np.repeat(rot[:1], len(dst_times), axis=0)
+    t = (dst_times - src_times[idx]) / (src_times[idx + 1] - src_times[idx])
+    t = np.clip(t, 0.0, 1.0).reshape((-1,) + (1,) * (q.ndim - 2))
+    t = np.broadcast_to(t, (len(dst_times),) + q.shape[1:-1])
+    return quat_to_matrix(quat_slerp(q[idx], q[idx + 1], t))
