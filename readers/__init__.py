@@ -1,0 +1,127 @@
+"""Keypoint readers: files -> :class:`KeypointClip` -> canonical keypoints.
+
+Outside the Blender layer (no ``bpy``); FBX goes through Blender's importer
+elsewhere. Every reader returns a :class:`KeypointClip` (metres, Z up,
+NaN = missing) and raises :class:`KeypointReadError` naming the file and
+the problem.
+
+>>> clip = read_keypoints("walk.csv", units="mm")          # doctest: +SKIP
+>>> keypoints, mask = to_canonical(clip)                    # doctest: +SKIP
+>>> clip30 = resample(clip, 30.0)                           # doctest: +SKIP
+
+Formats (by extension): ``.npz`` (interchange format, see
+:mod:`.npz`), ``.npy`` (with ``layout=``), ``.json`` (:mod:`.jsonfmt`),
+``.csv`` (:mod:`.csvfmt`), ``.trc`` (:mod:`.trc`), ``.bvh`` (:mod:`.bvh`).
+Layouts: :mod:`.layouts`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import (
+    DEFAULT_FPS,
+    MAX_GAP,
+    UNITS,
+    UP_AXES,
+    KeypointClip,
+    KeypointReadError,
+    body_size,
+    convert_up_axis,
+    fill_gaps,
+    resample,
+    to_canonical,
+)
+from .layouts import LAYOUTS, Layout, detect_layout, get_layout, layout_table, load_mapping
+
+__all__ = [
+    "KeypointClip",
+    "KeypointReadError",
+    "read_keypoints",
+    "to_canonical",
+    "resample",
+    "fill_gaps",
+    "convert_up_axis",
+    "body_size",
+    "LAYOUTS",
+    "Layout",
+    "detect_layout",
+    "get_layout",
+    "load_mapping",
+    "layout_table",
+    "EXTENSIONS",
+    "UNITS",
+    "UP_AXES",
+    "DEFAULT_FPS",
+    "MAX_GAP",
+]
+
+#: File extensions :func:`read_keypoints` reads.
+EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh")
+
+
+def _reader(ext):
+    if ext == ".npz":
+        from .npz import read_npz
+        return read_npz
+    if ext == ".npy":
+        from .npz import read_npy
+        return read_npy
+    if ext == ".json":
+        from .jsonfmt import read_json
+        return read_json
+    if ext == ".csv":
+        from .csvfmt import read_csv
+        return read_csv
+    if ext == ".trc":
+        from .trc import read_trc
+        return read_trc
+    if ext == ".bvh":
+        from .bvh import read_bvh_keypoints
+        return read_bvh_keypoints
+    return None
+
+
+def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap: int = MAX_GAP) -> KeypointClip:
+    """Read a keypoint file, dispatching on its extension.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    layout : str, dict, path or Layout, optional
+        Layout name (see :data:`LAYOUTS`), user mapping (dict or ``.json``
+        file: source name -> canonical keypoint) or Layout. Detected from
+        the joint names when omitted.
+    units : {"m", "cm", "mm", "in"}, optional
+        Overrides the file's units (or the guess from the body size).
+    up_axis : {"Z", "Y", "-Y", "-Z"}, optional
+        Overrides the file's up axis (or the format's convention, or the
+        one detected from the pose).
+    fps : float, optional
+        Overrides the file's frame rate (default 30 when the file has none).
+    max_gap : int
+        Gaps of up to this many frames are filled linearly (0: none).
+
+    Returns
+    -------
+    KeypointClip
+
+    Raises
+    ------
+    KeypointReadError
+        Unknown extension, missing, empty, truncated or garbage file, bad
+        shapes, duplicate or unknown joint names, inf values, all points
+        missing, absurd scale; the message names the file and the problem.
+    """
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    reader = _reader(ext)
+    if reader is None:
+        hint = " (FBX goes through Blender's importer)" if ext == ".fbx" else ""
+        raise KeypointReadError(path, f"unknown keypoint file type {ext or '(none)'!r}; "
+                                f"readable: {', '.join(EXTENSIONS)}{hint}")
+    if not os.path.isfile(path):
+        raise KeypointReadError(path, "no such file")
+    if os.path.getsize(path) == 0:
+        raise KeypointReadError(path, "empty file")
+    return reader(path, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap)

@@ -1,0 +1,590 @@
+"""Keypoint layouts: how a source's named points map onto canonical keypoints.
+
+A :class:`Layout` names the points of one source convention (a pose
+estimator, a motion-capture skeleton, a rig) and says how each canonical
+keypoint (:data:`..model.skeleton.KEYPOINTS`) is obtained from them:
+
+- ``to_canonical``: a direct map, source point -> canonical keypoint;
+- ``derived``: canonical keypoint -> affine combination of source points,
+  ``((source, weight), ...)`` with weights summing to 1 (so the result does
+  not depend on where the origin is). Used where a canonical keypoint has no
+  counterpart, e.g. COCO's pelvis is taken between the hips, slightly
+  towards the shoulders.
+
+Canonical keypoints a layout cannot give are masked: the solver works with
+whatever is there. Every approximation is written in the layout's
+``notes``; the numbers in them are measured on the canonical rest pose
+(mid-thigh at 0.90 m, pelvis 0.95 m, shoulders 1.43 m, neck 1.47 m,
+head joint 1.55 m, ears ~1.61 m).
+
+Source names match case-insensitively, ignoring a namespace prefix
+(``mixamorig:``, ``mixamorig1:``, ``Armature|``) and treating ``.``, ``-`` and
+spaces like ``_``.
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model.skeleton import KEYPOINTS
+
+__all__ = [
+    "Layout",
+    "LAYOUTS",
+    "normalize_name",
+    "detect_layout",
+    "get_layout",
+    "load_mapping",
+    "layout_table",
+    "canonical_weights",
+]
+
+
+def normalize_name(name: str) -> str:
+    """Normalised form of a point name used for matching.
+
+    Lower case, without a namespace prefix (anything up to the last ``:`` or
+    ``|``, or a leading ``mixamorigN_``), with ``.``, ``-`` and spaces turned
+    into ``_``.
+    """
+    s = str(name).strip()
+    s = re.split(r"[:|]", s)[-1]
+    s = s.lower()
+    s = re.sub(r"^mixamorig\d*_", "", s)
+    s = re.sub(r"[\s.\-]+", "_", s)
+    return s
+
+
+@dataclass
+class Layout:
+    """A keypoint layout.
+
+    Attributes
+    ----------
+    name : str
+        Registry key (``"coco17"``...).
+    description : str
+        One line for listings.
+    joint_names : tuple of str
+        Source point names in the source's own order.
+    to_canonical : dict
+        Source name -> canonical keypoint name (direct correspondences).
+    derived : dict
+        Canonical keypoint -> tuple of ``(source name, weight)``; weights sum
+        to 1. Used when the canonical keypoint has no direct source present.
+    notes : str
+        The approximations made (joint centres that differ, derived points).
+    up_axis : str or None
+        The source's usual up axis (``"Z"``, ``"Y"``, ``"-Y"``), a hint used
+        when neither the file nor the user says.
+    """
+
+    name: str
+    description: str
+    joint_names: tuple
+    to_canonical: dict
+    derived: dict = field(default_factory=dict)
+    notes: str = ""
+    up_axis: str | None = None
+
+    def __post_init__(self):
+        self.joint_names = tuple(self.joint_names)
+        bad = [c for c in list(self.to_canonical.values()) + list(self.derived) if c not in KEYPOINTS]
+        if bad:
+            raise ValueError(f"layout {self.name!r}: unknown canonical keypoints {bad}; known: {', '.join(KEYPOINTS)}")
+        for c, terms in self.derived.items():
+            total = sum(w for _, w in terms)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"layout {self.name!r}: weights of derived {c!r} sum to {total}, not 1")
+
+    def normalized_names(self) -> set:
+        """Normalised source names this layout knows."""
+        names = set(normalize_name(n) for n in self.joint_names)
+        names |= set(normalize_name(n) for n in self.to_canonical)
+        for terms in self.derived.values():
+            names |= set(normalize_name(s) for s, _ in terms)
+        return names
+
+    def canonical_coverage(self) -> list:
+        """Canonical keypoints this layout can give (with all its points present)."""
+        return [k for k in KEYPOINTS if k in self.to_canonical.values() or k in self.derived]
+
+
+def canonical_weights(layout: Layout, source_names) -> tuple[np.ndarray, np.ndarray]:
+    """Matrix that maps source points onto canonical keypoints.
+
+    Parameters
+    ----------
+    layout : Layout
+    source_names : sequence of str
+        The names in the clip, in its order.
+
+    Returns
+    -------
+    weights : ndarray, shape (32, J)
+        ``canonical = weights @ source`` (per frame and coordinate).
+    defined : ndarray of bool, shape (32,)
+        Canonical keypoints the layout gives with these source names.
+    """
+    index = {}
+    for j, n in enumerate(source_names):
+        index.setdefault(normalize_name(n), j)
+    W = np.zeros((len(KEYPOINTS), len(source_names)))
+    defined = np.zeros(len(KEYPOINTS), bool)
+    for src, kp in layout.to_canonical.items():
+        j = index.get(normalize_name(src))
+        k = KEYPOINTS.index(kp)
+        if j is not None and not defined[k]:
+            W[k, j] = 1.0
+            defined[k] = True
+    for kp, terms in layout.derived.items():
+        k = KEYPOINTS.index(kp)
+        if defined[k]:
+            continue
+        js = [index.get(normalize_name(s)) for s, _ in terms]
+        if any(j is None for j in js):
+            continue
+        for j, (_, w) in zip(js, terms):
+            W[k, j] += w
+        defined[k] = True
+    return W, defined
+
+
+# ---------------------------------------------------------------------------
+# built-in layouts
+
+# fractions along mid-hip -> mid-shoulder on the canonical rest pose
+_F_PELVIS = 0.05 / 0.53   # pelvis 5 cm above the thigh joints
+_F_NECK = 0.04 / 0.53     # neck 4 cm above the shoulder line
+
+
+def _mid(a, b, w=1.0):
+    return ((a, 0.5 * w), (b, 0.5 * w))
+
+
+def _between(lo_pair, hi_pair, f):
+    """Point at fraction ``f`` from mid(lo_pair) to mid(hi_pair)."""
+    return _mid(*lo_pair, 1.0 - f) + _mid(*hi_pair, f)
+
+
+def _lr(table):
+    """Expand ``{"{L}..": "..{l}"}`` templates to both sides."""
+    out = {}
+    for src, dst in table.items():
+        if "{" in src or "{" in dst:
+            for S, s, L, side in (("Left", "left", "L", "l"), ("Right", "right", "R", "r")):
+                out[src.format(Side=S, side=s, S=L, s=side)] = dst.format(Side=S, side=s, S=L, s=side)
+        else:
+            out[src] = dst
+    return out
+
+
+_MEDIAPIPE_NAMES = (
+    "nose", "left_eye_inner", "left_eye", "left_eye_outer", "right_eye_inner", "right_eye",
+    "right_eye_outer", "left_ear", "right_ear", "mouth_left", "mouth_right", "left_shoulder",
+    "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_pinky",
+    "right_pinky", "left_index", "right_index", "left_thumb", "right_thumb", "left_hip",
+    "right_hip", "left_knee", "right_knee", "left_ankle", "right_ankle", "left_heel",
+    "right_heel", "left_foot_index", "right_foot_index",
+)
+
+_HEAD_FROM_EARS = (("left_ear", 1 / 3), ("right_ear", 1 / 3), ("left_shoulder", 1 / 6), ("right_shoulder", 1 / 6))
+_TORSO = {
+    "pelvis": _between(("left_hip", "right_hip"), ("left_shoulder", "right_shoulder"), _F_PELVIS),
+    "neck": _between(("left_hip", "right_hip"), ("left_shoulder", "right_shoulder"), 1.0 + _F_NECK),
+    "head": _HEAD_FROM_EARS,
+}
+_TORSO_NOTES = (
+    "hips map to the thigh joints and shoulders to the upper-arm joints (landmark centres sit a few cm "
+    "off the skeleton's joint centres: detector hips are wider and lower); pelvis = mid-hip moved 9% of "
+    "the way to mid-shoulder, neck = mid-shoulder moved up 7.5% of the hip-shoulder distance; "
+    "head = 2/3 mid-ear + 1/3 mid-shoulder (ears sit ~6 cm above the head joint); spine1..3, "
+    "clavicles and head_top are masked"
+)
+
+MEDIAPIPE = Layout(
+    "mediapipe_pose",
+    "MediaPipe Pose / BlazePose 33 landmarks (world landmarks: metres, hips origin, y down)",
+    _MEDIAPIPE_NAMES,
+    _lr({
+        "nose": "nose",
+        "{side}_shoulder": "upperarm_{s}", "{side}_elbow": "forearm_{s}", "{side}_wrist": "hand_{s}",
+        "{side}_thumb": "thumb_{s}", "{side}_hip": "thigh_{s}", "{side}_knee": "calf_{s}",
+        "{side}_ankle": "foot_{s}", "{side}_heel": "heel_{s}", "{side}_foot_index": "toe_tip_{s}",
+    }),
+    dict(_TORSO, **{
+        # index and pinky landmarks are the MCP knuckles, about half way to the finger tips
+        "hand_tip_l": (("left_index", 1.0), ("left_pinky", 1.0), ("left_wrist", -1.0)),
+        "hand_tip_r": (("right_index", 1.0), ("right_pinky", 1.0), ("right_wrist", -1.0)),
+        # the ball of the foot sits 3/4 of the way from heel to toe tip
+        "toe_l": (("left_heel", 0.25), ("left_foot_index", 0.75)),
+        "toe_r": (("right_heel", 0.25), ("right_foot_index", 0.75)),
+    }),
+    notes=_TORSO_NOTES + "; hand_tip = index MCP + pinky MCP - wrist (the knuckle midpoint pushed out to "
+    "the finger tips); thumb = thumb landmark (a thumb tip, further out than the canonical thumb point); "
+    "toe_tip = foot_index, heel = heel, toe (ball) = 1/4 heel + 3/4 foot_index",
+    up_axis="-Y",
+)
+
+COCO17 = Layout(
+    "coco17",
+    "COCO 17 keypoints (ViTPose, RTMPose, Detectron, YOLO pose, lifted to 3D)",
+    ("nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder",
+     "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip",
+     "left_knee", "right_knee", "left_ankle", "right_ankle"),
+    _lr({
+        "nose": "nose",
+        "{side}_shoulder": "upperarm_{s}", "{side}_elbow": "forearm_{s}", "{side}_wrist": "hand_{s}",
+        "{side}_hip": "thigh_{s}", "{side}_knee": "calf_{s}", "{side}_ankle": "foot_{s}",
+    }),
+    dict(_TORSO),
+    notes=_TORSO_NOTES + "; no hands or feet beyond the wrists and ankles: hand tips, thumbs, toes and heels are masked",
+)
+
+H36M17 = Layout(
+    "h36m17",
+    "Human3.6M 17 joints (VideoPose3D, MotionBERT, most 3D lifters)",
+    ("Hip", "RHip", "RKnee", "RFoot", "LHip", "LKnee", "LFoot", "Spine", "Thorax", "Neck/Nose",
+     "Head", "LShoulder", "LElbow", "LWrist", "RShoulder", "RElbow", "RWrist"),
+    _lr({
+        "Hip": "pelvis", "Spine": "spine2", "Thorax": "neck", "Neck/Nose": "nose", "Head": "head_top",
+        "{S}Hip": "thigh_{s}", "{S}Knee": "calf_{s}", "{S}Foot": "foot_{s}",
+        "{S}Shoulder": "upperarm_{s}", "{S}Elbow": "forearm_{s}", "{S}Wrist": "hand_{s}",
+    }),
+    notes="Hip (root, mid-hip at hip-joint height, ~5 cm below the canonical pelvis) -> pelvis; Spine "
+    "(mid back) -> spine2; Thorax (between the shoulders) -> neck; Neck/Nose (around chin and nose) -> "
+    "nose; Head (top of head) -> head_top; Foot is the ankle -> foot. spine1, spine3, clavicles, head, "
+    "hand tips, thumbs, toes and heels are masked",
+)
+
+OPENPOSE25 = Layout(
+    "openpose_body25",
+    "OpenPose BODY_25 (3D triangulated or lifted)",
+    ("Nose", "Neck", "RShoulder", "RElbow", "RWrist", "LShoulder", "LElbow", "LWrist", "MidHip",
+     "RHip", "RKnee", "RAnkle", "LHip", "LKnee", "LAnkle", "REye", "LEye", "REar", "LEar",
+     "LBigToe", "LSmallToe", "LHeel", "RBigToe", "RSmallToe", "RHeel"),
+    _lr({
+        "Nose": "nose",
+        "{S}Shoulder": "upperarm_{s}", "{S}Elbow": "forearm_{s}", "{S}Wrist": "hand_{s}",
+        "{S}Hip": "thigh_{s}", "{S}Knee": "calf_{s}", "{S}Ankle": "foot_{s}", "{S}Heel": "heel_{s}",
+    }),
+    {
+        "pelvis": (("MidHip", 1.0 - _F_PELVIS), ("Neck", _F_PELVIS)),
+        "neck": (("Neck", 1.0 + _F_NECK), ("MidHip", -_F_NECK)),
+        "head": (("LEar", 1 / 3), ("REar", 1 / 3), ("Neck", 1 / 3)),
+        "toe_tip_l": _mid("LBigToe", "LSmallToe"),
+        "toe_tip_r": _mid("RBigToe", "RSmallToe"),
+        "toe_l": (("LHeel", 0.25), ("LBigToe", 0.375), ("LSmallToe", 0.375)),
+        "toe_r": (("RHeel", 0.25), ("RBigToe", 0.375), ("RSmallToe", 0.375)),
+    },
+    notes="Neck is the mid-shoulder point; pelvis = MidHip moved 9% towards Neck; neck = Neck moved up "
+    "7.5% of the hip-neck distance; head = 2/3 mid-ear + 1/3 Neck; toe_tip = mid big/small toe; "
+    "toe (ball) = 1/4 heel + 3/4 toe tip; hips/shoulders as joint centres (approximate); spine1..3, "
+    "clavicles, head_top, hand tips and thumbs are masked",
+)
+
+_SMPL_BODY = (
+    "pelvis", "left_hip", "right_hip", "spine1", "left_knee", "right_knee", "spine2",
+    "left_ankle", "right_ankle", "spine3", "left_foot", "right_foot", "neck", "left_collar",
+    "right_collar", "head", "left_shoulder", "right_shoulder", "left_elbow", "right_elbow",
+    "left_wrist", "right_wrist",
+)
+_SMPL_MAP = _lr({
+    "pelvis": "pelvis", "spine1": "spine1", "spine2": "spine2", "spine3": "spine3", "neck": "neck",
+    "head": "head", "{side}_collar": "clavicle_{s}", "{side}_shoulder": "upperarm_{s}",
+    "{side}_elbow": "forearm_{s}", "{side}_wrist": "hand_{s}", "{side}_hip": "thigh_{s}",
+    "{side}_knee": "calf_{s}", "{side}_ankle": "foot_{s}", "{side}_foot": "toe_{s}",
+})
+
+SMPL24 = Layout(
+    "smpl24",
+    "SMPL 24 joints (SMPL/SMPL-H body regressors, AMASS, 4D-Humans, WHAM)",
+    _SMPL_BODY + ("left_hand", "right_hand"),
+    _SMPL_MAP,
+    {
+        "hand_tip_l": (("left_hand", 2.0), ("left_wrist", -1.0)),
+        "hand_tip_r": (("right_hand", 2.0), ("right_wrist", -1.0)),
+    },
+    notes="one-to-one body joints (SMPL joint centres: hips a little wider, spine joints placed "
+    "differently); *_foot is the ball of the foot -> toe; hand_tip = wrist + 2 x (hand - wrist) "
+    "(the SMPL hand joint sits near the knuckles); head_top, nose, thumbs, toe tips and heels are masked. "
+    "SMPL is Y up, facing +Z",
+    up_axis="Y",
+)
+
+_SMPLX_HANDS = tuple(
+    f"{side}_{finger}{i}" for side in ("left", "right")
+    for finger in ("index", "middle", "pinky", "ring", "thumb") for i in (1, 2, 3)
+)
+SMPLX = Layout(
+    "smplx",
+    "SMPL-X joints (22 body + jaw, eyes, 30 hand joints, 21 extra landmarks: nose, ears, toes, heels, finger tips)",
+    _SMPL_BODY + ("jaw", "left_eye_smplhf", "right_eye_smplhf") + _SMPLX_HANDS + (
+        "nose", "right_eye", "left_eye", "right_ear", "left_ear", "left_big_toe", "left_small_toe",
+        "left_heel", "right_big_toe", "right_small_toe", "right_heel", "left_thumb", "left_index",
+        "left_middle", "left_ring", "left_pinky", "right_thumb", "right_index", "right_middle",
+        "right_ring", "right_pinky"),
+    dict(_SMPL_MAP, **_lr({"nose": "nose", "{side}_heel": "heel_{s}", "{side}_middle": "hand_tip_{s}",
+                           "{side}_thumb": "thumb_{s}"})),
+    {
+        "toe_tip_l": _mid("left_big_toe", "left_small_toe"),
+        "toe_tip_r": _mid("right_big_toe", "right_small_toe"),
+    },
+    notes="SMPL body joints one-to-one; middle finger tip -> hand_tip; thumb tip -> thumb (further out "
+    "than the canonical thumb point); toe_tip = mid big/small toe; heel = heel; head_top masked. Y up, facing +Z",
+    up_axis="Y",
+)
+
+CANONICAL_LAYOUT = Layout(
+    "canonical",
+    "Neural IK canonical keypoints (22 joints + 10 end points)",
+    KEYPOINTS,
+    {k: k for k in KEYPOINTS},
+    notes="identity",
+    up_axis="Z",
+)
+
+MIXAMO = Layout(
+    "mixamo",
+    "Mixamo rig (mixamorig:Hips, Spine, Spine1, Spine2, LeftArm...)",
+    ("Hips", "Spine", "Spine1", "Spine2", "Neck", "Head", "HeadTop_End",
+     "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand", "LeftHandMiddle4", "LeftHandThumb4",
+     "RightShoulder", "RightArm", "RightForeArm", "RightHand", "RightHandMiddle4", "RightHandThumb4",
+     "LeftUpLeg", "LeftLeg", "LeftFoot", "LeftToeBase", "LeftToe_End",
+     "RightUpLeg", "RightLeg", "RightFoot", "RightToeBase", "RightToe_End"),
+    _lr({
+        "Hips": "pelvis", "Spine": "spine1", "Spine1": "spine2", "Spine2": "spine3", "Neck": "neck",
+        "Head": "head", "HeadTop_End": "head_top", "Head_End": "head_top",
+        "{Side}Shoulder": "clavicle_{s}", "{Side}Arm": "upperarm_{s}", "{Side}ForeArm": "forearm_{s}",
+        "{Side}Hand": "hand_{s}", "{Side}HandMiddle4": "hand_tip_{s}", "{Side}HandThumb4": "thumb_{s}",
+        "{Side}UpLeg": "thigh_{s}", "{Side}Leg": "calf_{s}", "{Side}Foot": "foot_{s}",
+        "{Side}ToeBase": "toe_{s}", "{Side}Toe_End": "toe_tip_{s}", "{Side}ToeBase_End": "toe_tip_{s}",
+    }),
+    notes="joint origins (bone heads) map one-to-one; the rig's own proportions are kept; "
+    "finger tips (Middle4, Thumb4) give hand_tip and thumb when present; nose and heels are masked",
+)
+
+CMU = Layout(
+    "cmu",
+    "CMU mocap BVH skeleton (Hips, LowerBack, Spine, Spine1, LHipJoint, LeftUpLeg...)",
+    ("Hips", "LHipJoint", "LeftUpLeg", "LeftLeg", "LeftFoot", "LeftToeBase", "RHipJoint", "RightUpLeg",
+     "RightLeg", "RightFoot", "RightToeBase", "LowerBack", "Spine", "Spine1", "Neck", "Neck1", "Head",
+     "LeftShoulder", "LeftArm", "LeftForeArm", "LeftHand", "LeftFingerBase", "LeftHandIndex1", "LThumb",
+     "RightShoulder", "RightArm", "RightForeArm", "RightHand", "RightFingerBase", "RightHandIndex1", "RThumb"),
+    _lr({
+        "Hips": "pelvis", "LowerBack": "spine1", "Spine": "spine2", "Spine1": "spine3", "Neck": "neck",
+        "Head": "head", "Head_End": "head_top",
+        "{Side}Shoulder": "clavicle_{s}", "{Side}Arm": "upperarm_{s}", "{Side}ForeArm": "forearm_{s}",
+        "{Side}Hand": "hand_{s}", "{Side}HandIndex1": "hand_tip_{s}", "{S}Thumb": "thumb_{s}",
+        "{Side}UpLeg": "thigh_{s}", "{Side}Leg": "calf_{s}", "{Side}Foot": "foot_{s}",
+        "{Side}ToeBase": "toe_{s}", "{Side}ToeBase_End": "toe_tip_{s}",
+    }),
+    notes="joint origins one-to-one; LowerBack/Spine/Spine1 -> spine1..3; the CMU hand chain is short: "
+    "HandIndex1 (finger) -> hand_tip approximately; the Head End Site -> head_top",
+)
+
+CC_BASE = Layout(
+    "cc_base",
+    "Character Creator / iClone rig (CC_Base_Hip, CC_Base_Waist, CC_Base_L_Upperarm...)",
+    ("CC_Base_Hip", "CC_Base_Pelvis", "CC_Base_Waist", "CC_Base_Spine01", "CC_Base_Spine02",
+     "CC_Base_NeckTwist01", "CC_Base_Head", "CC_Base_L_Clavicle", "CC_Base_L_Upperarm",
+     "CC_Base_L_Forearm", "CC_Base_L_Hand", "CC_Base_L_Mid3", "CC_Base_L_Thumb3", "CC_Base_R_Clavicle",
+     "CC_Base_R_Upperarm", "CC_Base_R_Forearm", "CC_Base_R_Hand", "CC_Base_R_Mid3", "CC_Base_R_Thumb3",
+     "CC_Base_L_Thigh", "CC_Base_L_Calf", "CC_Base_L_Foot", "CC_Base_L_ToeBase", "CC_Base_R_Thigh",
+     "CC_Base_R_Calf", "CC_Base_R_Foot", "CC_Base_R_ToeBase"),
+    _lr({
+        "CC_Base_Hip": "pelvis", "CC_Base_Waist": "spine1", "CC_Base_Spine01": "spine2",
+        "CC_Base_Spine02": "spine3", "CC_Base_NeckTwist01": "neck", "CC_Base_Head": "head",
+        "CC_Base_{S}_Clavicle": "clavicle_{s}", "CC_Base_{S}_Upperarm": "upperarm_{s}",
+        "CC_Base_{S}_Forearm": "forearm_{s}", "CC_Base_{S}_Hand": "hand_{s}",
+        "CC_Base_{S}_Mid3": "hand_tip_{s}", "CC_Base_{S}_Thumb3": "thumb_{s}",
+        "CC_Base_{S}_Thigh": "thigh_{s}", "CC_Base_{S}_Calf": "calf_{s}", "CC_Base_{S}_Foot": "foot_{s}",
+        "CC_Base_{S}_ToeBase": "toe_{s}",
+    }),
+    notes="joint origins one-to-one; Mid3/Thumb3 are the last finger joints (not the tips), so hand_tip "
+    "and thumb fall ~2 cm short; head_top, nose, toe tips and heels are masked",
+)
+
+RIGIFY = Layout(
+    "rigify",
+    "Blender Rigify deform bones (DEF-spine, DEF-upper_arm.L...)",
+    ("DEF-spine", "DEF-spine.001", "DEF-spine.002", "DEF-spine.003", "DEF-spine.004", "DEF-spine.005",
+     "DEF-spine.006", "DEF-shoulder.L", "DEF-upper_arm.L", "DEF-forearm.L", "DEF-hand.L",
+     "DEF-shoulder.R", "DEF-upper_arm.R", "DEF-forearm.R", "DEF-hand.R", "DEF-thigh.L", "DEF-shin.L",
+     "DEF-foot.L", "DEF-toe.L", "DEF-thigh.R", "DEF-shin.R", "DEF-foot.R", "DEF-toe.R"),
+    _lr({
+        "DEF-spine": "pelvis", "DEF-spine.001": "spine1", "DEF-spine.002": "spine2",
+        "DEF-spine.003": "spine3", "DEF-spine.004": "neck", "DEF-spine.006": "head",
+        "DEF-shoulder.{S}": "clavicle_{s}", "DEF-upper_arm.{S}": "upperarm_{s}",
+        "DEF-forearm.{S}": "forearm_{s}", "DEF-hand.{S}": "hand_{s}", "DEF-thigh.{S}": "thigh_{s}",
+        "DEF-shin.{S}": "calf_{s}", "DEF-foot.{S}": "foot_{s}", "DEF-toe.{S}": "toe_{s}",
+    }),
+    notes="bone heads one-to-one (DEF-spine.005 is the upper neck and is unused); twist bones "
+    "(DEF-upper_arm.L.001...) are ignored; end points are masked",
+)
+
+UE_MANNEQUIN = Layout(
+    "ue_mannequin",
+    "Unreal Engine mannequin (pelvis, spine_01..03, upperarm_l, lowerarm_l, ball_l...)",
+    ("pelvis", "spine_01", "spine_02", "spine_03", "neck_01", "head", "clavicle_l", "upperarm_l",
+     "lowerarm_l", "hand_l", "clavicle_r", "upperarm_r", "lowerarm_r", "hand_r", "thigh_l", "calf_l",
+     "foot_l", "ball_l", "thigh_r", "calf_r", "foot_r", "ball_r"),
+    _lr({
+        "pelvis": "pelvis", "spine_01": "spine1", "spine_02": "spine2", "spine_03": "spine3",
+        "neck_01": "neck", "head": "head", "clavicle_{s}": "clavicle_{s}", "upperarm_{s}": "upperarm_{s}",
+        "lowerarm_{s}": "forearm_{s}", "hand_{s}": "hand_{s}", "thigh_{s}": "thigh_{s}",
+        "calf_{s}": "calf_{s}", "foot_{s}": "foot_{s}", "ball_{s}": "toe_{s}",
+    }),
+    notes="UE4 names one-to-one; on a UE5 mannequin spine_04/05 and neck_02 are ignored "
+    "(spine3 then sits low); end points are masked",
+)
+
+#: Built-in layouts by name.
+LAYOUTS: dict[str, Layout] = {
+    lay.name: lay
+    for lay in (CANONICAL_LAYOUT, MEDIAPIPE, COCO17, H36M17, OPENPOSE25, SMPL24, SMPLX,
+                MIXAMO, CMU, CC_BASE, RIGIFY, UE_MANNEQUIN)
+}
+
+
+def load_mapping(source, name: str | None = None) -> Layout:
+    """A user layout from a mapping.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or dict
+        A JSON file or a dict. Either a flat ``{source name: canonical
+        keypoint}`` mapping or ``{"name": ..., "description": ...,
+        "to_canonical": {...}, "derived": {canonical: [[source, weight], ...]},
+        "up_axis": ...}``.
+    name : str, optional
+        Name for the layout (default ``"custom"`` or the file's stem).
+
+    Raises
+    ------
+    ValueError
+        Unreadable file, unknown canonical keypoints or bad weights; the
+        message names the file.
+    """
+    where = "mapping"
+    if isinstance(source, (str, os.PathLike)):
+        where = str(source)
+        try:
+            with open(source, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
+            raise ValueError(f"{where}: cannot read layout mapping ({ex})") from None
+        name = name or os.path.splitext(os.path.basename(where))[0]
+    else:
+        data = source
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{where}: a layout mapping must be a non-empty JSON object")
+    if "to_canonical" in data:
+        to_can = data["to_canonical"]
+        derived = data.get("derived", {})
+        desc = data.get("description", "user mapping")
+        name = data.get("name", name)
+        up = data.get("up_axis")
+    else:
+        to_can, derived, desc, up = data, {}, "user mapping", None
+    if not isinstance(to_can, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in to_can.items()):
+        raise ValueError(f"{where}: to_canonical must map source names to canonical keypoint names")
+    try:
+        derived = {k: tuple((str(s), float(w)) for s, w in v) for k, v in derived.items()}
+        return Layout(name or "custom", desc, tuple(to_can), dict(to_can), derived, notes="user mapping", up_axis=up)
+    except (ValueError, TypeError) as ex:
+        raise ValueError(f"{where}: {ex}") from None
+
+
+def get_layout(layout) -> Layout:
+    """Resolve a layout argument.
+
+    Parameters
+    ----------
+    layout : str, dict, os.PathLike or Layout
+        A registry name, a ``.json`` mapping file, a mapping dict or a Layout.
+
+    Raises
+    ------
+    KeyError
+        Unknown name (the message lists the known ones).
+    ValueError
+        Bad mapping file or dict.
+    """
+    if isinstance(layout, Layout):
+        return layout
+    if isinstance(layout, dict):
+        return load_mapping(layout)
+    key = str(layout)
+    if key in LAYOUTS:
+        return LAYOUTS[key]
+    if key.lower() in LAYOUTS:
+        return LAYOUTS[key.lower()]
+    if key.lower().endswith(".json") or os.path.isfile(key):
+        return load_mapping(key)
+    raise KeyError(f"unknown layout {key!r}; known: {', '.join(LAYOUTS)} (or a .json mapping file)")
+
+
+def detect_layout(joint_names) -> tuple[str | None, float]:
+    """Best matching built-in layout for a list of point names.
+
+    The score is the F1 of name matching: the harmonic mean of the fraction
+    of the layout's names found in ``joint_names`` and the fraction of
+    ``joint_names`` the layout knows. Ties go to the layout giving more
+    canonical keypoints.
+
+    Returns
+    -------
+    name : str or None
+        ``None`` when no layout knows any of the names.
+    score : float
+        In [0, 1]; 1 is an exact match.
+    """
+    given = set(normalize_name(n) for n in joint_names)
+    if not given:
+        return None, 0.0
+    best, best_key = None, (0.0, 0)
+    for lay in LAYOUTS.values():
+        known = lay.normalized_names()
+        own = set(normalize_name(n) for n in lay.joint_names)
+        hits_own = len(given & own)
+        hits = len(given & known)
+        if not hits:
+            continue
+        recall = hits_own / len(own)
+        precision = hits / len(given)
+        score = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+        _, defined = canonical_weights(lay, list(joint_names))
+        key = (round(score, 9), int(defined.sum()))
+        if key > best_key:
+            best, best_key = lay.name, key
+    return best, float(best_key[0])
+
+
+def layout_table() -> list[dict]:
+    """Rows for a ``layouts`` listing.
+
+    Returns
+    -------
+    list of dict
+        ``name``, ``joints`` (count), ``description``, ``joint_names``,
+        ``canonical`` (keypoints it gives) and ``notes`` per built-in layout.
+    """
+    return [
+        {
+            "name": lay.name,
+            "joints": len(lay.joint_names),
+            "description": lay.description,
+            "joint_names": list(lay.joint_names),
+            "canonical": lay.canonical_coverage(),
+            "notes": lay.notes,
+        }
+        for lay in LAYOUTS.values()
+    ]
