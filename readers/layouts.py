@@ -15,7 +15,7 @@ Canonical keypoints a layout cannot give are masked: the solver works with
 whatever is there. Every approximation is written in the layout's
 ``notes``; the numbers in them are measured on the canonical rest pose
 (mid-thigh at 0.90 m, pelvis 0.95 m, shoulders 1.43 m, neck 1.47 m,
-head joint 1.55 m, ears ~1.61 m).
+head joint 1.57 m, ears ~1.63 m).
 
 Source names match case-insensitively, ignoring a namespace prefix
 (``mixamorig:``, ``mixamorig1:``, ``Armature|``) and treating ``.``, ``-`` and
@@ -195,7 +195,8 @@ _MEDIAPIPE_NAMES = (
     "right_heel", "left_foot_index", "right_foot_index",
 )
 
-_HEAD_FROM_EARS = (("left_ear", 1 / 3), ("right_ear", 1 / 3), ("left_shoulder", 1 / 6), ("right_shoulder", 1 / 6))
+# ears ~6 cm above the head joint: head = mid-ear + 0.3 (mid-shoulder - mid-ear)
+_HEAD_FROM_EARS = (("left_ear", 0.35), ("right_ear", 0.35), ("left_shoulder", 0.15), ("right_shoulder", 0.15))
 _TORSO = {
     "pelvis": _between(("left_hip", "right_hip"), ("left_shoulder", "right_shoulder"), _F_PELVIS),
     "neck": _between(("left_hip", "right_hip"), ("left_shoulder", "right_shoulder"), 1.0 + _F_NECK),
@@ -205,7 +206,7 @@ _TORSO_NOTES = (
     "hips map to the thigh joints and shoulders to the upper-arm joints (landmark centres sit a few cm "
     "off the skeleton's joint centres: detector hips are wider and lower); pelvis = mid-hip moved 9% of "
     "the way to mid-shoulder, neck = mid-shoulder moved up 7.5% of the hip-shoulder distance; "
-    "head = 2/3 mid-ear + 1/3 mid-shoulder (ears sit ~6 cm above the head joint); spine1..3, "
+    "head = 0.7 mid-ear + 0.3 mid-shoulder (ears sit ~6 cm above the head joint); spine1..3, "
     "clavicles and head_top are masked"
 )
 
@@ -278,14 +279,14 @@ OPENPOSE25 = Layout(
     {
         "pelvis": (("MidHip", 1.0 - _F_PELVIS), ("Neck", _F_PELVIS)),
         "neck": (("Neck", 1.0 + _F_NECK), ("MidHip", -_F_NECK)),
-        "head": (("LEar", 1 / 3), ("REar", 1 / 3), ("Neck", 1 / 3)),
+        "head": (("LEar", 0.35), ("REar", 0.35), ("Neck", 0.3)),
         "toe_tip_l": _mid("LBigToe", "LSmallToe"),
         "toe_tip_r": _mid("RBigToe", "RSmallToe"),
         "toe_l": (("LHeel", 0.25), ("LBigToe", 0.375), ("LSmallToe", 0.375)),
         "toe_r": (("RHeel", 0.25), ("RBigToe", 0.375), ("RSmallToe", 0.375)),
     },
     notes="Neck is the mid-shoulder point; pelvis = MidHip moved 9% towards Neck; neck = Neck moved up "
-    "7.5% of the hip-neck distance; head = 2/3 mid-ear + 1/3 Neck; toe_tip = mid big/small toe; "
+    "7.5% of the hip-neck distance; head = 0.7 mid-ear + 0.3 Neck; toe_tip = mid big/small toe; "
     "toe (ball) = 1/4 heel + 3/4 toe tip; hips/shoulders as joint centres (approximate); spine1..3, "
     "clavicles, head_top, hand tips and thumbs are masked",
 )

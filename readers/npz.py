@@ -1,0 +1,122 @@
+"""``.npz`` (the Neural IK interchange format) and bare ``.npy`` arrays.
+
+The ``.npz`` keypoint format
+----------------------------
+A NumPy ``.npz`` archive (``np.savez`` / ``np.savez_compressed``), read
+without pickle, with these arrays:
+
+``positions`` (required)
+    float array, shape ``(T, J, 3)``: point positions per frame. NaN marks
+    a missing point.
+``joint_names`` (required)
+    string array, shape ``(J,)``: one unique name per point. Names of a
+    known layout (``canonical``, ``mediapipe_pose``, ``coco17``, ``smpl24``,
+    ``mixamo``...) are recognised; others need a layout mapping.
+``fps`` (required)
+    scalar: frames per second.
+``confidence`` (optional)
+    float array, shape ``(T, J)``, in [0, 1].
+``units`` (optional)
+    ``"m"``, ``"cm"`` or ``"mm"``. Without it the units are guessed from the
+    body's size (a human-sized body in metres reads as metres) and a warning
+    says so.
+``up_axis`` (optional)
+    ``"Z"`` (default, Blender) or ``"Y"`` (Y up, the figure facing +Z),
+    also ``"-Y"`` (y down, image-like).
+
+Example::
+
+    np.savez("walk.npz", positions=pos, joint_names=np.array(names), fps=30.0,
+             units="m", up_axis="Z")
+
+A bare ``.npy`` holds only a ``(T, J, 3)`` array; its layout must be given
+(``layout="coco17"``), with ``J`` equal to the layout's joint count, and its
+frame rate, units and up axis default to 30 fps, metres-or-guessed, and
+detected from the pose.
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+
+from .base import KeypointReadError, finish_clip
+from .layouts import get_layout
+
+__all__ = ["read_npz", "read_npy"]
+
+
+def _scalar_str(path, data, key):
+    if key not in data:
+        return None
+    v = data[key]
+    if v.shape != () and v.size != 1:
+        raise KeypointReadError(path, f"'{key}' must be a single string, got shape {v.shape}")
+    return str(v.reshape(()).item())
+
+
+def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+    """Read a ``.npz`` keypoint file (format in the module docstring)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            keys = set(data.files)
+            missing = [k for k in ("positions", "joint_names", "fps") if k not in keys]
+            if missing:
+                raise KeypointReadError(path, f"missing array{'s' if len(missing) > 1 else ''} "
+                                        f"{', '.join(missing)} (has: {', '.join(sorted(keys)) or 'nothing'})")
+            pos = data["positions"]
+            names = data["joint_names"]
+            file_fps = data["fps"]
+            conf = data["confidence"] if "confidence" in keys else None
+            file_units = _scalar_str(path, data, "units")
+            file_up = _scalar_str(path, data, "up_axis") or "Z"
+    except KeypointReadError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as ex:
+        raise KeypointReadError(path, f"not a readable .npz archive ({type(ex).__name__}: {ex})") from None
+    if pos.dtype.kind not in "fiu":
+        raise KeypointReadError(path, f"'positions' must be numbers, got dtype {pos.dtype}")
+    if names.ndim != 1 or names.dtype.kind not in "US":
+        raise KeypointReadError(path, f"'joint_names' must be a 1-D string array, got {names.dtype} {names.shape}")
+    if file_fps.size != 1 or file_fps.dtype.kind not in "fiu":
+        raise KeypointReadError(path, f"'fps' must be one number, got {file_fps.dtype} {file_fps.shape}")
+    if pos.ndim != 3 or pos.shape[-1] != 3:
+        raise KeypointReadError(path, f"'positions' must have shape (frames, joints, 3), got {pos.shape}")
+    if pos.shape[1] != names.shape[0]:
+        raise KeypointReadError(path, f"{names.shape[0]} joint names for {pos.shape[1]} joints in 'positions'")
+    if conf is not None and conf.dtype.kind not in "fiu":
+        raise KeypointReadError(path, f"'confidence' must be numbers, got dtype {conf.dtype}")
+    return finish_clip(
+        path, pos, [str(n) for n in names], fps=fps, file_fps=float(file_fps.reshape(())), confidence=conf,
+        layout=layout, units=units, up_axis=up_axis, file_units=file_units, file_up_axis=file_up,
+        max_gap=max_gap,
+    )
+
+
+def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+    """Read a bare ``(T, J, 3)`` ``.npy`` array; ``layout`` is required."""
+    if layout is None:
+        raise KeypointReadError(path, "a .npy array has no joint names: pass layout= (e.g. 'coco17', "
+                                "'mediapipe_pose', 'canonical') or use the .npz format with joint_names")
+    try:
+        lay = get_layout(layout)
+    except (KeyError, ValueError) as ex:
+        raise KeypointReadError(path, str(ex).strip("'\"")) from None
+    try:
+        pos = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as ex:
+        raise KeypointReadError(path, f"not a readable .npy array ({ex})") from None
+    if not isinstance(pos, np.ndarray) or pos.dtype.kind not in "fiu":
+        raise KeypointReadError(path, "a .npy keypoint file must hold one numeric array")
+    if pos.ndim == 2 and pos.shape[-1] == 3:
+        pos = pos[None]
+    if pos.ndim != 3 or pos.shape[-1] != 3:
+        raise KeypointReadError(path, f"array must have shape (frames, joints, 3), got {pos.shape}")
+    if pos.shape[1] != len(lay.joint_names):
+        raise KeypointReadError(path, f"{pos.shape[1]} joints per frame but layout {lay.name!r} has "
+                                f"{len(lay.joint_names)}")
+    return finish_clip(path, pos, list(lay.joint_names), fps=fps, layout=lay, units=units, up_axis=up_axis,
+                       max_gap=max_gap)

@@ -1,0 +1,100 @@
+"""``.trc`` marker / joint trajectories (OpenSim, OpenCap, Vicon, Pose2Sim).
+
+Layout of the file (tab separated)::
+
+    PathFileType  4  (X/Y/Z)  walk.trc
+    DataRate  CameraRate  NumFrames  NumMarkers  Units  OrigDataRate  OrigDataStartFrame  OrigNumFrames
+    100.00    100.00      500        41          mm     100.00        1                   500
+    Frame#  Time  RShoulder        LShoulder ...
+                  X1  Y1  Z1       X2  Y2  Z2 ...
+    <blank line, optional>
+    1  0.000  ...
+
+``DataRate`` gives the frame rate and ``Units`` the units; the up axis is
+not stated: Y up (OpenSim) is assumed unless the pose says otherwise.
+Empty cells, short rows and ``NaN`` are missing points.
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import KeypointReadError, finish_clip
+from .csvfmt import _read_text, parse_numeric_table
+
+__all__ = ["read_trc"]
+
+
+def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+    """Read a ``.trc`` file (format in the module docstring)."""
+    text = _read_text(path).replace("\r", "")
+    lines = text.split("\n")
+    if not text.strip():
+        raise KeypointReadError(path, "empty file")
+    if len(lines) < 5:
+        raise KeypointReadError(path, "truncated header (a TRC header has 5 lines)")
+    if not lines[0].startswith("PathFileType"):
+        raise KeypointReadError(path, "line 1: not a TRC file (expected 'PathFileType')")
+    keys = [k.strip() for k in lines[1].split("\t")]
+    vals = [v.strip() for v in lines[2].split("\t")]
+    meta = dict(zip(keys, vals))
+    file_fps = None
+    for k in ("DataRate", "CameraRate", "OrigDataRate"):
+        try:
+            v = float(meta.get(k, ""))
+            if v > 0:
+                file_fps = v
+                break
+        except ValueError:
+            pass
+    file_units = meta.get("Units") or None
+    try:
+        n_markers = int(float(meta["NumMarkers"])) if meta.get("NumMarkers") else None
+        n_frames = int(float(meta["NumFrames"])) if meta.get("NumFrames") else None
+    except ValueError:
+        raise KeypointReadError(path, "line 3: NumFrames/NumMarkers are not numbers") from None
+
+    name_cells = lines[3].split("\t")
+    if len(name_cells) < 3 or name_cells[0].strip().lower() not in ("frame#", "frame"):
+        raise KeypointReadError(path, "line 4: expected 'Frame#<tab>Time<tab>marker names'")
+    names = [c.strip() for c in name_cells[2:] if c.strip()]
+    if n_markers is not None and n_markers != len(names):
+        if n_markers < len(names):
+            names = names[:n_markers]
+        else:
+            raise KeypointReadError(path, f"line 4: {len(names)} marker names but NumMarkers is {n_markers}")
+    if not names:
+        raise KeypointReadError(path, "line 4: no marker names")
+    ncols = 2 + 3 * len(names)
+
+    data_lines = [ln for ln in lines[5:]]
+    while data_lines and not data_lines[0].strip():
+        data_lines.pop(0)
+    first_line = len(lines) - len(data_lines) + 1
+    body_lines = [ln.rstrip("\t ") if ln.strip() else ln for ln in data_lines]
+    # rows may stop early (missing trailing markers) or carry a trailing tab: pad/trim
+    fixed = []
+    for ln in body_lines:
+        if not ln.strip():
+            continue
+        n = ln.count("\t") + 1
+        if n < ncols:
+            ln = ln + "\t" * (ncols - n)
+        elif n > ncols:
+            cells = ln.split("\t")
+            if any(c.strip() for c in cells[ncols:]):
+                raise KeypointReadError(path, f"row with {n} values, expected {ncols}")
+            ln = "\t".join(cells[:ncols])
+        fixed.append(ln)
+    if not fixed:
+        raise KeypointReadError(path, "no data rows")
+    data = parse_numeric_table(path, "\n".join(fixed), ncols, sep="\t", first_line=first_line)
+    warns = []
+    if n_frames is not None and n_frames != data.shape[0]:
+        warns.append(f"header says {n_frames} frames, the file has {data.shape[0]}")
+    pos = data[:, 2:].reshape(data.shape[0], len(names), 3)
+    return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
+                       up_axis=up_axis, file_units=file_units, default_up_axis="Y", max_gap=max_gap,
+                       warnings=warns)
