@@ -1,0 +1,167 @@
+"""Quality figures of a bake: keypoint error, jitter and foot sliding (no ``bpy``).
+
+All inputs are world positions in metres, Z up, with the time axis first.
+
+- :func:`keypoint_error`: mean and max distance (millimetres) between two
+  sets of keypoints, ignoring missing (NaN or masked) points.
+- :func:`jitter`: mean magnitude of the joints' acceleration (m/s^2), from
+  second differences; a smooth motion scores low, noisy motion high.
+- :func:`foot_contacts` / :func:`foot_sliding`: a heel or toe point is *in
+  contact* on a frame when it is near the floor (height) and nearly still
+  (horizontal speed); sliding is its mean horizontal movement per frame
+  while in contact, in millimetres.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.skeleton import KEYPOINTS
+
+__all__ = [
+    "keypoint_error",
+    "jitter",
+    "foot_contacts",
+    "foot_sliding",
+    "FOOT_POINTS",
+    "CONTACT_HEIGHT",
+    "CONTACT_SPEED",
+]
+
+#: Canonical keypoints whose floor contact is checked (heels and toe tips).
+FOOT_POINTS: tuple = ("heel_l", "toe_tip_l", "heel_r", "toe_tip_r")
+#: A point counts as touching the floor below this height above the floor (m).
+CONTACT_HEIGHT = 0.05
+#: ... and when its horizontal speed is below this (m/s).
+CONTACT_SPEED = 0.5
+
+
+def keypoint_error(pred, target, mask=None) -> tuple:
+    """Mean and max distance between two keypoint arrays, in millimetres.
+
+    Parameters
+    ----------
+    pred, target : array_like, shape (T, K, 3)
+        Positions in metres; NaN marks a missing point (ignored).
+    mask : array_like of bool, shape (T, K), optional
+        Only points where ``mask`` is true are compared.
+
+    Returns
+    -------
+    tuple of float
+        ``(mean_mm, max_mm)``; ``(nan, nan)`` when nothing is comparable.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    if pred.shape != target.shape:
+        raise ValueError(f"shape mismatch: {pred.shape} vs {target.shape}")
+    d = np.linalg.norm(pred - target, axis=-1)
+    valid = np.isfinite(d)
+    if mask is not None:
+        valid &= np.asarray(mask, dtype=bool).reshape(d.shape)
+    if not valid.any():
+        return float("nan"), float("nan")
+    d = d[valid] * 1000.0
+    return float(d.mean()), float(d.max())
+
+
+def jitter(positions, fps: float) -> float:
+    """Mean acceleration magnitude of the points (m/s^2).
+
+    Parameters
+    ----------
+    positions : array_like, shape (T, K, 3)
+        World positions in metres (NaN ignored).
+    fps : float
+        Frame rate of ``positions``.
+
+    Returns
+    -------
+    float
+        Mean of ``|x[t+1] - 2 x[t] + x[t-1]| * fps^2`` over frames and
+        points; 0 for fewer than 3 frames.
+    """
+    x = np.asarray(positions, dtype=np.float64)
+    if x.shape[0] < 3:
+        return 0.0
+    acc = np.linalg.norm(x[2:] - 2.0 * x[1:-1] + x[:-2], axis=-1) * float(fps) ** 2
+    acc = acc[np.isfinite(acc)]
+    return float(acc.mean()) if acc.size else 0.0
+
+
+def _floor_height(points: np.ndarray) -> float:
+    """Floor height: a low percentile of the foot points' heights."""
+    z = points[..., 2]
+    z = z[np.isfinite(z)]
+    if not z.size:
+        return 0.0
+    return float(np.percentile(z, 2.0))
+
+
+def foot_contacts(points, fps: float, *, floor: float | None = None,
+                  height: float = CONTACT_HEIGHT, speed: float = CONTACT_SPEED):
+    """Which foot points touch the floor on which frames.
+
+    Parameters
+    ----------
+    points : array_like, shape (T, P, 3)
+        Heel / toe positions (metres, Z up).
+    fps : float
+        Frame rate.
+    floor : float, optional
+        Floor height; default: the 2nd percentile of all the points' heights.
+    height : float
+        Maximum height above the floor for a contact (m).
+    speed : float
+        Maximum horizontal speed for a contact (m/s), measured with central
+        differences.
+
+    Returns
+    -------
+    ndarray of bool, shape (T, P)
+    """
+    p = np.asarray(points, dtype=np.float64)
+    if floor is None:
+        floor = _floor_height(p)
+    near = (p[..., 2] - floor) < height
+    if p.shape[0] < 2:
+        return near & np.isfinite(p[..., 2])
+    vel = np.gradient(p[..., :2], axis=0) * float(fps)
+    still = np.linalg.norm(vel, axis=-1) < speed
+    return near & still
+
+
+def foot_sliding(keypoints, fps: float, *, floor: float | None = None,
+                 height: float = CONTACT_HEIGHT, speed: float = CONTACT_SPEED,
+                 names: tuple = KEYPOINTS) -> float:
+    """Mean horizontal foot movement per frame while in contact (mm/frame).
+
+    Parameters
+    ----------
+    keypoints : array_like, shape (T, K, 3)
+        Keypoints with heel and toe-tip points (canonical order by default).
+    fps : float
+        Frame rate.
+    floor, height, speed
+        See :func:`foot_contacts`.
+    names : sequence of str
+        Keypoint names of the ``K`` axis (finds :data:`FOOT_POINTS`).
+
+    Returns
+    -------
+    float
+        Mean over contact steps (both frames of a step in contact) of the
+        horizontal displacement of the contacting point, in millimetres;
+        0 when there is no contact.
+    """
+    kp = np.asarray(keypoints, dtype=np.float64)
+    idx = [list(names).index(n) for n in FOOT_POINTS if n in names]
+    if not idx or kp.shape[0] < 2:
+        return 0.0
+    p = kp[:, idx, :]
+    contact = foot_contacts(p, fps, floor=floor, height=height, speed=speed)
+    step = np.linalg.norm(np.diff(p[..., :2], axis=0), axis=-1)
+    both = contact[1:] & contact[:-1] & np.isfinite(step)
+    if not both.any():
+        return 0.0
+    return float(step[both].mean() * 1000.0)
