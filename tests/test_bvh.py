@@ -12,7 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import bvh  # noqa: E402
 from neural_ik.model.bvh import BVHError, read_bvh, write_bvh, frames_from_rotations  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -205,10 +204,8 @@ def test_roundtrip_rotations(tmp_path):
 def test_speed_large_file(tmp_path):
     import time
     J, T = 100, 1400
-    parents = [-1] + [int(RNG.integers(0, j)) for j in range(1, J)]
     channels = [("Xposition", "Yposition", "Zposition", "Zrotation", "Yrotation", "Xrotation")] + [("Zrotation", "Yrotation", "Xrotation")] * (J - 1)
-    # write in depth-first order: build parents so that index order is DFS (chain-like is DFS)
-    parents = [-1] + list(range(J - 1))
+    parents = [-1] + list(range(J - 1))  # a chain: index order is depth-first
     motion = RNG.uniform(-90, 90, (T, 3 + 3 * J))
     path = tmp_path / "big.bvh"
     write_bvh(path, [f"j{i}" for i in range(J)], parents, RNG.normal(size=(J, 3)), channels, motion)
