@@ -536,10 +536,11 @@ def get_layout(layout) -> Layout:
 def detect_layout(joint_names) -> tuple[str | None, float]:
     """Best matching built-in layout for a list of point names.
 
-    The score is the F1 of name matching: the harmonic mean of the fraction
+    The score is the F1 of name matching (the harmonic mean of the fraction
     of the layout's names found in ``joint_names`` and the fraction of
-    ``joint_names`` the layout knows. Ties go to the layout giving more
-    canonical keypoints.
+    ``joint_names`` the layout knows), or 0.9 x the first fraction when
+    that is higher (a file with the whole layout plus hand, face or finger
+    points). Ties go to the layout giving more canonical keypoints.
 
     Returns
     -------
@@ -561,7 +562,9 @@ def detect_layout(joint_names) -> tuple[str | None, float]:
             continue
         recall = hits_own / len(own)
         precision = hits / len(given)
-        score = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+        f1 = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+        # a file holding the whole layout plus much more (hands, face, fingers) still matches
+        score = max(f1, 0.9 * recall)
         _, defined = canonical_weights(lay, list(joint_names))
         key = (round(score, 9), int(defined.sum()))
         if key > best_key:

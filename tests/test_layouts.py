@@ -90,6 +90,12 @@ def test_detect_prefixed_and_partial():
     cmu = ["Hips", "LHipJoint", "LeftUpLeg", "LowerBack", "Spine", "Spine1", "Neck", "Neck1", "Head"]
     assert detect_layout(cmu)[0] == "cmu"
     assert detect_layout(["foo", "bar"]) == (None, 0.0)
+    # the whole MediaPipe body plus 42 hand and 100 face points (FreeMoCap's combined export)
+    many = list(LAYOUTS["mediapipe_pose"].joint_names) + [f"right_hand_{i}" for i in range(21)] + \
+        [f"left_hand_{i}" for i in range(21)] + [f"face_{i}" for i in range(100)]
+    name, score = detect_layout(many)
+    assert name == "mediapipe_pose" and score == pytest.approx(0.9)
+    assert detect_layout(LAYOUTS["smpl24"].joint_names[:22])[0] == "smpl24"
     assert normalize_name("Armature|DEF-spine.001") == "def_spine_001"
 
 
