@@ -317,9 +317,14 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
 
 
 def straight_line_with_reference(convention="mixamo", **kwargs) -> RigDescription:
-    """A rig whose rest is no human pose (every bone stacked along +Y, axes = armature axes),
-    with the human T-pose as ``reference_matrix``."""
-    human = humanoid(convention, axes="world", **kwargs)
+    """A rig whose rest is no human pose, with a human ``reference_matrix`` pose.
+
+    Rest: every bone's axes are the armature's, each child's head lies on its
+    parent's +Y axis at the human bone distance (a BVH with joint orients at
+    zero rotation: everything stacked along +Y). Reference: the pose of that
+    rest in which every bone points along its human T-pose direction.
+    """
+    human = humanoid(convention, **kwargs)
     n = len(human.names)
     length = np.linalg.norm(human.tail - human.head, axis=-1)
     heads = np.zeros((n, 3))
@@ -330,7 +335,16 @@ def straight_line_with_reference(convention="mixamo", **kwargs) -> RigDescriptio
     tails = heads + np.stack([np.zeros(n), length, np.zeros(n)], axis=1)
     mats = np.tile(np.eye(4), (n, 1, 1))
     mats[:, :3, 3] = heads
-    ref = human.matrix_local.copy()
+    ref = np.tile(np.eye(4), (n, 1, 1))
+    for i in human.order:
+        d = human.tail[i] - human.head[i]
+        # world rotation taking +Y onto the human direction (the posed bone)
+        ref[i, :3, :3] = bone_matrix(np.zeros(3), d)[:3, :3]
+        p = human.parents[i]
+        if p >= 0:
+            ref[i, :3, 3] = ref[p, :3, 3] + ref[p, :3, :3] @ (heads[i] - heads[p])
+        else:
+            ref[i, :3, 3] = human.head[i]
     return RigDescription(human.names, human.parents, mats, heads, tails, reference_matrix=ref,
                           name="straight_line")
 

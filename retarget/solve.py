@@ -1,0 +1,651 @@
+"""Retargeting maths: canonical joint rotations -> pose bones of a target rig.
+
+Approach
+--------
+The canonical skeleton's rest is a T-pose with identity joint frames, so a
+canonical *world* rotation ``R_j`` says how joint ``j``'s body part is turned
+away from the T-pose. For each mapped target bone ``b`` a constant
+*alignment* ``A_b`` (armature space) is computed once (:func:`plan_retarget`)
+such that the bone's armature-space pose rotation is::
+
+    G_b(t) = K @ R_j(t) @ K^T @ A_b,      A_b = K @ C_b @ K^T @ Q_b
+
+- ``Q_b``: the bone's rest rotation (``matrix_local``), or the reference
+  pose's rotation when the rig has a ``reference_matrix``.
+- ``K``: the rig's *body frame* in armature space (columns: the rig's left,
+  back, up), estimated from the rest (thighs/upper arms for left,
+  pelvis->head for up) and snapped to the nearest axis permutation when
+  within 30 degrees (a rig facing +Y or lying on its back still works, the
+  natural tilt of a spine does not tilt the motion).
+- ``C_b``: the *rest offset rotation*: the smallest rotation taking the
+  target's rest bone direction (in body coordinates) onto the canonical
+  T-pose direction of the joint. Bone directions come from positions, never
+  from bone axes or rolls: head -> head of the bone mapped to the joint's
+  canonical child (``BONE_CHILD``); spine/neck path bones: head -> next path
+  bone's head (canonical direction: up). End bones (hands, head, toes, a
+  foot without toe) use head -> tail when it lies within 45 degrees of the
+  canonical direction, otherwise inherit the parent joint's ``C`` (rest of
+  the end bone assumed neutral relative to its parent: BVH-style rigs whose
+  bone axes all point one way).
+  Twist about the bone is fixed by the smallest-rotation choice in body
+  coordinates: an A-pose arm is rotated about the body's forward axis, a bent
+  rest elbow about its bend axis, a tilted spine about the lateral axis. This
+  is well defined as long as a rest bone is not pointing opposite to its
+  T-pose direction (> ~150 degrees away); give a ``reference_matrix`` pose in
+  that case.
+
+Hence the canonical T-pose gives every rig a T-pose, whatever its rest
+(T-pose, A-pose, bent limbs, rolls, any axis convention), and any pose gives
+the same bone directions in armature space for all rigs.
+
+The pose-bone rotation follows from Blender's pose composition, bone ``b``
+with parent ``p``: ``M_b = M_p @ Rest_p^-1 @ Rest_b @ Basis_b``, so
+``Basis_b = (M_p_rot @ Q_p^T @ Q_b)^T @ G_b``, evaluated parents first
+(bones between mapped ones stay at rest, which also folds a missing clavicle
+into the upper arm: its world rotation is still matched).
+
+Spine and neck: bones on the pelvis -> head path that are mapped follow their
+joint; the others (``BoneMapping.extra_spine``) get a slerp of the world
+rotations of the mapped bones around them by path position. With 2 spine
+bones the second takes spine3's world rotation (spine2 + spine3 combined),
+with 4 one bone between spine2 and spine3 shares their rotation: the chest
+orientation (where the arms hang) always matches.
+
+Twist bones (``BoneMapping.twist``) stay at rest unless ``twist_share > 0``:
+then they turn about the limb axis by ``twist_share`` times the twist of the
+child joint's local rotation (hand for the forearm, forearm for the upper
+arm...).
+
+Root motion: the mapped pelvis bone's head is placed at
+``rest_head + K @ (scale * (root_pos - source_rest_root))``; horizontal
+(canonical X, Y) displacement is dropped with ``in_place``. ``scale="auto"``
+is the ratio of the target's leg length (thigh + calf, armature units) to the
+source skeleton's.
+
+Output frames
+-------------
+- ``quaternions[t, b]``: ``PoseBone.rotation_quaternion`` (w, x, y, z) of
+  bone ``b``, i.e. ``matrix_basis``'s rotation (relative to the bone's rest in
+  its parent's posed frame). Identity for bones not driven.
+- ``locations[t, b]``: ``PoseBone.location``, in the bone's own rest frame
+  (``matrix_basis`` translation); zero except for the root (pelvis) bone.
+  Ignored by Blender for connected bones (``use_connect``): the pelvis is
+  expected not to be connected.
+- ``heads[t, b]``: posed head positions in armature space (object local,
+  before ``matrix_world``) for checking.
+All in armature units: the armature object's transform is not applied (the
+Blender layer keys pose bones, which are relative to the object anyway).
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_slerp, quat_to_matrix, \
+    rotation_between
+from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, JOINTS, KEYPOINTS, \
+    PARENTS, Skeleton, forward_kinematics_np
+
+__all__ = ["RetargetPlan", "RetargetResult", "plan_retarget", "retarget", "pose_rig",
+           "target_keypoints", "quats_to_euler_continuous", "quat_continuity",
+           "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame"]
+
+_J = {n: i for i, n in enumerate(JOINTS)}
+_END_JOINTS = tuple(JOINTS[i] for i in range(len(JOINTS)) if BONE_CHILD[i] >= len(JOINTS))
+
+
+def _canonical_dirs() -> np.ndarray:
+    kp = CANONICAL.rest_keypoints()
+    d = kp[list(BONE_CHILD)] - kp[: len(JOINTS)]
+    return d / np.linalg.norm(d, axis=-1, keepdims=True)
+
+
+CANONICAL_DIRS = _canonical_dirs()
+
+
+def _unit(v, eps=1e-9):
+    v = np.asarray(v, dtype=np.float64)
+    n = np.linalg.norm(v)
+    return None if n < eps else v / n
+
+
+def body_frame(rig, mapping, snap_degrees: float = 30.0) -> np.ndarray:
+    """The rig's body frame ``K`` (3, 3): columns = left, back, up in armature space.
+
+    Canonical axes map onto these (canonical +X = left, +Y = back, +Z = up).
+    Snapped to the nearest signed axis permutation within ``snap_degrees``.
+    """
+    mats = rig.align_matrices()
+    h = mats[:, :3, 3]
+
+    def pos(j):
+        b = mapping.entries.get(j)
+        return h[rig.index(b)] if b is not None and rig.has(b) else None
+
+    lefts = []
+    for a, b in (("thigh_l", "thigh_r"), ("upperarm_l", "upperarm_r"), ("hand_l", "hand_r"),
+                 ("foot_l", "foot_r")):
+        pa, pb = pos(a), pos(b)
+        if pa is not None and pb is not None and _unit(pa - pb) is not None:
+            lefts.append(_unit(pa - pb))
+    left = _unit(np.sum(lefts, axis=0)) if lefts else None
+    if left is None:
+        left = np.array([1.0, 0.0, 0.0])
+    top = next((pos(j) for j in ("head", "neck", "spine3", "spine2") if pos(j) is not None), None)
+    bottom = pos("pelvis")
+    if bottom is None:
+        bottom = next((p for p in (pos("thigh_l"), pos("thigh_r")) if p is not None), None)
+    up = _unit(top - bottom) if top is not None and bottom is not None else None
+    if up is None:
+        up = np.array([0.0, 0.0, 1.0])
+    up = _unit(up - np.dot(up, left) * left)
+    if up is None:
+        up = np.array([0.0, 0.0, 1.0])
+    fwd = np.cross(left, up)
+    K = np.stack([left, -fwd, up], axis=1)
+    snap = np.zeros((3, 3))
+    for c in range(3):
+        r = int(np.argmax(np.abs(K[:, c])))
+        snap[r, c] = np.sign(K[r, c])
+    if abs(np.linalg.det(snap) - 1.0) < 1e-6:
+        cos = (np.trace(snap.T @ K) - 1.0) / 2.0
+        if np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) <= snap_degrees:
+            K = snap
+    return K
+
+
+@dataclass
+class RetargetPlan:
+    """Everything constant for one (rig, mapping) pair; see :func:`plan_retarget`.
+
+    Attributes
+    ----------
+    bone_names : list of str
+        All bones of the rig, in the rig's order (the outputs' bone axis).
+    K : ndarray (3, 3)
+        Body frame (canonical axes -> armature axes).
+    align : dict
+        Bone index -> ``A_b`` (3, 3), the armature rotation of the bone when
+        the canonical pose is the T-pose.
+    offset : dict
+        Bone index -> ``C_b`` (3, 3), rest offset rotation (body coordinates).
+    drivers : dict
+        Bone index -> ``(joint_a, joint_b, w)``: the bone follows
+        ``slerp(R[joint_a], R[joint_b], w)``.
+    twist : dict
+        Bone index -> ``(joint, child_joint)`` for twist bones.
+    root : int
+        Index of the pelvis bone (gets the root motion), -1 if unmapped.
+    leg_length : float
+        Target thigh + calf length, armature units.
+    twist_share : float
+    """
+
+    rig: object
+    mapping: object
+    bone_names: list
+    K: np.ndarray
+    rest_rot: np.ndarray
+    rest_head: np.ndarray
+    rel_rot: np.ndarray
+    rel_pos: np.ndarray
+    align: dict = field(default_factory=dict)
+    offset: dict = field(default_factory=dict)
+    drivers: dict = field(default_factory=dict)
+    twist: dict = field(default_factory=dict)
+    root: int = -1
+    leg_length: float = 0.0
+    twist_share: float = 0.0
+    path: list = field(default_factory=list)
+
+
+@dataclass
+class RetargetResult:
+    """Output of :func:`retarget` (see the module docstring for the frames).
+
+    Attributes
+    ----------
+    bone_names : list of str
+        All rig bones (B).
+    quaternions : ndarray (T, B, 4)
+        Pose-bone ``rotation_quaternion`` (w, x, y, z), sign-continuous.
+    locations : ndarray (T, B, 3)
+        Pose-bone ``location`` (zero except the root bone).
+    heads : ndarray (T, B, 3)
+        Posed bone heads in armature space.
+    scale : float
+        Root-motion scale used (armature units per source metre).
+    driven : ndarray (B,) of bool
+        Bones whose rotation is set (mapped, interpolated or twist bones);
+        the others are identity and may be left unkeyed.
+    root_bone : str or None
+        Bone carrying the root motion.
+    """
+
+    bone_names: list
+    quaternions: np.ndarray
+    locations: np.ndarray
+    heads: np.ndarray
+    scale: float
+    driven: np.ndarray
+    root_bone: str | None = None
+
+
+def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
+    """Precompute the retargeting of canonical rotations onto ``rig``.
+
+    Parameters
+    ----------
+    rig : RigDescription
+    mapping : BoneMapping
+        Usually :func:`.mapping.auto_map` (possibly edited by the user).
+    twist_share : float
+        Share in [0, 1] of the child joint's twist given to twist bones;
+        0 leaves them at rest.
+
+    Returns
+    -------
+    RetargetPlan
+
+    Raises
+    ------
+    ValueError
+        When the mapping names bones missing from the rig.
+    """
+    missing = [b for b in mapping.entries.values() if not rig.has(b)]
+    if missing:
+        raise ValueError(f"mapping names bones missing from the rig: {missing}")
+    n = len(rig)
+    Q = rig.rest_rotation()
+    h = rig.head.copy()
+    rel_rot = np.empty((n, 3, 3))
+    rel_pos = np.empty((n, 3))
+    for b in range(n):
+        p = rig.parents[b]
+        if p < 0:
+            rel_rot[b], rel_pos[b] = Q[b], h[b]
+        else:
+            rel_rot[b] = Q[p].T @ Q[b]
+            rel_pos[b] = Q[p].T @ (h[b] - h[p])
+    K = body_frame(rig, mapping)
+    am = rig.align_matrices()
+    u, _, vt = np.linalg.svd(am[:, :3, :3])
+    Qa = u @ vt
+    ha = am[:, :3, 3]
+    length = np.linalg.norm(rig.tail - rig.head, axis=-1)
+    ta = ha + Qa[:, :, 1] * length[:, None]
+    plan = RetargetPlan(rig, mapping, list(rig.names), K, Q, h, rel_rot, rel_pos,
+                        twist_share=float(twist_share))
+    ent = {j: rig.index(b) for j, b in mapping.entries.items() if j in _J}
+    bone_joint = {b: j for j, b in ent.items()}
+
+    # pelvis -> head path (with both ends) for spine/neck interpolation
+    path = []
+    if "pelvis" in ent and "head" in ent and rig.is_ancestor(ent["pelvis"], ent["head"]):
+        path = [ent["pelvis"]] + rig.path(ent["pelvis"], ent["head"]) + [ent["head"]]
+    plan.path = path
+    offsets = {}
+
+    def tail_or_inherit(b, j):
+        d = CANONICAL_DIRS[_J[j]]
+        e = _unit(K.T @ (ta[b] - ha[b]))
+        if e is not None and np.dot(e, d) > np.cos(np.radians(45.0)):
+            return rotation_between(e, d)
+        p = PARENTS[_J[j]]
+        while p >= 0 and JOINTS[p] not in ent:
+            p = PARENTS[p]
+        if p >= 0 and ent[JOINTS[p]] in offsets:
+            return offsets[ent[JOINTS[p]]]
+        return np.eye(3) if e is None else rotation_between(e, d)
+
+    # process joints parents first so end bones can inherit
+    up = np.array([0.0, 0.0, 1.0])
+    for k, b in enumerate(path[:-1]):
+        e = _unit(K.T @ (ha[path[k + 1]] - ha[b]))
+        if e is None:
+            e = _unit(K.T @ (ta[b] - ha[b]))
+        offsets[b] = np.eye(3) if e is None else rotation_between(e, up)
+    for j in JOINTS:
+        if j not in ent or ent[j] in offsets:
+            continue
+        b = ent[j]
+        if j in _END_JOINTS:
+            offsets[b] = tail_or_inherit(b, j)
+            continue
+        child = JOINTS[BONE_CHILD[_J[j]]]
+        e = None
+        if child in ent:
+            e = _unit(K.T @ (ha[ent[child]] - ha[b]))
+        offsets[b] = tail_or_inherit(b, j) if e is None else rotation_between(e, CANONICAL_DIRS[_J[j]])
+
+    for b, C in offsets.items():
+        plan.offset[b] = C
+        plan.align[b] = K @ C @ K.T @ Qa[b]
+    for b, j in bone_joint.items():
+        plan.drivers[b] = (_J[j], _J[j], 0.0)
+    # interpolated path bones
+    for k, b in enumerate(path):
+        if b in bone_joint:
+            continue
+        lo = max(i for i in range(k) if path[i] in bone_joint)
+        his = [i for i in range(k + 1, len(path)) if path[i] in bone_joint]
+        hi = his[0] if his else lo
+        w = 0.0 if hi == lo else (k - lo) / (hi - lo)
+        plan.drivers[b] = (_J[bone_joint[path[lo]]], _J[bone_joint[path[hi]]], w)
+    # twist bones
+    if twist_share:
+        for j, bones in mapping.twist.items():
+            if j not in _J:
+                continue
+            kids = [c for c, p in enumerate(PARENTS) if p == _J[j]]
+            if not kids:
+                continue
+            for name in bones:
+                if rig.has(name) and rig.index(name) not in plan.drivers:
+                    plan.twist[rig.index(name)] = (_J[j], kids[0])
+    plan.root = ent.get("pelvis", -1)
+    legs = []
+    for s in ("l", "r"):
+        if all(f"{x}_{s}" in ent for x in ("thigh", "calf", "foot")):
+            legs.append(np.linalg.norm(h[ent[f"calf_{s}"]] - h[ent[f"thigh_{s}"]])
+                        + np.linalg.norm(h[ent[f"foot_{s}"]] - h[ent[f"calf_{s}"]]))
+    if legs:
+        plan.leg_length = float(np.mean(legs))
+    elif len(path) >= 2:  # fall back on the torso length
+        torso = np.linalg.norm(h[path[-1]] - h[path[0]])
+        canon = np.linalg.norm(CANONICAL.rest_keypoints()[_J["head"]] - CANONICAL.offsets[0])
+        plan.leg_length = float(torso / canon * _leg_length(CANONICAL))
+    return plan
+
+
+def _leg_length(skel: Skeleton) -> float:
+    o = np.asarray(skel.offsets)
+    return float(np.mean([np.linalg.norm(o[_J[f"calf_{s}"]]) + np.linalg.norm(o[_J[f"foot_{s}"]])
+                          for s in "lr"]))
+
+
+def _twist_angle(rot, axis):
+    """Twist angle (T,) of rotations (T,3,3) about a fixed unit axis (swing-twist)."""
+    q = matrix_to_quat(rot)
+    a = 2.0 * np.arctan2(q[..., 1:] @ axis, q[..., 0])
+    return (a + np.pi) % (2 * np.pi) - np.pi
+
+
+def quat_continuity(quats: np.ndarray) -> np.ndarray:
+    """Flip quaternion signs so consecutive frames have a non-negative dot product.
+
+    Parameters
+    ----------
+    quats : ndarray (T, ..., 4)
+
+    Returns
+    -------
+    ndarray, same shape (vectorised: cumulative product of the sign changes).
+    """
+    q = np.asarray(quats, dtype=np.float64)
+    if q.shape[0] < 2:
+        return q.copy()
+    dots = np.sum(q[1:] * q[:-1], axis=-1)
+    flips = np.where(dots < 0, -1.0, 1.0)
+    signs = np.concatenate([np.ones((1,) + flips.shape[1:]), np.cumprod(flips, axis=0)], axis=0)
+    return q * signs[..., None]
+
+
+def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton | None = None, *,
+             scale=None, in_place: bool = False) -> RetargetResult:
+    """Retarget solver output onto the planned rig.
+
+    Parameters
+    ----------
+    plan : RetargetPlan
+    local_rot : ndarray (T, 22, 3, 3)
+        Canonical local joint rotations (row 0: root orientation).
+    root_pos : ndarray (T, 3)
+        Canonical root (pelvis) position, metres.
+    source_skeleton : Skeleton, optional
+        The fitted source skeleton (defaults to the canonical one): its
+        root rest position and leg length define the root motion.
+    scale : float, "auto" or None
+        Root-motion scale (armature units per source metre); ``None`` or
+        ``"auto"``: target leg length / source leg length.
+    in_place : bool
+        Drop the horizontal root displacement (keep the vertical).
+
+    Returns
+    -------
+    RetargetResult
+    """
+    src = source_skeleton or CANONICAL
+    local_rot = np.asarray(local_rot, dtype=np.float64)
+    root_pos = np.asarray(root_pos, dtype=np.float64).reshape(-1, 3)
+    if local_rot.ndim == 3:
+        local_rot = local_rot[None]
+    T = local_rot.shape[0]
+    if scale is None or (isinstance(scale, str) and scale == "auto"):
+        scale = plan.leg_length / _leg_length(src) if plan.leg_length > 0 else 1.0
+    scale = float(scale)
+    Rw, _ = forward_kinematics_np(local_rot, np.zeros((T, 3)))
+    K = plan.K
+    Rk = np.einsum("ij,tkjl,ml->tkim", K, Rw, K)  # canonical world rotations in armature axes
+    qk = None
+    n = len(plan.bone_names)
+    rig = plan.rig
+    W = np.empty((T, n, 3, 3))
+    X = np.empty((T, n, 3))
+    quats = np.zeros((T, n, 4))
+    quats[..., 0] = 1.0
+    locs = np.zeros((T, n, 3))
+    driven = np.zeros(n, dtype=bool)
+    delta = root_pos - np.asarray(src.offsets[0], dtype=np.float64)
+    if in_place:
+        delta = delta.copy()
+        delta[:, :2] = 0.0
+    eye = np.eye(3)
+    for b in rig.order:
+        p = rig.parents[b]
+        if p < 0:
+            base_rot = np.broadcast_to(plan.rel_rot[b], (T, 3, 3))
+            base_pos = np.broadcast_to(plan.rel_pos[b], (T, 3))
+        else:
+            base_rot = W[:, p] @ plan.rel_rot[b]
+            base_pos = X[:, p] + np.einsum("tij,j->ti", W[:, p], plan.rel_pos[b])
+        basis = None
+        if b in plan.drivers:
+            ja, jb, w = plan.drivers[b]
+            if ja == jb or w == 0.0:
+                R = Rk[:, ja]
+            elif w == 1.0:
+                R = Rk[:, jb]
+            else:
+                if qk is None:
+                    qk = matrix_to_quat(Rk)
+                R = quat_to_matrix(quat_slerp(qk[:, ja], qk[:, jb], np.full(T, w)))
+            G = R @ plan.align[b]
+            basis = np.swapaxes(base_rot, -1, -2) @ G
+        elif b in plan.twist:
+            j, c = plan.twist[b]
+            angle = _twist_angle(np.swapaxes(Rw[:, j], -1, -2) @ Rw[:, c], CANONICAL_DIRS[j])
+            axis_w = Rk[:, j] @ (K @ CANONICAL_DIRS[j])
+            axis_l = np.einsum("tji,tj->ti", base_rot, axis_w)
+            basis = axis_angle_to_matrix(axis_l * (plan.twist_share * angle)[:, None])
+        if basis is None:
+            W[:, b] = base_rot
+        else:
+            driven[b] = True
+            W[:, b] = base_rot @ basis
+            quats[:, b] = matrix_to_quat(basis)
+        if b == plan.root:
+            H = plan.rest_head[b] + scale * (delta @ K.T)
+            locs[:, b] = np.einsum("tji,tj->ti", base_rot, H - base_pos)
+            X[:, b] = H
+        else:
+            X[:, b] = base_pos
+    del eye
+    quats = quat_continuity(quats)
+    root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
+    return RetargetResult(list(plan.bone_names), quats, locs, X, scale, driven, root_name)
+
+
+def pose_rig(rig, quats, locations=None):
+    """Forward kinematics of a rig from pose-bone values.
+
+    Parameters
+    ----------
+    rig : RigDescription
+    quats : ndarray (T, B, 4)
+        ``rotation_quaternion`` (w, x, y, z) per bone.
+    locations : ndarray (T, B, 3), optional
+        ``location`` per bone.
+
+    Returns
+    -------
+    rot : ndarray (T, B, 3, 3)
+        Armature-space pose rotations (``PoseBone.matrix`` rotation part).
+    heads : ndarray (T, B, 3)
+        Armature-space head positions.
+    """
+    quats = np.asarray(quats, dtype=np.float64)
+    T, n = quats.shape[:2]
+    basis = quat_to_matrix(quats)
+    locs = np.zeros((T, n, 3)) if locations is None else np.asarray(locations, dtype=np.float64)
+    Q = rig.rest_rotation()
+    h = rig.head
+    W = np.empty((T, n, 3, 3))
+    X = np.empty((T, n, 3))
+    for b in rig.order:
+        p = rig.parents[b]
+        if p < 0:
+            base_rot = np.broadcast_to(Q[b], (T, 3, 3))
+            base_pos = np.broadcast_to(h[b], (T, 3))
+        else:
+            base_rot = W[:, p] @ (Q[p].T @ Q[b])
+            base_pos = X[:, p] + np.einsum("tij,j->ti", W[:, p], Q[p].T @ (h[b] - h[p]))
+        W[:, b] = base_rot @ basis[:, b]
+        X[:, b] = base_pos + np.einsum("tij,tj->ti", base_rot, locs[:, b])
+    return W, X
+
+
+def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0) -> np.ndarray:
+    """Canonical keypoints (T, 32, 3) read from a posed target rig.
+
+    Joint keypoints are the posed heads of the mapped bones; unmapped spine /
+    neck joints are interpolated along the pelvis -> head path at their
+    canonical height fractions; end points are the canonical end offsets
+    (scaled to the rig's leg length) carried by the recovered canonical
+    rotation of their joint. Missing joints (clavicle, toe) are NaN.
+
+    Positions are in armature space expressed in canonical axes
+    (``K^T @ x``), times ``unit_scale`` (pass the armature's object scale to
+    get metres from a scaled rig). No other scaling: these are the keypoints
+    to give the solver for a round trip.
+    """
+    W, X = pose_rig(plan.rig, quats, locations)
+    T = W.shape[0]
+    K = plan.K
+    rig = plan.rig
+    out = np.full((T, len(KEYPOINTS), 3), np.nan)
+    Rc = {}
+    ent = {j: rig.index(b) for j, b in plan.mapping.entries.items() if j in _J}
+    for j, b in ent.items():
+        out[:, _J[j]] = X[:, b] @ K
+        # G = K R K^T A  ->  R = K^T G A^T K
+        Rc[j] = np.einsum("ji,tjk,lk,lm->tim", K, W[:, b], plan.align[b], K)
+    if plan.path:
+        rest = plan.rest_head[plan.path]
+        seg = np.linalg.norm(np.diff(rest, axis=0), axis=-1)
+        cum = np.concatenate([[0.0], np.cumsum(seg)])
+        ckp = CANONICAL.rest_keypoints()
+        c0, c1 = ckp[_J["pelvis"], 2], ckp[_J["head"], 2]
+        for j in ("spine1", "spine2", "spine3", "neck"):
+            if j in ent:
+                continue
+            f = (ckp[_J[j], 2] - c0) / (c1 - c0) * cum[-1]
+            k = int(np.clip(np.searchsorted(cum, f, side="right") - 1, 0, len(seg) - 1))
+            w = 0.0 if seg[k] == 0 else (f - cum[k]) / seg[k]
+            pa, pb = X[:, plan.path[k]], X[:, plan.path[k + 1]]
+            out[:, _J[j]] = ((1 - w) * pa + w * pb) @ K
+    s = plan.leg_length / _leg_length(CANONICAL) if plan.leg_length > 0 else 1.0
+    for e, j in enumerate(END_PARENTS):
+        name = JOINTS[j]
+        if name in Rc:
+            out[:, len(JOINTS) + e] = out[:, j] + s * (Rc[name] @ END_OFFSETS[e])
+    return out * unit_scale
+
+
+# --------------------------------------------------------------------------
+# Euler angles, Blender convention
+# --------------------------------------------------------------------------
+_AX = {"X": 0, "Y": 1, "Z": 2}
+
+
+def _axis_rot(axis, angle):
+    c, s = np.cos(angle), np.sin(angle)
+    out = np.zeros(np.shape(angle) + (3, 3))
+    i, j = [(1, 2), (2, 0), (0, 1)][axis]
+    out[..., axis, axis] = 1.0
+    out[..., i, i] = c
+    out[..., j, j] = c
+    out[..., i, j] = -s
+    out[..., j, i] = s
+    return out
+
+
+def euler_to_matrix_blender(euler, order: str = "XYZ") -> np.ndarray:
+    """Blender ``rotation_euler`` (radians) to matrices.
+
+    Blender's order names the axes in the order they are applied:
+    ``"XYZ"`` is ``Rz @ Ry @ Rx``.
+    """
+    e = np.asarray(euler, dtype=np.float64)
+    m = _axis_rot(_AX[order[0]], e[..., 0])
+    m = _axis_rot(_AX[order[1]], e[..., 1]) @ m
+    return _axis_rot(_AX[order[2]], e[..., 2]) @ m
+
+
+def matrix_to_euler_blender(mat, order: str = "XYZ") -> np.ndarray:
+    """Matrices to Blender Euler angles (radians), middle angle in [-pi/2, pi/2]."""
+    m = np.asarray(mat, dtype=np.float64)
+    i, j, k = (_AX[c] for c in order)
+    par = 1.0 if (j - i) % 3 == 1 else -1.0
+    b = np.arcsin(np.clip(-par * m[..., k, i], -1.0, 1.0))
+    a = np.arctan2(par * m[..., k, j], m[..., k, k])
+    c = np.arctan2(par * m[..., j, i], m[..., i, i])
+    # gimbal lock: put everything in the first angle
+    lock = np.abs(m[..., k, i]) > 1.0 - 1e-9
+    a_lock = np.arctan2(-par * m[..., j, k], m[..., j, j])
+    a = np.where(lock, a_lock, a)
+    c = np.where(lock, 0.0, c)
+    return np.stack([a, b, c], axis=-1)
+
+
+def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
+    """Quaternions (T, B, 4) to Blender Euler angles (T, B, 3) without jumps.
+
+    Each frame takes, among the equivalent Euler triples (the two
+    Tait-Bryan branches ``(a, b, c)`` / ``(a+pi, pi-b, c+pi)`` plus any
+    multiples of 2 pi), the one nearest the previous frame. Vectorised over
+    frames: the branch switches where the other branch is nearer the previous
+    frame's (both branches move by the same amounts, so the choice is a
+    cumulative parity), then ``np.unwrap`` removes 2 pi jumps.
+    """
+    q = np.asarray(quats, dtype=np.float64)
+    e1 = matrix_to_euler_blender(quat_to_matrix(q), order)
+    e2 = e1 + np.array([np.pi, 0.0, np.pi])
+    e2[..., 1] = np.pi - e1[..., 1]
+    if e1.shape[0] < 2:
+        return e1
+
+    def wrapdist(a, b):
+        d = (a - b + np.pi) % (2 * np.pi) - np.pi
+        return np.sum(d * d, axis=-1)
+
+    d_same = wrapdist(e1[1:], e1[:-1])
+    d_cross = wrapdist(e2[1:], e1[:-1])
+    switch = (d_cross + 1e-12 < d_same).astype(np.int64)
+    branch = np.concatenate([np.zeros((1,) + switch.shape[1:], np.int64), np.cumsum(switch, axis=0) % 2])
+    e = np.where(branch[..., None] == 1, e2, e1)
+    return np.unwrap(e, axis=0)
