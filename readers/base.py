@@ -12,8 +12,6 @@ No ``bpy`` here.
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -486,6 +484,11 @@ def finish_clip(
         except (KeyError, ValueError) as ex:
             raise KeypointReadError(path, str(ex).strip("'\"")) from None
         _, defined = canonical_weights(lay, names)
+        if not defined.any() and J == len(lay.joint_names):
+            names = list(lay.joint_names)
+            warns.append(f"no joint name matches layout {lay.name!r}: points taken in its order "
+                         f"({', '.join(names[:3])}...)")
+            _, defined = canonical_weights(lay, names)
         if not defined.any():
             raise KeypointReadError(path, f"layout {lay.name!r} maps none of the file's joints "
                                     f"({', '.join(names[:8])}{'...' if J > 8 else ''})")
@@ -551,16 +554,3 @@ def finish_clip(
         warns.extend(msgs)
 
     return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay)
-
-
-def file_size_mb(path) -> float:
-    """File size in megabytes (10**6 bytes)."""
-    return os.path.getsize(path) / 1e6
-
-
-_NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-
-
-def is_number(s: str) -> bool:
-    """Whether ``s`` is a plain decimal number."""
-    return bool(_NUM.match(s.strip()))

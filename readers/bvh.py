@@ -37,7 +37,7 @@ def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
     if bvh.end_sites:
         ends = bvh.end_site_positions()
         taken = set(names)
-        for (parent, _), _k in zip(bvh.end_sites, range(len(bvh.end_sites))):
+        for parent, _ in bvh.end_sites:
             base = f"{bvh.names[parent]}_End"
             n, i = base, 1
             while n in taken:

@@ -19,8 +19,6 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .base import KeypointReadError, finish_clip
 from .csvfmt import _read_text, parse_numeric_table
 

@@ -372,7 +372,6 @@ def test_csv_truncated_and_garbage(tmp_path):
 
 def test_csv_inf_and_unknown_names(tmp_path):
     f = write_csv(tmp_path / "i.csv", motion(3, "coco17"), LAYOUTS["coco17"].joint_names)
-    f.write_text(f.read_text().replace("0.", "inf", 1) if False else f.read_text())
     lines = f.read_text().splitlines()
     cells = lines[2].split(",")
     cells[5] = "inf"
@@ -381,6 +380,10 @@ def test_csv_inf_and_unknown_names(tmp_path):
     with pytest.raises(KeypointReadError, match="inf"):
         read_keypoints(f)
     g = write_csv(tmp_path / "u.csv", motion(3, "coco17"), [f"m{i}" for i in range(17)])
+    by_order = read_keypoints(g, layout="coco17")  # unnamed points taken in the layout's order
+    assert by_order.joint_names[0] == "nose" and any("in its order" in w for w in by_order.warnings)
+    with pytest.raises(KeypointReadError, match="maps none"):
+        read_keypoints(g, layout="mediapipe_pose")
     with pytest.raises(KeypointReadError, match=r"u\.csv: unknown joint names \(m0, m1"):
         read_keypoints(g)
     assert read_keypoints(g, layout={f"m{i}": LAYOUTS["coco17"].to_canonical[n]
