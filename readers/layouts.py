@@ -396,21 +396,28 @@ CC_BASE = Layout(
     "Character Creator / iClone rig (CC_Base_Hip, CC_Base_Waist, CC_Base_L_Upperarm...)",
     ("CC_Base_Hip", "CC_Base_Pelvis", "CC_Base_Waist", "CC_Base_Spine01", "CC_Base_Spine02",
      "CC_Base_NeckTwist01", "CC_Base_Head", "CC_Base_L_Clavicle", "CC_Base_L_Upperarm",
-     "CC_Base_L_Forearm", "CC_Base_L_Hand", "CC_Base_L_Mid3", "CC_Base_L_Thumb3", "CC_Base_R_Clavicle",
-     "CC_Base_R_Upperarm", "CC_Base_R_Forearm", "CC_Base_R_Hand", "CC_Base_R_Mid3", "CC_Base_R_Thumb3",
-     "CC_Base_L_Thigh", "CC_Base_L_Calf", "CC_Base_L_Foot", "CC_Base_L_ToeBase", "CC_Base_R_Thigh",
-     "CC_Base_R_Calf", "CC_Base_R_Foot", "CC_Base_R_ToeBase"),
+     "CC_Base_L_Forearm", "CC_Base_L_Hand", "CC_Base_L_Mid2", "CC_Base_L_Mid3", "CC_Base_L_Thumb2",
+     "CC_Base_R_Clavicle", "CC_Base_R_Upperarm", "CC_Base_R_Forearm", "CC_Base_R_Hand", "CC_Base_R_Mid2",
+     "CC_Base_R_Mid3", "CC_Base_R_Thumb2", "CC_Base_L_Thigh", "CC_Base_L_Calf", "CC_Base_L_Foot",
+     "CC_Base_L_ToeBase", "CC_Base_L_MidToe1", "CC_Base_R_Thigh", "CC_Base_R_Calf", "CC_Base_R_Foot",
+     "CC_Base_R_ToeBase", "CC_Base_R_MidToe1"),
     _lr({
         "CC_Base_Hip": "pelvis", "CC_Base_Waist": "spine1", "CC_Base_Spine01": "spine2",
         "CC_Base_Spine02": "spine3", "CC_Base_NeckTwist01": "neck", "CC_Base_Head": "head",
         "CC_Base_{S}_Clavicle": "clavicle_{s}", "CC_Base_{S}_Upperarm": "upperarm_{s}",
         "CC_Base_{S}_Forearm": "forearm_{s}", "CC_Base_{S}_Hand": "hand_{s}",
-        "CC_Base_{S}_Mid3": "hand_tip_{s}", "CC_Base_{S}_Thumb3": "thumb_{s}",
+        "CC_Base_{S}_Thumb2": "thumb_{s}",
         "CC_Base_{S}_Thigh": "thigh_{s}", "CC_Base_{S}_Calf": "calf_{s}", "CC_Base_{S}_Foot": "foot_{s}",
         "CC_Base_{S}_ToeBase": "toe_{s}",
     }),
-    notes="joint origins one-to-one; Mid3/Thumb3 are the last finger joints (not the tips), so hand_tip "
-    "and thumb fall ~2 cm short; head_top, nose, toe tips and heels are masked",
+    {
+        f"hand_tip_{s}": ((f"CC_Base_{S}_Mid3", 1.8), (f"CC_Base_{S}_Mid2", -0.8)) for S, s in (("L", "l"), ("R", "r"))
+    } | {
+        f"toe_tip_{s}": ((f"CC_Base_{S}_MidToe1", 2.0), (f"CC_Base_{S}_ToeBase", -1.0)) for S, s in (("L", "l"), ("R", "r"))
+    },
+    notes="joint origins one-to-one, as in model/joint_maps/cmu_cc_base.json (the training data): "
+    "hand_tip = Mid3 + 0.8 (Mid3 - Mid2), thumb = Thumb2, toe_tip = MidToe1 + (MidToe1 - ToeBase); "
+    "head_top and nose (built from the eyes in the head frame there) and heels are masked",
 )
 
 RIGIFY = Layout(

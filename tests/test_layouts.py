@@ -42,6 +42,10 @@ def _extra_points():
             f"{side}_eye": K["nose"] + [sign * 0.03, 0.02, 0.03],
             f"{S}Eye": K["nose"] + [sign * 0.03, 0.02, 0.03],
         })
+        # Character Creator: finger joints before the tip, mid toe half way to the toe tip
+        d = 0.02 * (tip - hand) / np.linalg.norm(tip - hand)
+        e[f"CC_Base_{S}_Mid3"], e[f"CC_Base_{S}_Mid2"] = tip - 0.8 * d, tip - 1.8 * d
+        e[f"CC_Base_{S}_MidToe1"] = 0.5 * (K[f"toe_{s}"] + K[f"toe_tip_{s}"])
     e["MidHip"] = 0.5 * (K["thigh_l"] + K["thigh_r"])
     e["Neck"] = 0.5 * (K["upperarm_l"] + K["upperarm_r"])
     return e
