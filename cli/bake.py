@@ -1,0 +1,195 @@
+"""``bake``: solve one keypoint file and bake it onto a target rig.
+
+``neural-ik bake SOURCE --target TARGET [--out OUT.blend] [--export OUT.bvh|.fbx|.glb] [options]``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from . import common
+from .common import CliError, UsageError, guarded
+
+__all__ = ["add_parser", "run", "bake_file"]
+
+
+def add_parser(subparsers):
+    """Add the ``bake`` subcommand."""
+    parser = subparsers.add_parser(
+        "bake",
+        help="bake one keypoint file onto a rig",
+        description=(
+            "Solve the keypoints of SOURCE (.npz, .npy, .json, .csv, .trc, .bvh or .fbx) with the network and "
+            "bake them as a new action onto TARGET. A source holding only effectors (pelvis, head, hands, "
+            "feet) is solved in the sparse mode. Outputs are written to a temporary name and renamed when "
+            "complete. Exit codes: 0 done, 1 failed, 2 bad arguments."
+        ),
+    )
+    parser.add_argument("source", metavar="SOURCE", help="keypoint file")
+    parser.add_argument("--out", metavar="OUT.blend", default=None,
+                        help="save the target scene plus the new action as a .blend file")
+    parser.add_argument("--export", metavar="OUT.bvh|.fbx|.glb", action="append", default=None,
+                        help="export the baked armature with Blender's exporter (repeatable); the skeleton "
+                             "keeps the target's bone names and rest pose")
+    common.add_bake_arguments(parser)
+    return parser
+
+
+def check_outputs(args):
+    """Validate ``--out`` and ``--export`` (exit code 2 on a bad path)."""
+    from .export import check_export_path
+
+    if args.out is not None and not args.out.lower().endswith(".blend"):
+        raise UsageError("--out {}: must be a .blend file".format(args.out))
+    for path in args.export or []:
+        check_export_path(path)
+
+
+def action_name_for(source):
+    """Action name for a source file: its name without the extension."""
+    return os.path.splitext(os.path.basename(source))[0] or "neural_ik"
+
+
+def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, action_name=None,
+              mapping=None):
+    """Read ``source`` and bake it onto the loaded target; returns ``(row, result)``.
+
+    Parameters
+    ----------
+    source : str
+    target : .targets.Target
+    args : argparse.Namespace
+        The bake flags.
+    solver : model.inference.Solver, optional
+    progress : .common.Progress, optional
+    cancel : callable, optional
+    action_name : str, optional
+    mapping : BoneMapping, optional
+
+    Returns
+    -------
+    row : dict
+        The report row (``outputs`` still empty).
+    result : blender_io.bake.BakeResult
+
+    Raises
+    ------
+    CliError
+        The file cannot be read or baked (the message names the file).
+    """
+    from ..readers import KeypointReadError
+    from .targets import target_label
+
+    t0 = time.perf_counter()
+    try:
+        clip = common.read_source(source, args)
+    except KeypointReadError as ex:
+        raise CliError(str(ex)) from None
+    t_read = time.perf_counter() - t0
+    if progress is not None:
+        progress.clip_frames = clip.num_frames if args.frames is None else _sliced(clip.num_frames, args.frames)
+    result = _bake(target, clip, source, args, solver=solver, progress=progress, cancel=cancel,
+                   action_name=action_name or action_name_for(source), mapping=mapping)
+    action = getattr(result, "action", None)
+    if action is not None:
+        action.use_fake_user = True
+        action["neural_ik_source"] = os.path.abspath(source)
+    row = common.result_row(result, clip, os.path.abspath(source), target_label(target.spec), {"read": t_read})
+    return row, result
+
+
+def _sliced(n, frames):
+    a, b = frames
+    return len(range(n)[slice(a, b)])
+
+
+def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping):
+    from ..blender_io.bake import BakeError
+
+    options = common.bake_options(args, action_name=action_name)
+    callback = progress.callback() if progress is not None else None
+    try:
+        return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
+                               solver=solver, progress=callback, cancel=cancel)
+    except BakeError as ex:
+        raise CliError("{}: {}".format(source, ex)) from None
+    except (ValueError, KeyError) as ex:  # e.g. a layout that gives no usable keypoints
+        raise CliError("{}: {}".format(source, " ".join(str(ex).split()))) from None
+
+
+def get_solver(args):
+    """The cached solver for ``--device``; a missing or broken weights file is a :class:`CliError`."""
+    from ..blender_io.bake import BakeError, get_solver as _get_solver
+    from .parser import device_choice
+
+    try:
+        return _get_solver(device_choice(args))
+    except (BakeError, FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
+        raise CliError("cannot load the network: {}".format(" ".join(str(ex).split()))) from None
+
+
+def write_outputs(target, result, out=None, exports=()):
+    """Save the ``.blend`` and the exports of one baked clip; returns ``(paths, seconds)``."""
+    from .export import export_armature, save_blend
+
+    t0 = time.perf_counter()
+    paths = []
+    start = int(result.frame_start)
+    end = start + int(result.frames) - 1
+    for path in exports:
+        export_armature(target.obj, path, start, end)
+        paths.append(os.path.abspath(path))
+    if out is not None:
+        save_blend(out)
+        paths.append(os.path.abspath(out))
+    return paths, time.perf_counter() - t0
+
+
+@guarded
+def run(args):
+    """Bake SOURCE onto TARGET; returns 0, 1 (failed) or 2 (bad arguments)."""
+    from .targets import check_target, load_target, new_scene, target_label
+
+    started = time.perf_counter()
+    common.check_source_path(args.source)
+    check_target(args.target)
+    common.check_layout_argument(args.layout)
+    mapping = common.load_bone_mapping(args.mapping)
+    check_outputs(args)
+    progress = common.Progress(1, 0, quiet=args.quiet)
+    name = os.path.basename(args.source)
+    progress.begin_clip(1, name, 0)
+    row = {"source": os.path.abspath(args.source), "target": target_label(args.target), "status": "failed",
+           "outputs": []}
+    load_seconds = 0.0
+    try:
+        t0 = time.perf_counter()
+        new_scene()
+        target = load_target(args.target, args.armature)
+        load_seconds = time.perf_counter() - t0
+        solver = get_solver(args)
+        row, result = bake_file(args.source, target, args, solver=solver, progress=progress, mapping=mapping)
+        paths, t_export = write_outputs(target, result, args.out, args.export or [])
+        row["outputs"] = paths
+        row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
+        row["seconds_total"] = round(sum(row["seconds"].values()), 4)
+        row["frames_per_second"] = round(row["frames"] / row["seconds_total"], 2) if row["seconds_total"] else None
+    except CliError as ex:
+        row["status"], row["error"] = "failed", str(ex)
+        progress.message("clip 1/1 {}: failed".format(name))
+        print("neural-ik bake: error: {}".format(ex), file=sys.stderr)
+        report = {"command": "bake", "clips": [row],
+                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
+        common.emit_report(args.report, report)
+        return 2 if ex.code == 2 else 1
+    progress.end_clip("done, {} frames, {} fps, keypoint error {} mm mean".format(
+        row["frames"], row["fps"], row["keypoint_error_mm"]["mean"]))
+    report = {"command": "bake", "clips": [row],
+              "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
+    common.emit_report(args.report, report)
+    if not args.quiet:
+        for path in row["outputs"]:
+            print("wrote {}".format(path), file=sys.stderr)
+    return 0

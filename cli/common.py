@@ -1,0 +1,633 @@
+"""Shared pieces of the ``bake``, ``batch`` and ``demo`` subcommands.
+
+- :func:`add_bake_arguments`: the bake flags, identical for ``bake`` and
+  ``batch``, and :func:`bake_options` turning them into a ``BakeOptions``.
+- :class:`CliError`: a user error (message naming the file and the problem,
+  exit code), printed without a traceback by :func:`guarded`.
+- :class:`Progress`: the progress line on stderr (clip i of n, frames per
+  second, time left); silent with ``--quiet``.
+- :func:`atomic_output`: write to a temporary name next to the output, rename
+  when complete; temporary files still pending are removed by
+  :func:`remove_pending`.
+- :func:`read_source`, :func:`bake_one`: read a keypoint file and bake it onto
+  an armature, returning one report row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+from .parser import add_device_argument, device_choice
+
+__all__ = [
+    "CliError",
+    "UsageError",
+    "add_bake_arguments",
+    "bake_options",
+    "parse_frames",
+    "Progress",
+    "atomic_output",
+    "remove_pending",
+    "write_json",
+    "emit_report",
+    "read_source",
+    "load_bone_mapping",
+    "bake_one",
+    "summary",
+    "guarded",
+    "SOURCE_EXTENSIONS",
+]
+
+#: Keypoint files ``bake`` and ``batch`` read (FBX through Blender's importer).
+SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh", ".fbx")
+SMOOTH_CHOICES = ("none", "oneeuro", "savgol", "butter")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class CliError(Exception):
+    """A user error: printed as ``neural-ik: <message>`` without a traceback.
+
+    Parameters
+    ----------
+    message : str
+        Names the file and the problem.
+    code : int
+        Exit code (1 failure, 2 bad arguments).
+    """
+
+    def __init__(self, message, code=EXIT_FAILED):
+        super().__init__(message)
+        self.code = code
+
+
+class UsageError(CliError):
+    """Bad arguments (exit code 2)."""
+
+    def __init__(self, message):
+        super().__init__(message, EXIT_USAGE)
+
+
+def guarded(run):
+    """Wrap a subcommand's ``run(args)``: a :class:`CliError` prints its message and returns its code.
+
+    Parameters
+    ----------
+    run : callable
+        ``run(args) -> int``.
+
+    Returns
+    -------
+    callable
+    """
+
+    def wrapper(args):
+        try:
+            return run(args)
+        except CliError as ex:
+            print("neural-ik {}: error: {}".format(getattr(args, "command", ""), ex), file=sys.stderr)
+            return ex.code
+
+    wrapper.__doc__ = run.__doc__
+    wrapper.__name__ = run.__name__
+    return wrapper
+
+
+# ---------------------------------------------------------------------------
+# arguments
+
+
+def parse_frames(text):
+    """Parse ``A:B`` (source frames A up to B, B excluded; either may be empty).
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    tuple of (int or None, int or None)
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+    """
+    parts = str(text).split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError("expected A:B (e.g. 0:120, 30: or :90), got {!r}".format(text))
+    try:
+        a = int(parts[0]) if parts[0].strip() else None
+        b = int(parts[1]) if parts[1].strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError("frames must be integers A:B, got {!r}".format(text)) from None
+    if (a is not None and a < 0) or (b is not None and b < 0):
+        raise argparse.ArgumentTypeError("frames must not be negative, got {!r}".format(text))
+    if a is not None and b is not None and b <= a:
+        raise argparse.ArgumentTypeError("empty frame range {!r} (B must be greater than A)".format(text))
+    return a, b
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number: {!r}".format(text)) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError("must be a positive number, got {!r}".format(text))
+    return value
+
+
+def _unit_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number: {!r}".format(text)) from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1, got {!r}".format(text))
+    return value
+
+
+def add_target_arguments(parser, required=True):
+    """Add ``--target`` and ``--armature``."""
+    parser.add_argument(
+        "--target", metavar="TARGET", required=required,
+        help="rig to bake onto: a .blend, .fbx, .glb/.gltf or .bvh file (a BVH's skeleton in its rest "
+             "pose), or 'rigify' (Blender's human meta-rig)",
+    )
+    parser.add_argument("--armature", metavar="NAME", default=None,
+                        help="armature object to use when TARGET holds several")
+
+
+def add_bake_arguments(parser):
+    """Add the bake flags shared by ``bake`` and ``batch``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    """
+    add_target_arguments(parser)
+    g = parser.add_argument_group("source")
+    g.add_argument("--layout", metavar="NAME|MAPPING.json", default=None,
+                   help="keypoint layout of the source (see `layouts`) or a JSON mapping of source names to "
+                        "canonical keypoints (default: detected from the joint names)")
+    g.add_argument("--units", default=None, choices=("m", "cm", "mm", "in"),
+                   help="units of the source (default: the file's, or guessed from the body size)")
+    g.add_argument("--up-axis", default=None, choices=("Z", "Y", "-Y", "-Z"),
+                   help="up axis of the source (default: the file's or the format's convention)")
+    g.add_argument("--source-fps", type=_positive_float, default=None, metavar="FPS",
+                   help="frame rate of the source when the file has none or a wrong one")
+    g.add_argument("--frames", type=parse_frames, default=None, metavar="A:B",
+                   help="bake source frames A up to B (B excluded; A: or :B for open ends)")
+    g = parser.add_argument_group("bake")
+    g.add_argument("--mapping", metavar="BONES.json", default=None,
+                   help="canonical joint -> bone mapping of the target (default: automatic)")
+    g.add_argument("--fps", type=_positive_float, default=None,
+                   help="frame rate of the baked action (default: the source's)")
+    g.add_argument("--frame-start", type=int, default=None, metavar="N",
+                   help="scene frame of the first baked frame (default: the scene's start frame)")
+    g.add_argument("--smooth", choices=SMOOTH_CHOICES, default="none", help="temporal smoothing (default: none)")
+    g.add_argument("--smooth-strength", type=_unit_float, default=0.5, metavar="X",
+                   help="smoothing strength between 0 and 1 (default: 0.5)")
+    g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
+                   help="refine the network's solve by optimisation (default: on)")
+    g.add_argument("--in-place", action="store_true", help="remove the root's horizontal travel")
+    g.add_argument("--rotation-mode", default="QUATERNION", choices=("QUATERNION", "BONE"),
+                   help="rotation channels written: QUATERNION (bones switched to quaternions) or BONE "
+                        "(each bone's own rotation mode); default QUATERNION")
+    add_device_argument(g)
+    g = parser.add_argument_group("output")
+    g.add_argument("--report", metavar="REPORT.json", default=None,
+                   help="write the JSON report there ('-' prints it to stdout)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
+def bake_options(args, action_name=None, fps=None):
+    """Build a ``BakeOptions`` from parsed bake flags.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    action_name : str, optional
+    fps : float, optional
+        Rate of the baked action when ``--fps`` is not given.
+
+    Returns
+    -------
+    blender_io.bake.BakeOptions
+    """
+    from ..blender_io.bake import BakeOptions
+
+    return BakeOptions(
+        frame_start=args.frame_start,
+        frames=args.frames,
+        fps=fps if fps is not None else args.fps,
+        smooth=args.smooth,
+        smooth_strength=args.smooth_strength,
+        refine=args.refine,
+        rotation_mode=args.rotation_mode,
+        in_place=args.in_place,
+        device=device_choice(args),
+        action_name=action_name,
+    )
+
+
+def check_layout_argument(layout):
+    """Validate ``--layout`` early (exit code 2 on an unknown name or unreadable mapping)."""
+    if layout is None:
+        return None
+    from ..readers import get_layout
+
+    try:
+        return get_layout(layout)
+    except (KeyError, ValueError) as ex:
+        raise UsageError("--layout: {}".format(str(ex).strip("'\""))) from None
+
+
+def load_bone_mapping(path):
+    """Read ``--mapping BONES.json`` into a ``BoneMapping``.
+
+    Accepts the ``BoneMapping.to_json`` format or a flat ``{joint: bone}`` object.
+
+    Raises
+    ------
+    UsageError
+    """
+    if path is None:
+        return None
+    from ..model.skeleton import JOINTS
+    from ..retarget.mapping import BoneMapping
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise UsageError("--mapping {}: no such file".format(path)) from None
+    except (OSError, UnicodeDecodeError, ValueError) as ex:
+        raise UsageError("--mapping {}: not a readable JSON file ({})".format(path, ex)) from None
+    if not isinstance(data, dict):
+        raise UsageError("--mapping {}: expected a JSON object".format(path))
+    if "entries" not in data:
+        data = {"entries": data}
+    entries = data.get("entries")
+    if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
+        raise UsageError("--mapping {}: 'entries' must map canonical joints to bone names".format(path))
+    unknown = [j for j in entries if j not in JOINTS]
+    if unknown:
+        raise UsageError("--mapping {}: unknown canonical joints {} (known: {})".format(
+            path, ", ".join(unknown), ", ".join(JOINTS)))
+    return BoneMapping.from_dict(data)
+
+
+# ---------------------------------------------------------------------------
+# progress
+
+
+def _duration(seconds):
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 3600:
+        return "{}h{:02d}m".format(seconds // 3600, seconds % 3600 // 60)
+    if seconds >= 60:
+        return "{}m{:02d}s".format(seconds // 60, seconds % 60)
+    return "{}s".format(seconds)
+
+
+class Progress:
+    """Progress line on stderr: clip i of n, frames per second, time left.
+
+    On a terminal the line is rewritten in place; otherwise one line is
+    written per update, at most every ``interval`` seconds.
+
+    Parameters
+    ----------
+    total_clips : int
+    total_frames : int
+        Frames of all clips (for the time left).
+    quiet : bool
+        Write nothing.
+    stream : file, optional
+        Default ``sys.stderr``.
+    """
+
+    def __init__(self, total_clips, total_frames=0, quiet=False, stream=None, interval=1.0):
+        self.total_clips = total_clips
+        self.total_frames = max(int(total_frames), 0)
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.interval = interval
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self.frames_done = 0
+        self.clip_index = 0
+        self.clip_name = ""
+        self.clip_frames = 0
+        self._last = 0.0
+        self._open = False
+
+    def begin_clip(self, index, name, frames):
+        """Start clip ``index`` (1-based) named ``name`` with ``frames`` frames."""
+        self.clip_index, self.clip_name, self.clip_frames = index, name, int(frames)
+        self.update(0, 1, force=True)
+
+    def update(self, done, total, stage="", force=False):
+        """Report ``done`` of ``total`` work units of the current clip."""
+        if self.quiet:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < (0.2 if self.tty else self.interval):
+            return
+        self._last = now
+        frac = (done / total) if total else 0.0
+        current = self.frames_done + frac * self.clip_frames
+        elapsed = now - self.start
+        rate = current / elapsed if elapsed > 0 and current > 0 else 0.0
+        left = ""
+        if rate > 0 and self.total_frames:
+            left = ", {} left".format(_duration(max(self.total_frames - current, 0) / rate))
+        line = "clip {}/{} {}: {}{:3.0f}%, {:.0f} frames/s{}".format(
+            self.clip_index, self.total_clips, self.clip_name, (stage + " ") if stage else "",
+            100 * frac, rate, left)
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+            self._open = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def end_clip(self, status=""):
+        """Finish the current clip (counts its frames as done)."""
+        self.frames_done += self.clip_frames
+        self.message("clip {}/{} {}: {}".format(self.clip_index, self.total_clips, self.clip_name, status))
+
+    def message(self, text):
+        """Write a whole line (clears an in-place line first)."""
+        if self.quiet:
+            return
+        if self._open:
+            self.stream.write("\r\033[K")
+            self._open = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def callback(self, stage=""):
+        """A ``progress(done, total)`` callable for the bake pipeline."""
+        return lambda fraction, name=stage: self.update(float(fraction), 1.0, name or stage)
+
+
+# ---------------------------------------------------------------------------
+# atomic outputs
+
+_PENDING = set()
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """Yield a temporary path next to ``path``; rename it to ``path`` on success.
+
+    The temporary name keeps the extension (exporters check it) and starts
+    with a dot. On any exception (including ``KeyboardInterrupt``) the
+    temporary file is removed and ``path`` is left as it was.
+
+    Parameters
+    ----------
+    path : str
+    """
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    stem, ext = os.path.splitext(os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(prefix=".{}.".format(stem), suffix=".partial" + ext, dir=folder)
+    os.close(fd)
+    os.unlink(tmp)  # exporters create it themselves
+    _PENDING.add(tmp)
+    try:
+        yield tmp
+        if not os.path.isfile(tmp):
+            raise CliError("{}: the writer produced no file".format(path))
+        os.replace(tmp, path)
+    finally:
+        _PENDING.discard(tmp)
+        for leftover in (tmp, tmp + "1", tmp + "@"):  # Blender's backup / save-in-progress names
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+
+
+def remove_pending():
+    """Remove temporary output files not renamed yet (on an interrupted run)."""
+    for tmp in list(_PENDING):
+        for leftover in (tmp, tmp + "1", tmp + "@"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+        _PENDING.discard(tmp)
+
+
+def write_json(path, data):
+    """Write JSON atomically (temporary name, then rename)."""
+    text = json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n"
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def _json_default(value):
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None:
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def emit_report(destination, report):
+    """Write the report to a file, or print it to stdout when ``destination`` is ``-``.
+
+    Parameters
+    ----------
+    destination : str or None
+        Nothing is written when ``None``.
+    report : dict
+    """
+    if destination is None:
+        return
+    if destination == "-":
+        sys.stdout.write(json.dumps(report, indent=2, default=_json_default) + "\n")
+        sys.stdout.flush()
+        return
+    write_json(destination, report)
+
+
+# ---------------------------------------------------------------------------
+# reading and baking
+
+
+def check_source_path(path):
+    """Validate a SOURCE argument (exit code 2 when missing or of an unknown type)."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in SOURCE_EXTENSIONS:
+        raise UsageError("{}: unknown source type {!r}; readable: {}".format(
+            path, ext or "(none)", ", ".join(SOURCE_EXTENSIONS)))
+    if not os.path.isfile(path):
+        raise UsageError("{}: no such file".format(path))
+
+
+def read_source(path, args):
+    """Read a keypoint file into a ``KeypointClip``.
+
+    Parameters
+    ----------
+    path : str
+    args : argparse.Namespace
+        ``layout``, ``units``, ``up_axis``, ``source_fps``.
+
+    Returns
+    -------
+    readers.KeypointClip
+
+    Raises
+    ------
+    readers.KeypointReadError
+    """
+    kwargs = dict(layout=getattr(args, "layout", None), units=getattr(args, "units", None),
+                  up_axis=getattr(args, "up_axis", None), fps=getattr(args, "source_fps", None))
+    if path.lower().endswith(".fbx"):
+        from .fbx_source import read_fbx_keypoints
+
+        return read_fbx_keypoints(path, **kwargs)
+    from ..readers import read_keypoints
+
+    return read_keypoints(path, **kwargs)
+
+
+def _rounded(value, digits=3):
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return value
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def result_row(result, clip, source, target, seconds):
+    """Turn a ``BakeResult`` into a report row.
+
+    Parameters
+    ----------
+    result : blender_io.bake.BakeResult
+    clip : readers.KeypointClip
+    source, target : str
+    seconds : dict
+        Stage timings measured here (``read``, ``export``...), merged with
+        the pipeline's own (``solve``, ``retarget``, ``write``).
+
+    Returns
+    -------
+    dict
+    """
+    stages = {"read": 0.0, "solve": 0.0, "retarget": 0.0, "write": 0.0, "export": 0.0}
+    for key, value in dict(getattr(result, "seconds", {}) or {}).items():
+        stages[key] = float(value)
+    for key, value in seconds.items():
+        stages[key] = stages.get(key, 0.0) + float(value)
+    total = sum(stages.values())
+    frames = int(result.frames)
+    err = getattr(result, "keypoint_error_mm", None) or (None, None)
+    warnings = list(getattr(clip, "warnings", []) or []) + list(getattr(result, "warnings", []) or [])
+    return {
+        "source": source,
+        "target": target,
+        "status": "done",
+        "action": result.action.name if getattr(result, "action", None) is not None else None,
+        "frames": frames,
+        "fps": _rounded(result.fps),
+        "frame_start": getattr(result, "frame_start", None),
+        "layout": getattr(clip, "layout", None),
+        "mode": getattr(result, "mode", None),
+        "seconds": {k: round(v, 4) for k, v in stages.items()},
+        "seconds_total": round(total, 4),
+        "frames_per_second": round(frames / total, 2) if total > 0 else None,
+        "keypoint_error_mm": {"mean": _rounded(err[0], 2), "max": _rounded(err[1], 2)},
+        "jitter": _rounded(getattr(result, "jitter", None), 4),
+        "foot_sliding_mm": _rounded(getattr(result, "foot_sliding_mm", None), 3),
+        "warnings": warnings,
+        "outputs": [],
+    }
+
+
+def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None):
+    """Convert a clip to canonical keypoints and bake it onto ``obj``.
+
+    Parameters
+    ----------
+    obj : bpy.types.Object
+        The target armature.
+    clip : readers.KeypointClip
+    options : blender_io.bake.BakeOptions
+    source_name : str
+    mapping : retarget.mapping.BoneMapping, optional
+    solver : model.inference.Solver, optional
+    progress, cancel : callable, optional
+
+    Returns
+    -------
+    blender_io.bake.BakeResult
+    """
+    from ..blender_io.bake import bake_keypoints
+    from ..readers import to_canonical
+
+    keypoints, mask = to_canonical(clip)
+    return bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
+                          solver=solver, progress=progress, cancel=cancel)
+
+
+def summary(rows, seconds, **extra):
+    """The report's summary over clip rows.
+
+    Parameters
+    ----------
+    rows : list of dict
+    seconds : float
+        Wall time of the whole run.
+
+    Returns
+    -------
+    dict
+    """
+    done = [r for r in rows if r.get("status") == "done"]
+    failed = [r for r in rows if r.get("status") == "failed"]
+    skipped = [r for r in rows if r.get("status") == "skipped"]
+    frames = sum(int(r.get("frames") or 0) for r in done)
+    stages = {}
+    for r in done:
+        for key, value in (r.get("seconds") or {}).items():
+            stages[key] = round(stages.get(key, 0.0) + float(value), 4)
+    errs = [r["keypoint_error_mm"]["mean"] for r in done if (r.get("keypoint_error_mm") or {}).get("mean") is not None]
+    maxs = [r["keypoint_error_mm"]["max"] for r in done if (r.get("keypoint_error_mm") or {}).get("max") is not None]
+    out = {
+        "clips": len(rows),
+        "done": len(done),
+        "failed": len(failed),
+        "skipped": len(skipped),
+        "failed_clips": [{"source": r["source"], "error": r.get("error")} for r in failed],
+        "frames": frames,
+        "seconds": round(seconds, 3),
+        "seconds_by_stage": stages,
+        "frames_per_second": round(frames / seconds, 2) if seconds > 0 and frames else None,
+        "keypoint_error_mm": {
+            "mean": round(sum(errs) / len(errs), 2) if errs else None,
+            "max": round(max(maxs), 2) if maxs else None,
+        },
+    }
+    out.update(extra)
+    return out
