@@ -64,11 +64,17 @@ def parse_numeric_table(path, body: str, ncols: int, sep: str = ",", first_line:
         lines_text = re.sub(r"\n[ \t]*(?=\n)", "", lines_text)
     if not lines_text.strip():
         return np.zeros((0, ncols))
-    # empty cells -> nan (only when there are any: the regex costs time)
+    # empty cells -> nan, with plain str.replace (a regex is ~10x slower)
     if (sep + sep) in lines_text or ("\n" + sep) in lines_text or (sep + "\n") in lines_text \
             or lines_text.startswith(sep) or lines_text.endswith(sep):
-        pat = re.compile(rf"(?:(?<={re.escape(sep)})|^)[ ]*(?={re.escape(sep)}|$)", re.M)
-        lines_text = pat.sub("nan", lines_text)
+        dbl, fill = sep + sep, sep + "nan" + sep
+        while dbl in lines_text:  # twice covers runs of empty cells
+            lines_text = lines_text.replace(dbl, fill)
+        lines_text = lines_text.replace("\n" + sep, "\nnan" + sep).replace(sep + "\n", sep + "nan\n")
+        if lines_text.startswith(sep):
+            lines_text = "nan" + lines_text
+        if lines_text.endswith(sep):
+            lines_text += "nan"
     flat = lines_text.replace("\n", sep)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
@@ -150,7 +156,8 @@ def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
         raise KeypointReadError(path, f"missing x, y or z column for {', '.join(incomplete[:5])}")
 
     data = None
-    if "\"" not in body[:4096]:
+    has_empty = (sep + sep) in body or (sep + "\n") in body or ("\n" + sep) in body or body.startswith(sep)
+    if not has_empty and "\"" not in body[:4096]:
         # fast path: numpy's C reader straight from the file; cells that are
         # empty, ragged rows or text fall back to the diagnosing parser
         try:
