@@ -566,3 +566,18 @@ def test_resample():
     assert any("resampled" in w for w in r2.warnings)
     with pytest.raises(ValueError):
         resample(clip, 0)
+
+
+def test_csv_empty_cells_at_line_ends(tmp_path):
+    pos = motion(6, "coco17")
+    pos[2, -1] = np.nan   # last joint: empty cells at the end of the line
+    pos[3, :2] = np.nan   # runs of empty cells
+    f = tmp_path / "e.csv"
+    names = LAYOUTS["coco17"].joint_names
+    lines = [",".join(f"{n}_{c}" for n in names for c in "xyz")]
+    for t in range(6):
+        lines.append(",".join("" if np.isnan(v) else f"{v:.6f}" for v in pos[t].ravel()))
+    f.write_text("\r\n".join(lines) + "\r\n")
+    clip = read_keypoints(f, units="m", up_axis="Z", max_gap=0)
+    np.testing.assert_array_equal(np.isnan(clip.positions), np.isnan(pos))
+    np.testing.assert_allclose(clip.positions[0], pos[0], atol=1e-6)
