@@ -1,0 +1,262 @@
+"""The IK network: keypoints (+ mask, optional effector orientations) -> pose.
+
+One network serves both modes; the visibility mask tells it which keypoints
+it was given:
+
+- *dense*: all or most of the 32 keypoints (some may be missing);
+- *sparse*: the six effectors (pelvis, head, hands, feet), optionally the
+  four pole hints (elbows, knees) and optionally effector orientations.
+
+Input encoding (:func:`encode`)
+-------------------------------
+1. *Centre*: the pelvis keypoint when given, else the mean of the given
+   keypoints.
+2. *Heading*: a horizontal "body left" direction, the weighted sum of
+   ``left - right`` over every mirrored keypoint pair that is given (hips and
+   shoulders weigh most), plus the pelvis X axis when the pelvis orientation
+   is given. Everything is rotated about Z so that this direction becomes +X
+   (the rest pose's left); the predicted root orientation and position are
+   rotated back. The whole input is therefore invariant to the character's
+   heading and position on the floor.
+3. *Scale*: a size derived from the skeleton's bone lengths
+   (:func:`skeleton_scale`, 1.0 for the canonical skeleton); positions are
+   divided by it.
+4. Features: canonical positions of the given keypoints (zeros where
+   missing), the mask, the given effector orientations as 6D (zeros where
+   missing) and their mask, and bone lengths relative to the scaled
+   canonical skeleton. Standardised with stored mean/std.
+
+Output (:func:`decode`): 22 local rotations as 6D (added to the identity's
+6D) and the root position relative to the centre, in the canonical frame and
+divided by the scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .fk import NUM_JOINTS, NUM_KEYPOINTS
+from .rotations import matrix_to_rot6d, rot6d_to_matrix
+from .skeleton import END_OFFSETS, KEYPOINTS, MIRROR_KEYPOINTS, REST_OFFSETS, SPARSE_EFFECTORS, SPARSE_HINTS
+
+__all__ = [
+    "EFFECTOR_KP",
+    "HINT_KP",
+    "EFFECTOR_JOINTS",
+    "NUM_FEATURES",
+    "NUM_OUTPUTS",
+    "IKNet",
+    "skeleton_scale",
+    "estimate_heading",
+    "encode",
+    "decode",
+]
+
+#: Keypoint indices of the sparse effectors and hints.
+EFFECTOR_KP = tuple(KEYPOINTS.index(n) for n in SPARSE_EFFECTORS)
+HINT_KP = tuple(KEYPOINTS.index(n) for n in SPARSE_HINTS)
+#: Effectors are joints, so their joint index equals their keypoint index.
+EFFECTOR_JOINTS = EFFECTOR_KP
+NUM_EFF = len(EFFECTOR_KP)
+
+_PELVIS = KEYPOINTS.index("pelvis")
+
+# mirrored pairs (left, right) and their weight in the heading estimate
+_PAIR_WEIGHT = {
+    "thigh": 3.0, "upperarm": 2.0, "clavicle": 2.0, "calf": 1.0, "foot": 1.0, "toe": 1.0,
+    "heel": 1.0, "toe_tip": 1.0, "forearm": 0.5, "hand": 0.5, "hand_tip": 0.3, "thumb": 0.3,
+}
+_PAIRS_L, _PAIRS_R, _PAIRS_W = [], [], []
+for _i, _n in enumerate(KEYPOINTS):
+    if _n.endswith("_l"):
+        _PAIRS_L.append(_i)
+        _PAIRS_R.append(int(MIRROR_KEYPOINTS[_i]))
+        _PAIRS_W.append(_PAIR_WEIGHT[_n[:-2]])
+
+_BONE_IDX = {"spine": [1, 2, 3, 4, 5], "legs": [KEYPOINTS.index(n) for n in ("calf_l", "foot_l", "calf_r", "foot_r")]}
+_REST_LEN = np.linalg.norm(REST_OFFSETS, axis=1)
+_REST_END_LEN = np.linalg.norm(END_OFFSETS, axis=1)
+_HEAD_TOP_END = 0  # index of head_top in END_OFFSETS
+_REST_SIZE = float(_REST_LEN[_BONE_IDX["spine"]].sum() + _REST_END_LEN[_HEAD_TOP_END] + _REST_LEN[_BONE_IDX["legs"]].sum() / 2)
+
+NUM_FEATURES = NUM_KEYPOINTS * 3 + NUM_KEYPOINTS + NUM_EFF * 6 + NUM_EFF + (NUM_JOINTS - 1) + len(END_OFFSETS)
+NUM_OUTPUTS = NUM_JOINTS * 6 + 3
+
+
+def skeleton_scale(offsets: torch.Tensor, end_offsets: torch.Tensor) -> torch.Tensor:
+    """Body size relative to the canonical skeleton, shape (...,).
+
+    Spine + neck + head + head-top length plus the mean leg length (thigh to
+    ankle), divided by the canonical value; pose independent.
+    """
+    ln = offsets.norm(dim=-1)
+    le = end_offsets.norm(dim=-1)
+    size = ln[..., _BONE_IDX["spine"]].sum(-1) + le[..., _HEAD_TOP_END] + ln[..., _BONE_IDX["legs"]].sum(-1) / 2
+    return size / _REST_SIZE
+
+
+def estimate_heading(kp: torch.Tensor, mask: torch.Tensor, orient=None, orient_mask=None) -> torch.Tensor:
+    """Heading angle (radians about +Z) of the body's left direction, shape (B,).
+
+    Parameters
+    ----------
+    kp : Tensor, shape (B, 32, 3)
+    mask : Tensor, shape (B, 32), bool or float
+    orient : Tensor, shape (B, 6, 3, 3), optional
+        Effector world orientations (row 0 = pelvis).
+    orient_mask : Tensor, shape (B, 6), optional
+    """
+    m = mask.to(kp.dtype)
+    w = torch.as_tensor(_PAIRS_W, dtype=kp.dtype, device=kp.device)
+    both = m[:, _PAIRS_L] * m[:, _PAIRS_R] * w  # (B, P)
+    vec = ((kp[:, _PAIRS_L, :2] - kp[:, _PAIRS_R, :2]) * both[..., None]).sum(1)  # (B, 2)
+    if orient is not None and orient_mask is not None:
+        pm = orient_mask[:, 0].to(kp.dtype)[:, None]
+        vec = vec + 10.0 * pm * orient[:, 0, :2, 0]
+    degenerate = vec.norm(dim=-1) < 1e-6
+    ang = torch.atan2(vec[:, 1], vec[:, 0])
+    return torch.where(degenerate, torch.zeros_like(ang), ang)
+
+
+def _rot_z_np_free(angle: torch.Tensor) -> torch.Tensor:
+    c, s = torch.cos(angle), torch.sin(angle)
+    o, i = torch.zeros_like(c), torch.ones_like(c)
+    return torch.stack([c, -s, o, s, c, o, o, o, i], -1).reshape(angle.shape + (3, 3))
+
+
+def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
+    """Network features and the frame needed to decode its output.
+
+    Parameters
+    ----------
+    kp : Tensor, shape (B, 32, 3)
+        World keypoints (values where ``mask`` is False are ignored, may be NaN).
+    mask : Tensor, shape (B, 32), bool
+    offsets : Tensor, shape (B, 22, 3) or (22, 3)
+    end_offsets : Tensor, shape (B, 10, 3) or (10, 3)
+    orient : Tensor, shape (B, 6, 3, 3), optional
+        World orientations of the six effectors (pelvis, head, hands, feet).
+    orient_mask : Tensor, shape (B, 6), bool, optional
+
+    Returns
+    -------
+    feats : Tensor, shape (B, NUM_FEATURES)
+    frame : tuple (centre (B,3), heading rotation (B,3,3), scale (B,))
+    """
+    B = kp.shape[0]
+    dt, dev = kp.dtype, kp.device
+    mask = mask.bool()
+    m = mask.to(dt)
+    kp = torch.where(mask[..., None], kp, torch.zeros((), dtype=dt, device=dev))
+    offsets = offsets.expand(B, NUM_JOINTS, 3)
+    end_offsets = end_offsets.expand(B, end_offsets.shape[-2], 3)
+    scale = skeleton_scale(offsets, end_offsets)  # (B,)
+    mean_vis = (kp * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp_min(1.0)
+    centre = torch.where(mask[:, _PELVIS, None], kp[:, _PELVIS], mean_vis)
+    if orient is None or orient_mask is None:
+        orient = torch.eye(3, dtype=dt, device=dev).expand(B, NUM_EFF, 3, 3)
+        orient_mask = torch.zeros(B, NUM_EFF, dtype=torch.bool, device=dev)
+    orient_mask = orient_mask.bool()
+    heading = estimate_heading(kp, mask, orient, orient_mask)
+    rot_h = _rot_z_np_free(heading)  # canonical -> world
+    rot_inv = rot_h.transpose(-1, -2)
+    rel = ((kp - centre[:, None]) @ rot_inv.transpose(-1, -2)) / scale[:, None, None]
+    rel = rel * m[..., None]
+    om = orient_mask.to(dt)
+    o6 = matrix_to_rot6d(rot_inv[:, None] @ torch.where(orient_mask[..., None, None], orient, torch.eye(3, dtype=dt, device=dev))) * om[..., None]
+    bl = offsets[:, 1:].norm(dim=-1) / torch.as_tensor(_REST_LEN[1:], dtype=dt, device=dev) / scale[:, None] - 1.0
+    el = end_offsets.norm(dim=-1) / torch.as_tensor(_REST_END_LEN, dtype=dt, device=dev) / scale[:, None] - 1.0
+    feats = torch.cat([rel.reshape(B, -1), m, o6.reshape(B, -1), om, bl, el], dim=-1)
+    return feats, (centre, rot_h, scale)
+
+
+
+
+
+def decode(out: torch.Tensor, frame):
+    """World pose from raw network output.
+
+    Parameters
+    ----------
+    out : Tensor, shape (B, NUM_OUTPUTS)
+    frame : tuple from :func:`encode`
+
+    Returns
+    -------
+    local_rot : Tensor, shape (B, 22, 3, 3)
+        Local rotations; row 0 is the root's world orientation.
+    root_pos : Tensor, shape (B, 3)
+    rot6 : Tensor, shape (B, 22, 6)
+        The raw 6D output (canonical frame), for regularisers.
+    """
+    centre, rot_h, scale = frame
+    B = out.shape[0]
+    id6 = torch.tensor([1.0, 0, 0, 0, 1, 0], dtype=out.dtype, device=out.device)
+    rot6 = out[:, : NUM_JOINTS * 6].reshape(B, NUM_JOINTS, 6) + id6
+    local = rot6d_to_matrix(rot6)
+    root = rot_h @ local[:, 0]
+    local = torch.cat([root[:, None], local[:, 1:]], dim=1)
+    t = out[:, NUM_JOINTS * 6:]
+    root_pos = centre + (rot_h @ t[..., None])[..., 0] * scale[:, None]
+    return local, root_pos, rot6
+
+
+class ResBlock(nn.Module):
+    """Pre-norm residual MLP block."""
+
+    def __init__(self, width: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, width)
+        self.fc2 = nn.Linear(width, width)
+        self.drop = nn.Dropout(dropout)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, x):
+        return x + self.fc2(self.drop(torch.nn.functional.silu(self.fc1(self.norm(x)))))
+
+
+class IKNet(nn.Module):
+    """Residual MLP from encoded features to raw pose output.
+
+    Parameters
+    ----------
+    width : int
+        Hidden width.
+    blocks : int
+        Number of residual blocks.
+    dropout : float
+        Dropout inside the blocks (training only).
+    """
+
+    def __init__(self, width: int = 512, blocks: int = 3, dropout: float = 0.0):
+        super().__init__()
+        self.hparams = {"width": int(width), "blocks": int(blocks), "dropout": float(dropout)}
+        self.inp = nn.Linear(NUM_FEATURES, width)
+        self.blocks = nn.Sequential(*[ResBlock(width, dropout) for _ in range(blocks)])
+        self.norm = nn.LayerNorm(width)
+        self.out = nn.Linear(width, NUM_OUTPUTS)
+        nn.init.normal_(self.out.weight, std=1e-3)
+        nn.init.zeros_(self.out.bias)
+        self.register_buffer("feat_mean", torch.zeros(NUM_FEATURES))
+        self.register_buffer("feat_std", torch.ones(NUM_FEATURES))
+
+    def set_normalisation(self, feats: torch.Tensor):
+        """Set the feature mean/std from a sample of encoded features."""
+        mean = feats.mean(0)
+        std = feats.std(0).clamp_min(1e-2)
+        self.feat_mean.copy_(mean)
+        self.feat_std.copy_(std)
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        x = (feats - self.feat_mean) / self.feat_std
+        x = self.blocks(self.inp(x))
+        return self.out(torch.nn.functional.silu(self.norm(x)))
+
+    def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
+        """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`."""
+        feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask)
+        return decode(self(feats), frame)

@@ -1,0 +1,251 @@
+"""Batched Gauss-Newton / Levenberg-Marquardt refinement of a pose.
+
+Starting from an initial pose (the network's answer), a few GN steps pull
+the given keypoints (and optionally effector orientations) onto their
+targets while a prior keeps every local rotation near the initial pose and
+soft joint limits keep it human.
+
+Parameters per frame: one world-frame rotation increment ``w_j`` per joint
+(3 each) and the root translation (3). To first order, rotating joint ``j``
+by ``w_j`` about its origin ``p_j`` moves every keypoint ``k`` it carries
+by ``w_j x (p_k - p_j)``; an effector's orientation error changes by the
+sum of the increments of the joint and its ancestors. The increment is
+applied as ``R_local_j <- R_parent^T exp(w_j) R_world_j``.
+
+Residuals (stacked, weighted):
+
+- keypoints: ``sqrt(weight_k) * (p_k - target_k)`` (metres);
+- orientations: ``sqrt(orient_weight) * log(R_e R_target^T)`` (radians);
+- prior: ``sqrt(prior) * log(R_local_j R_init_j^T)`` and
+  ``sqrt(prior_trans) * (t - t_init)``;
+- joint limits: ``sqrt(limit_weight) * violation`` of :mod:`.limits` boxes.
+
+The normal equations ``(J^T J + prior + damping) dx = -J^T r`` are solved
+with a batched Cholesky factorisation, entirely on the input's device. Only
+keypoints given in at least one frame and joints that move them are
+included, so sparse problems are cheap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .fk import NUM_JOINTS, ancestor_matrix, forward_kinematics, keypoints_from_world
+from .limits import limit_arrays
+from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, skew
+from .skeleton import PARENTS
+
+__all__ = ["refine", "DEFAULTS"]
+
+#: Default weights of :func:`refine`.
+DEFAULTS = dict(steps=5, prior=1e-4, prior_trans=1e-4, damping=1e-6, orient_weight=0.01, limit_weight=1.0)
+
+_ANC = ancestor_matrix()  # (32, 22)
+# joint e and its ancestors (orientation of e depends on them)
+_ANC_INCL = np.zeros((NUM_JOINTS, NUM_JOINTS), dtype=bool)
+for _e in range(NUM_JOINTS):
+    _c = _e
+    while _c >= 0:
+        _ANC_INCL[_e, _c] = True
+        _c = PARENTS[_c]
+_PARENT_IDX = [max(p, 0) for p in PARENTS]
+
+
+def _world_parent(world_rot: torch.Tensor) -> torch.Tensor:
+    wp = world_rot[:, _PARENT_IDX]
+    eye = torch.eye(3, dtype=world_rot.dtype, device=world_rot.device).expand(world_rot.shape[0], 1, 3, 3)
+    return torch.cat([eye, wp[:, 1:]], dim=1)
+
+
+@torch.no_grad()
+def refine(
+    local_rot: torch.Tensor,
+    root_pos: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    offsets: torch.Tensor,
+    end_offsets: torch.Tensor,
+    *,
+    steps: int = DEFAULTS["steps"],
+    orient_targets: torch.Tensor | None = None,
+    orient_weights: torch.Tensor | None = None,
+    orient_joints=None,
+    prior: float = DEFAULTS["prior"],
+    prior_trans: float = DEFAULTS["prior_trans"],
+    damping: float = DEFAULTS["damping"],
+    limits: bool = True,
+    limit_weight: float = DEFAULTS["limit_weight"],
+    init_local: torch.Tensor | None = None,
+    init_root: torch.Tensor | None = None,
+):
+    """Refine poses so that their keypoints reach the targets.
+
+    Parameters
+    ----------
+    local_rot : Tensor, shape (B, 22, 3, 3)
+        Starting local rotations (row 0 = root orientation).
+    root_pos : Tensor, shape (B, 3)
+    targets : Tensor, shape (B, 32, 3)
+        Target keypoints (anything where the weight is 0, NaN allowed).
+    weights : Tensor, shape (B, 32)
+        Per-keypoint weights (0 = not given; 1 = normal).
+    offsets : Tensor, shape (22, 3) or (B, 22, 3)
+    end_offsets : Tensor, shape (10, 3) or (B, 10, 3)
+    steps : int
+        Number of Gauss-Newton steps (0 returns the input).
+    orient_targets : Tensor, shape (B, E, 3, 3), optional
+        Target world orientations of the joints ``orient_joints``.
+    orient_weights : Tensor, shape (B, E), optional
+        0 where an orientation is not given.
+    orient_joints : sequence of int, optional
+        Joint index of each orientation target (default: the six effectors).
+    prior, prior_trans : float
+        Weights that keep local rotations (radians) and the root position
+        (metres) near the initial pose.
+    damping : float
+        Levenberg-Marquardt damping on the step.
+    limits : bool
+        Add the soft joint-limit residuals.
+    limit_weight : float
+        Weight of the joint-limit residuals.
+    init_local, init_root : Tensor, optional
+        Pose the prior pulls towards (default: the starting pose).
+
+    Returns
+    -------
+    local_rot : Tensor, shape (B, 22, 3, 3)
+    root_pos : Tensor, shape (B, 3)
+    """
+    B = local_rot.shape[0]
+    dt, dev = local_rot.dtype, local_rot.device
+    if steps <= 0 or B == 0:
+        return local_rot, root_pos
+    init_local = local_rot if init_local is None else init_local
+    init_root = root_pos if init_root is None else init_root
+    weights = weights.to(dt)
+    targets = torch.where(weights[..., None] > 0, targets, torch.zeros((), dtype=dt, device=dev))
+
+    # active keypoints and joints (union over the batch)
+    kp_active = (weights > 0).any(0).cpu().numpy()
+    use_orient = orient_targets is not None and orient_weights is not None
+    if use_orient:
+        if orient_joints is None:
+            from .network import EFFECTOR_JOINTS
+
+            orient_joints = EFFECTOR_JOINTS
+        orient_joints = list(orient_joints)
+        o_active = (orient_weights > 0).any(0).cpu().numpy()
+        use_orient = bool(o_active.any())
+    joint_active = _ANC[kp_active].any(0)
+    if use_orient:
+        oj = [orient_joints[i] for i in np.flatnonzero(o_active)]
+        oi = [int(i) for i in np.flatnonzero(o_active)]
+        joint_active |= _ANC_INCL[oj].any(0)
+    K = [int(k) for k in np.flatnonzero(kp_active)]
+    J = [int(j) for j in np.flatnonzero(joint_active)]
+    nk, nj = len(K), len(J)
+    if nk == 0 and not use_orient:
+        return local_rot, root_pos
+    n = 3 * nj + 3
+    A = torch.as_tensor(_ANC[np.ix_(K, J)], dtype=dt, device=dev)  # (nk, nj)
+    sw = weights[:, K].sqrt()  # (B, nk)
+    tgt = targets[:, K]
+    eye3 = torch.eye(3, dtype=dt, device=dev)
+    eye_n = torch.eye(n, dtype=dt, device=dev)
+    reg_diag = torch.full((n,), prior + damping, dtype=dt, device=dev)
+    reg_diag[-3:] = prior_trans + damping
+    if use_orient:
+        o_tgt = orient_targets[:, oi]
+        o_sw = orient_weights[:, oi].to(dt).sqrt()
+        o_A = torch.as_tensor(_ANC_INCL[np.ix_(oj, J)], dtype=dt, device=dev)  # (no, nj)
+    if limits:
+        lo, hi = limit_arrays(dt, dev)
+        lo, hi = lo[J], hi[J]
+        jj, aa, cc = np.meshgrid(np.arange(nj), np.arange(3), np.arange(3), indexing="ij")
+        diag_idx = torch.as_tensor(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1), device=dev)
+    init_local_inv = init_local[:, J].transpose(-1, -2)
+
+    L = local_rot.clone()
+    t = root_pos.clone()
+    # pair tables: for related joints (one is an ancestor-or-self of the other)
+    # the keypoints moved by both are those moved by the deeper one
+    anc_incl = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
+    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj))
+    A_t = A.t().contiguous()
+    deeper_flat = torch.as_tensor(deeper.reshape(-1), device=dev)
+    w_k = weights[:, K]  # (B, nk)
+
+    L = local_rot.clone()
+    t = root_pos.clone()
+    for _ in range(steps):
+        wr, wp = forward_kinematics(L, t, offsets)
+        kp = keypoints_from_world(wr, wp, end_offsets)
+        pk = kp[:, K]  # (B, nk, 3)
+        rk = pk - tgt  # (B, nk, 3)
+        wpk = pk * w_k[..., None]
+        wrk = rk * w_k[..., None]
+        feats = torch.cat(
+            [w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk, torch.cross(pk, wrk, dim=-1)],
+            dim=-1,
+        )  # (B, nk, 19)
+        T = A_t @ feats  # (B, nj, 19): sums over the keypoints each joint moves
+        pj = wp[:, J]  # (B, nj, 3)
+        T0 = torch.cat([T[..., :13], torch.zeros(B, 1, 13, dtype=dt, device=dev)], dim=1)
+        Tg = T0[:, deeper_flat].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
+        S = Tg[..., 0]
+        m = Tg[..., 1:4]
+        M = Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
+        pa = pj[:, :, None, :]  # p_i
+        pb = pj[:, None, :, :]  # p_i'
+        u = m - S[..., None] * pb
+        # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T
+        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
+        trq = Q.diagonal(dim1=-2, dim2=-1).sum(-1)  # (B, nj, nj)
+        H = torch.empty(B, n, n, dtype=dt, device=dev)
+        Hrr = H[:, : 3 * nj, : 3 * nj]
+        # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c)
+        Hrr.copy_(Q.permute(0, 1, 4, 2, 3).reshape(B, 3 * nj, 3 * nj)).neg_()
+        Hv = H.view(B, n, n)[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))
+        Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
+        Sj = T[..., 0]  # (B, nj)
+        mj = T[..., 1:4]  # (B, nj, 3)
+        Hrt = skew(mj - Sj[..., None] * pj).reshape(B, 3 * nj, 3)
+        H[:, : 3 * nj, 3 * nj:] = Hrt
+        H[:, 3 * nj:, : 3 * nj] = Hrt.transpose(1, 2)
+        H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
+        g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
+        g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
+        if use_orient:
+            err = matrix_to_axis_angle(wr[:, oj] @ o_tgt.transpose(-1, -2))  # (B, no, 3)
+            wo = o_sw ** 2  # (B, no)
+            # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
+            pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
+            Ho = (pair[..., None, None] * eye3).permute(0, 1, 3, 2, 4).reshape(B, 3 * nj, 3 * nj)
+            H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
+            go = torch.einsum("be,ei,bec->bic", wo, o_A, err).reshape(B, -1)
+            g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+        H.diagonal(dim1=1, dim2=2).add_(reg_diag)
+        # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
+        rpar = _world_parent(wr)[:, J]  # (B, nj, 3, 3)
+        dev_loc = matrix_to_axis_angle(L[:, J] @ init_local_inv)  # (B, nj, 3)
+        gp = (rpar @ dev_loc[..., None])[..., 0] * prior
+        g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
+        if limits:
+            v = matrix_to_axis_angle(L[:, J])
+            viol = torch.relu(v - hi) - torch.relu(lo - v)  # signed
+            act = (viol != 0).to(dt)  # (B, nj, 3)
+            # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
+            Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
+            gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
+            H.view(B, n * n)[:, diag_idx] += Hl.reshape(B, -1)
+            g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+        chol, info = torch.linalg.cholesky_ex(H)
+        step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
+        step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
+        w = torch.zeros(B, NUM_JOINTS, 3, dtype=dt, device=dev)
+        w[:, J] = step[:, : 3 * nj].reshape(B, nj, 3)
+        E = axis_angle_to_matrix(w)
+        L = _world_parent(wr).transpose(-1, -2) @ E @ wr
+        t = t + step[:, 3 * nj:]
+    return L, t

@@ -1,0 +1,525 @@
+"""Train the IK network.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m model.train --steps 6000 --out .cache/train --device cpu
+
+(``python -m neural_ik.model.train`` when installed as a package; running
+``model/train.py`` directly works too.) Resumes automatically from
+``<out>/checkpoint.pt`` unless ``--fresh``; writes ``<out>/final.pt`` (full
+precision) and, with ``--export``, the shippable ``weights/neural_ik.pt``.
+
+Data: :func:`.dataset.load_clips` (CMU clips on the canonical skeleton),
+subject 6 held out (never seen in training; only logged for information).
+Every batch is augmented on the training device, in torch:
+
+- left/right mirroring (p = 0.5);
+- limb swapping: arms and/or legs taken from another random frame;
+- synthetic poses: every local rotation perturbed by a random rotation with
+  per-joint, per-axis scales (:data:`.augment.JOINT_AXIS_SCALE`), then
+  projected into the joint limits;
+- random bone lengths (per bone, left/right symmetric) and overall scale;
+- a random heading (the encoding cancels it, so this only exercises the
+  heading estimate) and keypoint noise on the network's input;
+- masks: half the batch *dense* (each keypoint dropped with a per-sample
+  probability up to ``--max-drop``), half *sparse* (the six effectors,
+  random elbow/knee hints, and for some samples the pelvis or all effector
+  orientations).
+
+Loss: geodesic angle of local and world rotations (radians) + ``--w-pos``
+times the FK keypoint error (metres, with the augmented skeleton) + a joint
+limit penalty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the package importable
+    _repo = Path(__file__).resolve().parent.parent
+    import importlib.util
+
+    if "neural_ik" not in sys.modules:
+        _spec = importlib.util.spec_from_file_location("neural_ik", _repo / "__init__.py", submodule_search_locations=[str(_repo)])
+        _mod = importlib.util.module_from_spec(_spec)
+        sys.modules["neural_ik"] = _mod
+        _spec.loader.exec_module(_mod)
+    __package__ = "neural_ik.model"
+    from neural_ik.model import augment as _augment  # noqa: F401
+
+from . import limits as lim
+from .augment import JOINT_AXIS_SCALE
+from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
+from .network import EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
+from .rotations import axis_angle_to_matrix, geodesic_angle, rot_z
+from .skeleton import CANONICAL, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS, MIRROR_KEYPOINTS
+
+__all__ = ["TrainConfig", "PoseData", "load_pose_data", "synthetic_pose_data", "Augmenter", "train", "export_weights", "FORMAT_VERSION", "main"]
+
+#: Version of the shipped weights format (see :func:`export_weights`).
+FORMAT_VERSION = 1
+
+_ARMS = [JOINTS.index(n) for n in JOINTS if n.startswith(("clavicle", "upperarm", "forearm", "hand"))]
+_LEGS = [JOINTS.index(n) for n in JOINTS if n.startswith(("thigh", "calf", "foot", "toe"))]
+_END_MIRROR = [END_POINTS.index(KEYPOINTS[k]) for k in MIRROR_KEYPOINTS[NUM_JOINTS:]]
+
+
+class TrainConfig:
+    """Hyperparameters (all overridable from the command line)."""
+
+    def __init__(self, **kw):
+        self.steps = 6000
+        self.batch = 512
+        self.lr = 1e-3
+        self.weight_decay = 0.05
+        self.width = 512
+        self.blocks = 3
+        self.dropout = 0.0
+        self.w_local = 1.0
+        self.w_world = 1.0
+        self.w_pos = 10.0
+        self.w_limit = 0.1
+        self.p_mirror = 0.5
+        self.p_swap = 0.3
+        self.p_synth = 0.5
+        self.synth_deg = 15.0
+        self.bone_sigma = 0.05
+        self.scale_sigma = 0.08
+        self.noise_m = 0.004
+        self.max_drop = 0.3
+        self.p_sparse = 0.5
+        self.seed = 0
+        self.threads = 2
+        self.device = "cpu"
+        self.log_every = 100
+        self.ckpt_every = 500
+        self.eval_every = 1000
+        for k, v in kw.items():
+            if not hasattr(self, k):
+                raise TypeError(f"unknown config key {k}")
+            setattr(self, k, v)
+
+    def as_dict(self):
+        return dict(vars(self))
+
+
+class PoseData:
+    """Training poses as tensors: local_rot (N,22,3,3), root (N,3), offsets (N,22,3), end_offsets (N,10,3)."""
+
+    def __init__(self, local_rot, root_pos, offsets, end_offsets):
+        self.local_rot = local_rot
+        self.root_pos = root_pos
+        self.offsets = offsets
+        self.end_offsets = end_offsets
+
+    def __len__(self):
+        return self.local_rot.shape[0]
+
+    def to(self, device):
+        return PoseData(*(t.to(device) for t in (self.local_rot, self.root_pos, self.offsets, self.end_offsets)))
+
+
+def _clips_to_data(clips) -> PoseData:
+    lr = np.concatenate([c.local_rot for c in clips]).astype(np.float32)
+    rp = np.concatenate([c.root_pos for c in clips]).astype(np.float32)
+    off = np.concatenate([np.broadcast_to(c.skeleton.offsets, (len(c), NUM_JOINTS, 3)) for c in clips]).astype(np.float32)
+    eo = np.concatenate([np.broadcast_to(c.skeleton.end_offsets, (len(c), len(END_POINTS), 3)) for c in clips]).astype(np.float32)
+    return PoseData(*(torch.from_numpy(np.ascontiguousarray(a)) for a in (lr, rp, off, eo)))
+
+
+def load_pose_data(holdout=(6,), fps=30.0, root=None):
+    """``(train PoseData, held-out PoseData, info dict)`` from the CMU clips."""
+    from .dataset import load_clips, split_by_subject
+
+    clips = load_clips(root=root, fps=fps)
+    tr, te = split_by_subject(clips, holdout=holdout)
+    info = {
+        "train_clips": len(tr), "train_frames": int(sum(len(c) for c in tr)),
+        "heldout_clips": len(te), "heldout_frames": int(sum(len(c) for c in te)),
+        "train_subjects": sorted({c.subject for c in tr}), "heldout_subjects": sorted({c.subject for c in te}), "fps": fps,
+    }
+    return _clips_to_data(tr), (_clips_to_data(te) if te else None), info
+
+
+def synthetic_pose_data(n: int, seed: int = 0, sigma_deg: float = 20.0) -> PoseData:
+    """Random plausible poses: the rest pose perturbed and projected into the joint limits."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.as_tensor(JOINT_AXIS_SCALE, dtype=torch.float32)
+    aa = torch.randn(n, NUM_JOINTS, 3, generator=g) * scale * math.radians(sigma_deg)
+    lr = lim.project_to_limits(axis_angle_to_matrix(aa))
+    head = rot_z(torch.rand(n, generator=g) * 2 * math.pi)
+    lr[:, 0] = head @ lr[:, 0]
+    root = torch.tensor(CANONICAL.offsets[0], dtype=torch.float32).expand(n, 3).clone()
+    root[:, :2] += torch.randn(n, 2, generator=g)
+    off = torch.tensor(CANONICAL.offsets, dtype=torch.float32).expand(n, -1, -1).clone()
+    eo = torch.tensor(CANONICAL.end_offsets, dtype=torch.float32).expand(n, -1, -1).clone()
+    return PoseData(lr, root, off, eo)
+
+
+class Augmenter:
+    """Batched torch augmentation and mask sampling on the training device."""
+
+    def __init__(self, data: PoseData, cfg: TrainConfig, device, generator: torch.Generator):
+        self.data = data
+        self.cfg = cfg
+        self.dev = device
+        self.g = generator
+        self.mirror_mat = torch.tensor([-1.0, 1.0, 1.0], device=device)
+        self.axis_scale = torch.as_tensor(JOINT_AXIS_SCALE, dtype=torch.float32, device=device)
+        self.mj = torch.as_tensor(MIRROR_JOINTS, device=device)
+        self.me = torch.as_tensor(_END_MIRROR, device=device)
+        self.mk = torch.as_tensor(MIRROR_KEYPOINTS, device=device)
+        sym = torch.as_tensor(MIRROR_JOINTS, device=device)
+        self.sym_j = sym
+        self.eff = torch.as_tensor(EFFECTOR_KP, device=device)
+        self.hint = torch.as_tensor(HINT_KP, device=device)
+
+    def _rand(self, *shape):
+        return torch.rand(*shape, generator=self.g, device=self.dev)
+
+    def _randn(self, *shape):
+        return torch.randn(*shape, generator=self.g, device=self.dev)
+
+    def sample(self, batch: int, augment: bool = True):
+        """One training batch.
+
+        Returns
+        -------
+        dict with ``local`` (B,22,3,3), ``root`` (B,3), ``offsets``, ``end_offsets``,
+        ``kp`` (clean targets, B,32,3), ``kp_in`` (noisy input), ``mask`` (B,32),
+        ``orient`` (B,6,3,3), ``orient_mask`` (B,6), ``sparse`` (B,) bool.
+        """
+        cfg, d = self.cfg, self.data
+        n = len(d)
+        idx = torch.randint(0, n, (batch,), generator=self.g, device=self.dev)
+        L = d.local_rot[idx].clone()
+        root = d.root_pos[idx].clone()
+        off = d.offsets[idx].clone()
+        eo = d.end_offsets[idx].clone()
+        if augment:
+            # limb swapping
+            for part in (_ARMS, _LEGS):
+                sw = self._rand(batch) < cfg.p_swap
+                if sw.any():
+                    other = torch.randint(0, n, (batch,), generator=self.g, device=self.dev)
+                    L[:, part] = torch.where(sw[:, None, None, None], d.local_rot[other][:, part], L[:, part])
+            # mirroring
+            mir = self._rand(batch) < cfg.p_mirror
+            if mir.any():
+                M = self.mirror_mat
+                Lm = L[:, self.mj] * M[:, None] * M[None, :]  # M R M == elementwise sign flip
+                L = torch.where(mir[:, None, None, None], Lm, L)
+                root = torch.where(mir[:, None], root * M, root)
+                off = torch.where(mir[:, None, None], off[:, self.mj] * M, off)
+                eo = torch.where(mir[:, None, None], eo[:, self.me] * M, eo)
+            # synthetic perturbation
+            syn = self._rand(batch) < cfg.p_synth
+            if syn.any():
+                sig = math.radians(cfg.synth_deg) * self._rand(batch, 1, 1)
+                aa = self._randn(batch, NUM_JOINTS, 3) * self.axis_scale * sig
+                aa[:, 0] *= 0.5
+                Lp = lim.project_to_limits(L @ axis_angle_to_matrix(aa))
+                L = torch.where(syn[:, None, None, None], Lp, L)
+            # random heading
+            head = rot_z(self._rand(batch) * 2 * math.pi)
+            L = torch.cat([(head @ L[:, 0])[:, None], L[:, 1:]], 1)
+            root = (head @ root[..., None])[..., 0]
+            # bone lengths
+            f = 1.0 + (self._randn(batch, NUM_JOINTS) * cfg.bone_sigma).clamp(-0.25, 0.25)
+            f = 0.5 * (f + f[:, self.sym_j])
+            fe = 1.0 + (self._randn(batch, eo.shape[1]) * cfg.bone_sigma).clamp(-0.25, 0.25)
+            fe = 0.5 * (fe + fe[:, self.me])
+            s = torch.exp(self._randn(batch, 1) * cfg.scale_sigma)
+            off = off * (f * s)[..., None]
+            eo = eo * (fe * s)[..., None]
+        kp = fk_keypoints(L, root, off, eo)
+        # masks
+        sparse = self._rand(batch) < cfg.p_sparse
+        p_drop = self._rand(batch, 1) * cfg.max_drop
+        dense_mask = self._rand(batch, NUM_KEYPOINTS) >= p_drop
+        sparse_mask = torch.zeros(batch, NUM_KEYPOINTS, dtype=torch.bool, device=self.dev)
+        sparse_mask[:, self.eff] = True
+        # hints: none (40 %), each with p = 0.5 (30 %), all four (30 %)
+        hint_mode = self._rand(batch, 1)
+        hints = ((self._rand(batch, len(HINT_KP)) < 0.5) & (hint_mode >= 0.4)) | (hint_mode >= 0.7)
+        sparse_mask[:, self.hint] = hints
+        mask = torch.where(sparse[:, None], sparse_mask, dense_mask)
+        mask[~mask.any(1), 0] = True
+        # orientations (sparse only): none / pelvis only / all six
+        omode = self._rand(batch)
+        omask = torch.zeros(batch, NUM_EFF, dtype=torch.bool, device=self.dev)
+        omask[:, 0] = sparse & (omode > 0.5)
+        omask[:, 1:] = (sparse & (omode > 0.75))[:, None]
+        from .network import EFFECTOR_JOINTS
+        # world orientations of the effector joints
+        wr = _world_rot(L)
+        orient = wr[:, list(EFFECTOR_JOINTS)]
+        kp_in = kp
+        if augment and cfg.noise_m > 0:
+            kp_in = kp + self._randn(*kp.shape) * cfg.noise_m * self._rand(batch, 1, 1)
+        return dict(local=L, root=root, offsets=off, end_offsets=eo, kp=kp, kp_in=kp_in, mask=mask, orient=orient,
+                    orient_mask=omask, sparse=sparse)
+
+
+def _world_rot(L):
+    from .fk import forward_kinematics
+
+    return forward_kinematics(L, torch.zeros(L.shape[0], 3, dtype=L.dtype, device=L.device),
+                              torch.zeros(NUM_JOINTS, 3, dtype=L.dtype, device=L.device))[0]
+
+
+def compute_loss(net: IKNet, b: dict, cfg: TrainConfig):
+    """Loss and a dict of its parts (floats) for one batch."""
+    local, root, rot6 = net.predict(b["kp_in"], b["mask"], b["offsets"], b["end_offsets"], b["orient"], b["orient_mask"])
+    kp, (wr, _) = fk_keypoints(local, root, b["offsets"], b["end_offsets"], return_world=True)
+    wr_gt = _world_rot(b["local"])
+    g_local = geodesic_angle(local, b["local"]).mean()
+    g_world = geodesic_angle(wr, wr_gt).mean()
+    pos = (kp - b["kp"]).norm(dim=-1).mean()
+    limit = lim.limit_penalty(local)
+    # keep the raw 6D near unit length (well conditioned Gram-Schmidt)
+    reg = ((rot6[..., :3].norm(dim=-1) - 1) ** 2).mean() + ((rot6[..., 3:].norm(dim=-1) - 1) ** 2).mean()
+    loss = cfg.w_local * g_local + cfg.w_world * g_world + cfg.w_pos * pos + cfg.w_limit * limit + 0.01 * reg
+    parts = {"loss": loss.item(), "local_deg": math.degrees(g_local.item()), "world_deg": math.degrees(g_world.item()),
+             "pos_mm": 1000 * pos.item(), "limit": limit.item()}
+    return loss, parts
+
+
+class Progress:
+    """A minimal progress bar on stderr."""
+
+    def __init__(self, total, start=0, stream=sys.stderr, enabled=True):
+        self.total, self.start, self.stream, self.enabled = total, start, stream, enabled
+        self.t0 = time.time()
+
+    def update(self, step, text=""):
+        if not self.enabled:
+            return
+        done = step - self.start
+        el = time.time() - self.t0
+        rate = done / el if el > 0 else 0.0
+        eta = (self.total - step) / rate if rate > 0 else 0.0
+        frac = step / max(self.total, 1)
+        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+        self.stream.write(f"\r[{bar}] {step}/{self.total} {rate:.1f} it/s ETA {eta / 60:.1f} min {text}   ")
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@torch.no_grad()
+def quick_eval(net, data: PoseData, device, n=2048, seed=123):
+    """Network-only dense / sparse errors on (a fixed subset of) a data set."""
+    net.eval()
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    idx = torch.randperm(len(data), generator=g)[:n]
+    L, root, off, eo = (t[idx].to(device) for t in (data.local_rot, data.root_pos, data.offsets, data.end_offsets))
+    kp = fk_keypoints(L, root, off, eo)
+    wr_gt = _world_rot(L)
+    out = {}
+    for mode in ("dense", "sparse"):
+        mask = torch.ones(len(idx), NUM_KEYPOINTS, dtype=torch.bool, device=device)
+        if mode == "sparse":
+            mask[:] = False
+            mask[:, list(EFFECTOR_KP)] = True
+        lo, ro, _ = net.predict(kp, mask, off, eo)
+        kpp, (wr, _) = fk_keypoints(lo, ro, off, eo, return_world=True)
+        out[f"{mode}_deg"] = math.degrees(geodesic_angle(wr, wr_gt).mean().item())
+        out[f"{mode}_mm"] = 1000 * (kpp[:, :NUM_JOINTS] - kp[:, :NUM_JOINTS]).norm(dim=-1).mean().item()
+    net.train()
+    return out
+
+
+def _save_ckpt(path: Path, net, opt, sched, step, gen, cfg, extra):
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+                "gen": gen.get_state(), "cfg": cfg.as_dict(), "extra": extra}, tmp)
+    os.replace(tmp, path)
+
+
+def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | None = None, resume=True, progress=True,
+          log=None, info=None):
+    """Train an :class:`IKNet` and return it (in eval mode) with a history list.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+    data : PoseData
+        Training poses (any device; moved to ``cfg.device``).
+    out_dir : str or Path, optional
+        Where ``checkpoint.pt`` / ``final.pt`` / ``log.jsonl`` go; no files when None.
+    heldout : PoseData, optional
+        Only logged (never used for selection).
+    resume : bool
+        Continue from ``out_dir/checkpoint.pt`` when it exists.
+    """
+    dev = torch.device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    if dev.type == "cpu" and cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    data = data.to(dev)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    aug = Augmenter(data, cfg, dev, gen)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout).to(dev)
+    # normalisation statistics from augmented batches (fixed seed)
+    with torch.no_grad():
+        feats = []
+        for _ in range(8):
+            b = aug.sample(1024)
+            feats.append(encode(b["kp_in"], b["mask"], b["offsets"], b["end_offsets"], b["orient"], b["orient_mask"])[0])
+        net.set_normalisation(torch.cat(feats))
+    decay, no_decay = [], []
+    for name, p in net.named_parameters():
+        (decay if p.dim() == 2 else no_decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.99))
+    warm = min(300, max(cfg.steps // 20, 1))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps))))
+    start = 0
+    history = []
+    out = Path(out_dir) if out_dir is not None else None
+    t_used = 0.0
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        ck = out / "checkpoint.pt"
+        if resume and ck.exists():
+            st = torch.load(ck, map_location=dev, weights_only=False)
+            net.load_state_dict(st["model"])
+            opt.load_state_dict(st["opt"])
+            sched.load_state_dict(st["sched"])
+            gen.set_state(st["gen"])
+            start = st["step"]
+            t_used = st.get("extra", {}).get("seconds", 0.0)
+            print(f"resumed from {ck} at step {start}", file=sys.stderr)
+        (out / "config.json").write_text(json.dumps(cfg.as_dict(), indent=1))
+    logf = open(out / "log.jsonl", "a") if out is not None else None
+    bar = Progress(cfg.steps, start, enabled=progress)
+    net.train()
+    t0 = time.time()
+    for step in range(start, cfg.steps):
+        b = aug.sample(cfg.batch)
+        loss, parts = compute_loss(net, b, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        s = step + 1
+        if s % cfg.log_every == 0 or s == cfg.steps:
+            rec = {"step": s, "lr": sched.get_last_lr()[0], "seconds": t_used + time.time() - t0, **parts}
+            if heldout is not None and (s % cfg.eval_every == 0 or s == cfg.steps):
+                rec.update({"heldout_" + k: v for k, v in quick_eval(net, heldout, dev).items()})
+            history.append(rec)
+            if logf:
+                logf.write(json.dumps(rec) + "\n")
+                logf.flush()
+            if log:
+                log(rec)
+        bar.update(s, f"loss {parts['loss']:.3f} {parts['world_deg']:.1f}deg {parts['pos_mm']:.1f}mm")
+        if out is not None and (s % cfg.ckpt_every == 0 or s == cfg.steps):
+            _save_ckpt(out / "checkpoint.pt", net, opt, sched, s, gen, cfg, {"seconds": t_used + time.time() - t0})
+    bar.close()
+    seconds = t_used + time.time() - t0
+    net.eval()
+    if out is not None:
+        torch.save({"model": net.state_dict(), "cfg": cfg.as_dict(), "seconds": seconds, "info": info or {}}, out / "final.pt")
+    if logf:
+        logf.close()
+    net.train_seconds = seconds
+    return net, history
+
+
+def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict | None = None, half: bool = True):
+    """Write the shippable weights file.
+
+    The file is a plain dict (loadable with ``torch.load(weights_only=True)``)::
+
+        {"format": "neural_ik", "format_version": 1,
+         "keypoints": [...32 names...], "joints": [...22 names...],
+         "num_features": int, "num_outputs": int,
+         "hparams": {"width", "blocks", "dropout"},
+         "state": {parameter name: tensor (float16 for weight matrices)},
+         "feat_mean": tensor, "feat_std": tensor,   # normalisation stats
+         "train": {...primitives: config, data, time...}}
+    """
+    from .network import NUM_FEATURES, NUM_OUTPUTS
+
+    state = {}
+    for k, v in net.state_dict().items():
+        v = v.detach().cpu()
+        if half and v.dim() == 2:
+            v = v.half()
+        else:
+            v = v.float()
+        state[k] = v.contiguous()
+    payload = {
+        "format": "neural_ik",
+        "format_version": FORMAT_VERSION,
+        "keypoints": list(KEYPOINTS),
+        "joints": list(JOINTS),
+        "num_features": NUM_FEATURES,
+        "num_outputs": NUM_OUTPUTS,
+        "hparams": dict(net.hparams),
+        "state": state,
+        "feat_mean": net.feat_mean.detach().cpu().float().clone(),
+        "feat_std": net.feat_std.detach().cpu().float().clone(),
+        "train": json.loads(json.dumps({"config": cfg.as_dict() if cfg else {}, **(info or {})})),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def main(argv=None):
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description="Train the Neural IK network", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    defaults = TrainConfig()
+    for k, v in defaults.as_dict().items():
+        p.add_argument("--" + k.replace("_", "-"), type=type(v) if not isinstance(v, bool) else int, default=v)
+    p.add_argument("--out", default=".cache/train", help="checkpoint / log folder")
+    p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    p.add_argument("--export", default=None, help="also write shippable weights here (e.g. weights/neural_ik.pt)")
+    p.add_argument("--data", default=None, help="BVH folder (default ../shared/mocap/cmu)")
+    p.add_argument("--fps", type=float, default=30.0)
+    p.add_argument("--synthetic", type=int, default=0, help="train on N synthetic poses instead of the mocap")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    cfg = TrainConfig(**{k: getattr(a, k) for k in defaults.as_dict()})
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda requested but CUDA is not available")
+    if a.synthetic:
+        data, held, info = synthetic_pose_data(a.synthetic, cfg.seed), synthetic_pose_data(1024, cfg.seed + 1), {"synthetic": a.synthetic}
+    else:
+        data, held, info = load_pose_data(fps=a.fps, root=a.data)
+    print(f"training on {len(data)} poses ({json.dumps(info)})", file=sys.stderr)
+    net, hist = train(cfg, data, a.out, heldout=held, resume=not a.fresh, progress=not a.no_progress, info=info)
+    info = dict(info, seconds=round(getattr(net, "train_seconds", 0.0), 1), steps=cfg.steps,
+                hardware=f"{torch.get_num_threads()} CPU threads" if cfg.device == "cpu" else cfg.device,
+                command="python -m model.train " + " ".join(argv if argv is not None else sys.argv[1:]))
+    if a.export:
+        export_weights(net.cpu(), a.export, cfg, info)
+        print(f"wrote {a.export}", file=sys.stderr)
+    if hist:
+        print(json.dumps(hist[-1]), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
