@@ -155,6 +155,8 @@ def smooth_keypoints(x, method: str = "oneeuro", strength: float = 0.5, fps: flo
         raise ValueError(f"unknown smoothing method {method!r}; known: {', '.join(METHODS)}")
     x = np.asarray(x, dtype=np.float64)
     shape = x.shape
+    if shape[0] == 0:
+        return x.copy()
     flat = x.reshape(shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
     filled, nan = _fill_nan(flat)
     out = _filter_2d(filled, method, float(strength), float(fps))
@@ -170,7 +172,11 @@ def smooth_rotations(quats, method: str = "oneeuro", strength: float = 0.5, fps:
     """
     if method not in METHODS:
         raise ValueError(f"unknown smoothing method {method!r}; known: {', '.join(METHODS)}")
-    q = quat_continuity(np.asarray(quats, dtype=np.float64))
+    q = np.asarray(quats, dtype=np.float64)
+    if q.shape[0] == 0:
+        return q.copy()
+    n = np.linalg.norm(q, axis=-1, keepdims=True)
+    q = quat_continuity(q / np.where(n > 1e-12, n, 1.0))
     if method == "none" or strength <= 0 or len(q) < 3:
         return q
     out = smooth_keypoints(q, method, strength, fps)
