@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -88,8 +89,6 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     except KeypointReadError as ex:
         raise CliError(str(ex)) from None
     t_read = time.perf_counter() - t0
-    if progress is not None:
-        progress.clip_frames = clip.num_frames if args.frames is None else _sliced(clip.num_frames, args.frames)
     result = _bake(target, clip, source, args, solver=solver, progress=progress, cancel=cancel,
                    action_name=action_name or action_name_for(source), mapping=mapping)
     action = getattr(result, "action", None)
@@ -105,14 +104,64 @@ def _sliced(n, frames):
     return len(range(n)[slice(a, b)])
 
 
-def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping):
-    from ..blender_io.bake import BakeError
+def baked_frame_count(n_source, source_fps, fps, frames=None):
+    """Frames a bake makes from ``n_source`` source frames (after ``--frames`` and resampling)."""
+    n = _sliced(n_source, frames) if frames is not None else n_source
+    if n < 2 or abs(fps - source_fps) < 1e-6:
+        return n
+    return int(math.floor((n - 1) / source_fps * fps + 1e-6)) + 1
 
-    options = common.bake_options(args, action_name=action_name)
+
+def set_scene_fps(scene, fps):
+    """Set a scene's frame rate (``fps`` / ``fps_base``) to ``fps``."""
+    whole = int(math.ceil(fps - 1e-6))
+    scene.render.fps = whole
+    scene.render.fps_base = whole / float(fps)
+
+
+def prepare_scene(target, fps, n_frames, frame_start=None):
+    """Frame rate and frame range of a scene the CLI made (imported or built-in targets).
+
+    A ``.blend`` target's scene keeps its own settings (the bake defaults to
+    its frame rate); other targets play at the baked rate and their frame
+    range grows to hold the longest baked clip.
+
+    Returns
+    -------
+    float or None
+        The frame rate to bake at (``None``: the scene's).
+    """
+    import bpy
+
+    if target.kind == "blend":
+        return None
+    scene = bpy.context.scene
+    set_scene_fps(scene, fps)
+    start = scene.frame_start if frame_start is None else frame_start
+    end = start + max(int(n_frames), 1) - 1
+    if not getattr(target, "range_set", False):
+        scene.frame_end = max(end, scene.frame_start)
+        target.range_set = True
+    else:
+        scene.frame_end = max(scene.frame_end, end)
+    return fps
+
+
+def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping):
+    from ..blender_io.bake import BakeCancelled, BakeError
+
+    fps = args.fps or clip.fps
+    n = baked_frame_count(clip.num_frames, clip.fps, fps, args.frames)
+    fps = prepare_scene(target, fps, n, args.frame_start)
+    if progress is not None:
+        progress.clip_frames = n
+    options = common.bake_options(args, action_name=action_name, fps=fps)
     callback = progress.callback() if progress is not None else None
     try:
         return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
                                solver=solver, progress=callback, cancel=cancel)
+    except BakeCancelled:
+        raise KeyboardInterrupt from None
     except BakeError as ex:
         raise CliError("{}: {}".format(source, ex)) from None
     except (ValueError, KeyError) as ex:  # e.g. a layout that gives no usable keypoints
@@ -134,13 +183,21 @@ def write_outputs(target, result, out=None, exports=()):
     """Save the ``.blend`` and the exports of one baked clip; returns ``(paths, seconds)``."""
     from .export import export_armature, save_blend
 
+    import bpy
+
     t0 = time.perf_counter()
     paths = []
     start = int(result.frame_start)
     end = start + int(result.frames) - 1
-    for path in exports:
-        export_armature(target.obj, path, start, end)
-        paths.append(os.path.abspath(path))
+    scene = bpy.context.scene
+    saved = (scene.render.fps, scene.render.fps_base)
+    try:
+        set_scene_fps(scene, float(result.fps))  # exporters take the frame time from the scene
+        for path in exports:
+            export_armature(target.obj, path, start, end)
+            paths.append(os.path.abspath(path))
+    finally:
+        scene.render.fps, scene.render.fps_base = saved
     if out is not None:
         save_blend(out)
         paths.append(os.path.abspath(out))

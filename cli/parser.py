@@ -22,6 +22,8 @@ from ..device import DEVICE_CHOICES
 #: Subcommand modules of this package, in the order ``--help`` lists them.
 SUBCOMMANDS = [
     "info",
+    "bake",
+    "batch",
 ]
 
 #: Program name in usage messages when run inside Blender.

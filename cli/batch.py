@@ -1,0 +1,355 @@
+"""``batch``: bake every keypoint clip of a folder onto one target rig.
+
+``neural-ik batch INPUT_DIR --target TARGET --out-dir DIR [--pattern GLOB] [--export FMT] [options]``
+
+Every clip becomes its own action, named after its path below INPUT_DIR.
+Outputs: one ``.blend`` holding the target and every action
+(``--out``, default ``DIR/batch.blend``; ``--no-blend`` to skip) and/or one
+export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
+``DIR/<clip path>.<fmt>``), plus the JSON report (``DIR/report.json`` unless
+``--report``).
+
+- The target is loaded once and the network once; one bad clip is reported
+  and skipped, the others complete (exit code 1 when any failed).
+- A rerun skips clips whose outputs are all newer than the clip (for the
+  ``.blend``: it holds the clip's action and is newer); ``--force`` bakes
+  everything again. Actions of skipped clips are carried over into the new
+  ``.blend``.
+- Every file is written to a temporary name and renamed when complete.
+  Ctrl-C (SIGINT) stops after cleaning up: the clip in progress is dropped,
+  temporary files are removed, the report lists what completed, and the exit
+  code is 130. A second Ctrl-C aborts at once (still removing temporary files).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import signal
+import sys
+import time
+
+from . import common
+from .common import CliError, UsageError, guarded
+
+__all__ = ["add_parser", "run", "find_clips", "ClipJob"]
+
+EXPORT_FORMATS = ("bvh", "fbx", "glb", "gltf")
+
+
+def add_parser(subparsers):
+    """Add the ``batch`` subcommand."""
+    parser = subparsers.add_parser(
+        "batch",
+        help="bake every keypoint clip of a folder onto one rig",
+        description=(
+            "Bake every keypoint file below INPUT_DIR (.npz, .npy, .json, .csv, .trc, .bvh, .fbx; or those "
+            "matching --pattern) onto TARGET, each clip as its own action. Writes one .blend holding them all "
+            "and/or one export per clip, and a JSON report. A bad clip is reported and skipped. Clips whose "
+            "outputs are newer than the clip are skipped unless --force. Exit codes: 0 all clips done, "
+            "1 some failed, 2 bad arguments, 130 interrupted."
+        ),
+    )
+    parser.add_argument("input_dir", metavar="INPUT_DIR", help="folder of keypoint clips (searched recursively)")
+    parser.add_argument("--out-dir", metavar="DIR", required=True, help="output folder (created when missing)")
+    parser.add_argument("--pattern", metavar="GLOB", default=None,
+                        help="only files matching this glob, relative to INPUT_DIR ('**/' for subfolders; "
+                             "default: every readable file, recursively)")
+    parser.add_argument("--out", metavar="NAME.blend", default="batch.blend",
+                        help="the .blend holding the target and every action, in DIR unless a path "
+                             "(default: batch.blend)")
+    parser.add_argument("--no-blend", action="store_true", help="write no .blend (exports only)")
+    parser.add_argument("--export", metavar="FMT", action="append", default=None,
+                        choices=EXPORT_FORMATS,
+                        help="also export each clip as DIR/<clip>.FMT with Blender's exporter (repeatable)")
+    parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
+    common.add_bake_arguments(parser)
+    return parser
+
+
+def find_clips(input_dir, pattern=None, exclude=None):
+    """Keypoint files below ``input_dir``, sorted.
+
+    Parameters
+    ----------
+    input_dir : str
+    pattern : str, optional
+        Glob relative to ``input_dir``; default: every file with a readable
+        extension, recursively.
+    exclude : str, optional
+        A folder to leave out (the output folder when it lies inside).
+
+    Returns
+    -------
+    list of str
+        Absolute paths; hidden files and folders are left out.
+    """
+    root = os.path.abspath(input_dir)
+    exclude = os.path.abspath(exclude) if exclude else None
+    if pattern:
+        paths = glob.glob(os.path.join(root, pattern), recursive=True)
+    else:
+        paths = []
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in files:
+                if os.path.splitext(name)[1].lower() in common.SOURCE_EXTENSIONS:
+                    paths.append(os.path.join(folder, name))
+    out = []
+    for path in paths:
+        path = os.path.abspath(path)
+        rel = os.path.relpath(path, root)
+        if not os.path.isfile(path) or any(part.startswith(".") for part in rel.split(os.sep)):
+            continue
+        if exclude and (path + os.sep).startswith(exclude + os.sep):
+            continue
+        if fnmatch.fnmatch(os.path.basename(path), "*.partial.*"):
+            continue
+        out.append(path)
+    return sorted(set(out))
+
+
+class ClipJob:
+    """One clip of a batch: its outputs, whether it is up to date, its report row."""
+
+    def __init__(self, source, root, out_dir, exports, stems):
+        self.source = source
+        rel = os.path.relpath(source, root)
+        stem = os.path.splitext(rel)[0]
+        if stems.count(stem) > 1:  # walk.npz and walk.bvh side by side
+            stem = rel.replace(".", "_")
+        self.rel = rel
+        self.action_name = stem.replace(os.sep, "/")
+        self.exports = [os.path.join(out_dir, "{}.{}".format(stem, fmt)) for fmt in exports]
+        self.row = None
+
+    def exports_fresh(self):
+        """Whether every per-clip export exists and is newer than the clip."""
+        src = os.path.getmtime(self.source)
+        return all(os.path.isfile(p) and os.path.getmtime(p) > src for p in self.exports)
+
+
+def _blend_actions(path):
+    """Names of the actions stored in a ``.blend`` (empty when unreadable)."""
+    import bpy
+
+    try:
+        with bpy.data.libraries.load(path, link=False) as (data_from, _data_to):
+            return set(data_from.actions)
+    except Exception:
+        return set()
+
+
+def _carry_actions(path, names):
+    """Append the named actions from an older ``.blend`` (actions of skipped clips)."""
+    import bpy
+
+    names = [n for n in names if n not in bpy.data.actions]
+    if not names:
+        return []
+    with bpy.data.libraries.load(path, link=False) as (_data_from, data_to):
+        data_to.actions = list(names)
+    carried = []
+    for action in data_to.actions:
+        if action is not None:
+            action.use_fake_user = True
+            carried.append(action.name)
+    return carried
+
+
+class _Interrupt:
+    """SIGINT handler: the first Ctrl-C asks to stop cleanly, the second aborts at once."""
+
+    def __init__(self, progress):
+        self.requested = False
+        self.progress = progress
+        self.previous = None
+
+    def __call__(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.progress.message("interrupted: stopping after cleaning up (Ctrl-C again to abort now)")
+
+    def install(self):
+        try:
+            self.previous = signal.signal(signal.SIGINT, self)
+        except ValueError:  # not the main thread
+            self.previous = None
+        return self
+
+    def restore(self):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _remove_action(name):
+    import bpy
+
+    action = bpy.data.actions.get(name) if name else None
+    if action is not None:
+        bpy.data.actions.remove(action)
+
+
+@guarded
+def run(args):
+    """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments) or 130 (interrupted)."""
+    from .bake import get_solver, write_outputs, bake_file
+    from .targets import check_target, load_target, new_scene, target_label
+
+    started = time.perf_counter()
+    if not os.path.isdir(args.input_dir):
+        raise UsageError("{}: no such folder".format(args.input_dir))
+    check_target(args.target)
+    common.check_layout_argument(args.layout)
+    mapping = common.load_bone_mapping(args.mapping)
+    out_dir = os.path.abspath(args.out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError("--out-dir {}: not a folder".format(args.out_dir))
+    blend = None
+    if not args.no_blend:
+        if not args.out.lower().endswith(".blend"):
+            raise UsageError("--out {}: must be a .blend file".format(args.out))
+        blend = args.out if os.path.dirname(args.out) else os.path.join(out_dir, args.out)
+        blend = os.path.abspath(blend)
+    exports = list(dict.fromkeys(args.export or []))
+    if blend is None and not exports:
+        raise UsageError("nothing to write: --no-blend needs --export FMT")
+    report_path = args.report if args.report is not None else os.path.join(out_dir, "report.json")
+
+    root = os.path.abspath(args.input_dir)
+    sources = find_clips(root, args.pattern, exclude=out_dir if out_dir != root else None)
+    if not sources:
+        what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
+            ", ".join(common.SOURCE_EXTENSIONS))
+        raise CliError("{}: no keypoint files {}".format(args.input_dir, what))
+    os.makedirs(out_dir, exist_ok=True)
+    stems = [os.path.splitext(os.path.relpath(s, root))[0] for s in sources]
+    jobs = [ClipJob(s, root, out_dir, exports, stems) for s in sources]
+
+    # what is up to date
+    old_actions = set()
+    if blend is not None and os.path.isfile(blend) and not args.force:
+        old_actions = _blend_actions(blend)
+    pending, skipped = [], []
+    for job in jobs:
+        fresh = (not args.force and job.exports_fresh()
+                 and (blend is None or (job.action_name in old_actions
+                                        and os.path.getmtime(blend) > os.path.getmtime(job.source))))
+        if fresh:
+            job.row = {"source": job.source, "target": target_label(args.target), "status": "skipped",
+                       "action": job.action_name, "reason": "outputs newer than the clip",
+                       "outputs": list(job.exports) + ([blend] if blend else [])}
+            skipped.append(job)
+        else:
+            pending.append(job)
+
+    progress = common.Progress(len(jobs), 0, quiet=args.quiet)
+    for job in skipped:
+        progress.message("skip {}: outputs are up to date".format(job.rel))
+    interrupt = _Interrupt(progress).install()
+    interrupted = False
+    load_seconds = 0.0
+    blend_written = None
+    try:
+        if pending:
+            t0 = time.perf_counter()
+            try:
+                new_scene()
+                target = load_target(args.target, args.armature)
+                solver = get_solver(args)
+            except CliError as ex:
+                raise CliError(str(ex), ex.code) from None
+            load_seconds = time.perf_counter() - t0
+            # frames of every clip for the time left: estimated from the file sizes as clips are read
+            progress.total_frames = 0
+            done_rows = []
+            for i, job in enumerate(pending, start=1):
+                if interrupt.requested:
+                    break
+                progress.begin_clip(len(skipped) + i, job.rel, 0)
+                action_name = None
+                try:
+                    row, result = bake_file(job.source, target, args, solver=solver, progress=progress,
+                                            cancel=lambda: interrupt.requested, action_name=job.action_name,
+                                            mapping=mapping)
+                    action_name = row.get("action")
+                    if interrupt.requested:
+                        raise KeyboardInterrupt
+                    paths, t_export = write_outputs(target, result, None, job.exports)
+                    row["outputs"] = paths + ([blend] if blend else [])
+                    row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
+                    row["seconds_total"] = round(sum(row["seconds"].values()), 4)
+                    row["frames_per_second"] = (round(row["frames"] / row["seconds_total"], 2)
+                                                if row["seconds_total"] else None)
+                    job.row = row
+                    done_rows.append(row)
+                    _estimate_total(progress, done_rows, pending, i)
+                    progress.end_clip("done, {} frames, keypoint error {} mm mean".format(
+                        row["frames"], row["keypoint_error_mm"]["mean"]))
+                except KeyboardInterrupt:
+                    common.remove_pending()
+                    _remove_action(action_name)
+                    interrupted = True
+                    progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
+                    break
+                except CliError as ex:
+                    _remove_action(action_name)
+                    job.row = {"source": job.source, "target": target_label(args.target), "status": "failed",
+                               "error": str(ex), "outputs": []}
+                    progress.end_clip("failed: {}".format(ex))
+            interrupted = interrupted or interrupt.requested
+            if blend is not None and not interrupted:
+                if any(j.row and j.row.get("status") == "done" for j in pending) or not os.path.isfile(blend):
+                    if skipped and os.path.isfile(blend):
+                        _carry_actions(blend, [j.action_name for j in skipped])
+                    t0 = time.perf_counter()
+                    from .export import save_blend
+
+                    save_blend(blend)
+                    blend_written = time.perf_counter() - t0
+                    progress.message("wrote {}".format(blend))
+    except KeyboardInterrupt:
+        common.remove_pending()
+        interrupted = True
+    finally:
+        interrupt.restore()
+
+    rows = []
+    for job in jobs:
+        if job.row is None:
+            job.row = {"source": job.source, "target": target_label(args.target),
+                       "status": "interrupted" if interrupted else "not run", "outputs": []}
+        if blend is not None and job.row.get("status") == "done" and blend_written is None:
+            job.row["outputs"] = [p for p in job.row["outputs"] if p != blend]
+        rows.append(job.row)
+    extra = {"load_target_seconds": round(load_seconds, 3), "interrupted": interrupted,
+             "blend": blend if blend_written is not None else None}
+    if blend_written is not None:
+        extra["blend_seconds"] = round(blend_written, 3)
+    report = {"command": "batch", "input_dir": root, "out_dir": out_dir, "target": target_label(args.target),
+              "clips": rows, "summary": common.summary(rows, time.perf_counter() - started, **extra)}
+    try:
+        common.emit_report(report_path, report)
+    except KeyboardInterrupt:
+        common.remove_pending()
+        interrupted = True
+    s = report["summary"]
+    if not args.quiet:
+        progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames at {} frames/s".format(
+            s["clips"], s["done"], s["skipped"], s["failed"], ", interrupted" if interrupted else "",
+            s["frames"], s["frames_per_second"]))
+    for row in rows:
+        if row.get("status") == "failed":
+            print("neural-ik batch: failed: {}".format(row.get("error")), file=sys.stderr)
+    if interrupted:
+        return common.EXIT_INTERRUPTED
+    return common.EXIT_FAILED if s["failed"] else common.EXIT_OK
+
+
+def _estimate_total(progress, done_rows, pending, index):
+    """Update the progress line's total frames from the clips done so far (mean frames per clip)."""
+    frames = sum(int(r.get("frames") or 0) for r in done_rows)
+    mean = frames / max(len(done_rows), 1)
+    progress.total_frames = int(progress.frames_done + progress.clip_frames + mean * (len(pending) - index))
