@@ -1,0 +1,279 @@
+"""Solve the current frame and bake a frame range onto the target armature.
+
+- ``neural_ik.solve_frame``: poses the armature from the keypoints (or
+  effectors) at the current frame; no keys.
+- ``neural_ik.bake``: bakes the input into a new action. From the UI
+  (``invoke``) it is modal: the network runs in a worker thread while a timer
+  updates the window manager's progress bar, Esc cancels (nothing is
+  written), and the keys are written on the main thread at the end. From
+  scripts and tests (``execute``) it bakes synchronously.
+
+Both read the scene's :class:`..properties.NeuralIKSettings` and register
+the properties (:mod:`..properties`) in :func:`register`.
+"""
+
+import threading
+
+import bpy
+import numpy as np
+
+from .. import preferences, properties
+from ..blender_io import bake as bake_mod
+from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object, read_keypoint_pose
+from ..model.skeleton import KEYPOINTS
+
+#: Custom property on an effector empty: the canonical keypoint it drives.
+EFFECTOR_TAG = "neural_ik_effector"
+#: Custom property on the parent empty of the effectors.
+EFFECTOR_ROOT_TAG = "neural_ik_effectors"
+
+
+class InputError(ValueError):
+    """The chosen input cannot be read."""
+
+
+def _canonical_from(positions, names, fps, layout, source):
+    from ..readers import KeypointClip, KeypointReadError, detect_layout, to_canonical
+
+    lay = layout or None
+    if lay is None:
+        lay, _score = detect_layout(names)
+    if lay is None:
+        raise InputError(f"{source}: unknown keypoint layout (joint names {', '.join(names[:4])} ...)")
+    clip = KeypointClip(np.asarray(positions, dtype=np.float64), list(names), float(fps), source=source, layout=lay)
+    try:
+        return to_canonical(clip, lay)
+    except KeypointReadError as ex:
+        raise InputError(str(ex)) from None
+
+
+def effector_objects(root):
+    """Effector empties under ``root``: dict keypoint name -> object."""
+    if root is None:
+        return {}
+    return {c[EFFECTOR_TAG]: c for c in root.children if EFFECTOR_TAG in c and c[EFFECTOR_TAG] in KEYPOINTS}
+
+
+def effector_keypoints(root):
+    """Current world positions of the effectors as canonical keypoints (1, 32, 3)."""
+    kp = np.full((1, len(KEYPOINTS), 3), np.nan)
+    for name, obj in effector_objects(root).items():
+        kp[0, KEYPOINTS.index(name)] = np.array(obj.matrix_world.translation)
+    return kp
+
+
+def scene_input(context, current_frame=False):
+    """Read the input chosen in the settings.
+
+    Returns
+    -------
+    keypoints : ndarray (T, 32, 3)
+    mask : ndarray (T, 32)
+    fps : float
+    name : str
+        Source name (names the baked action).
+
+    Raises
+    ------
+    InputError
+    """
+    s = context.scene.neural_ik
+    if s.source == 'EFFECTORS':
+        root = s.effector_root
+        if root is None or not effector_objects(root):
+            raise InputError("no effectors: use Add Effectors first")
+        scene = context.scene
+        fps = scene.render.fps / (scene.render.fps_base or 1.0)
+        if current_frame:
+            kp = effector_keypoints(root)
+        else:
+            frame = scene.frame_current
+            frames = range(scene.frame_start, scene.frame_end + 1)
+            kp = np.empty((len(frames), len(KEYPOINTS), 3))
+            try:
+                for i, f in enumerate(frames):
+                    scene.frame_set(f)
+                    kp[i] = effector_keypoints(root)[0]
+            finally:
+                scene.frame_set(frame)
+        return kp, np.isfinite(kp).all(-1), float(fps), root.name
+    root = s.keypoint_object
+    if root is None or not is_keypoint_root(root):
+        raise InputError("no keypoint object: import keypoints or pick one in the Input panel")
+    if current_frame:
+        pos, names = read_keypoint_pose(root)
+        fps = float(root.get("fps", 30.0))
+        layout = str(root.get("layout", ""))
+    else:
+        pos, names, fps, layout = read_keypoint_object(root)
+    kp, mask = _canonical_from(pos, names, fps, layout, root.name)
+    return kp, mask, float(fps), root.name
+
+
+def _options(context):
+    return properties.bake_options(context.scene.neural_ik, device=preferences.device_choice(context))
+
+
+def _target(context):
+    s = context.scene.neural_ik
+    return s.target if s.target is not None else (
+        context.active_object if context.active_object is not None and context.active_object.type == 'ARMATURE'
+        else None)
+
+
+def _summary(result):
+    mean, mx = result.keypoint_error_mm
+    return (f"Baked {result.frames} frames into {result.action.name!r}: keypoint error {mean:.1f} mm "
+            f"(max {mx:.1f}), jitter {result.jitter:.2f} m/s², foot sliding {result.foot_sliding_mm:.1f} mm/frame")
+
+
+class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
+    """Pose the target armature from the keypoints at the current frame (no keys)"""
+
+    bl_idname = "neural_ik.solve_frame"
+    bl_label = "Solve Frame"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    def execute(self, context):
+        obj = _target(context)
+        try:
+            kp, mask, _fps, _name = scene_input(context, current_frame=True)
+            out = bake_mod.solve_current_frame(obj, kp, mask, _options(context))
+        except (InputError, bake_mod.BakeError) as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        mean, mx = out["keypoint_error_mm"]
+        msg = f"Solved in {out['seconds'] * 1000:.0f} ms: keypoint error {mean:.1f} mm (max {mx:.1f})"
+        context.scene.neural_ik.status = msg
+        self.report({'INFO'}, msg)
+        return {'FINISHED'}
+
+
+class NEURAL_IK_OT_bake(bpy.types.Operator):
+    """Solve every frame of the input and bake it into a new action on the target armature (Esc cancels)"""
+
+    bl_idname = "neural_ik.bake"
+    bl_label = "Bake"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    action_name: bpy.props.StringProperty(
+        name="Action Name", default="", options={'SKIP_SAVE'},
+        description="Name of the new action (default: the input's name); made unique")
+
+    _timer = None
+    _thread = None
+
+    def _job(self, context):
+        obj = _target(context)
+        kp, mask, fps, name = scene_input(context)
+        options = _options(context)
+        if self.action_name:
+            options.action_name = self.action_name
+        return bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene)
+
+    def _finish(self, context, result):
+        msg = _summary(result)
+        context.scene.neural_ik.status = msg
+        self.report({'INFO'}, msg)
+        for w in result.warnings:
+            self.report({'WARNING'}, w)
+
+    # -- synchronous (scripts, tests) -------------------------------------------
+    def execute(self, context):
+        try:
+            job = self._job(context)
+            result = job.run()
+        except (InputError, bake_mod.BakeError) as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        self._finish(context, result)
+        return {'FINISHED'}
+
+    # -- modal (UI) -------------------------------------------------------------
+    def invoke(self, context, event):
+        try:
+            self._bake_job = self._job(context)
+        except (InputError, bake_mod.BakeError) as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        self._cancel = False
+        self._progress = 0.0
+        self._error = None
+        self._done = False
+        job = self._bake_job
+
+        def work():
+            try:
+                job.solve(lambda f, _stage: setattr(self, "_progress", 0.85 * f), lambda: self._cancel)
+                job.retarget()
+            except BaseException as ex:  # reported on the main thread
+                self._error = ex
+            self._done = True
+
+        # load the network on the main thread (errors are reported right away)
+        try:
+            job.solver = job.solver or bake_mod.get_solver(job.options.device)
+        except bake_mod.BakeError as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        wm = context.window_manager
+        wm.progress_begin(0, 100)
+        self._thread = threading.Thread(target=work, daemon=True)
+        self._thread.start()
+        self._timer = wm.event_timer_add(0.1, window=context.window)
+        wm.modal_handler_add(self)
+        context.workspace.status_text_set("Neural IK: baking... (Esc to cancel)")
+        return {'RUNNING_MODAL'}
+
+    def _cleanup(self, context):
+        wm = context.window_manager
+        if self._timer is not None:
+            wm.event_timer_remove(self._timer)
+            self._timer = None
+        wm.progress_end()
+        context.workspace.status_text_set(None)
+
+    def modal(self, context, event):
+        if event.type == 'ESC':
+            self._cancel = True
+            return {'RUNNING_MODAL'}
+        if event.type != 'TIMER':
+            return {'PASS_THROUGH'}
+        context.window_manager.progress_update(int(100 * self._progress))
+        if not self._done:
+            return {'RUNNING_MODAL'}
+        self._thread.join()
+        if isinstance(self._error, bake_mod.BakeCancelled) or (self._cancel and self._error is None):
+            self._cleanup(context)
+            self.report({'WARNING'}, "Bake cancelled: nothing was changed")
+            return {'CANCELLED'}
+        if self._error is not None:
+            self._cleanup(context)
+            self.report({'ERROR'}, str(self._error))
+            return {'CANCELLED'}
+        try:
+            result = self._bake_job.write(lambda f, _s: context.window_manager.progress_update(int(90 + 10 * f)))
+        except Exception as ex:
+            self._cleanup(context)
+            self.report({'ERROR'}, f"writing the keys failed: {ex}")
+            return {'CANCELLED'}
+        self._cleanup(context)
+        self._finish(context, result)
+        return {'FINISHED'}
+
+    def cancel(self, context):
+        self._cancel = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._cleanup(context)
+
+
+classes = [NEURAL_IK_OT_solve_frame, NEURAL_IK_OT_bake]
+
+
+def register():
+    properties.register()
+
+
+def unregister():
+    properties.unregister()

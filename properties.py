@@ -1,0 +1,175 @@
+"""Scene and object settings of the Neural IK tab.
+
+- ``Scene.neural_ik`` (:class:`NeuralIKSettings`): target armature, input
+  source, keypoint object, frame range, smoothing, solve and bake options.
+- ``Object.neural_ik_mapping``: the armature's bone mapping, a collection of
+  :class:`NeuralIKBoneMapItem` (canonical joint, bone name, confidence) in
+  canonical joint order, filled by "Auto-Map" and editable per joint.
+
+Registered by :mod:`.operators.solve` (``register()`` / ``unregister()``).
+"""
+
+import bpy
+from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty,
+                       PointerProperty, StringProperty)
+
+from .blender_io.keypoint_objects import is_keypoint_root
+
+
+def _poll_armature(self, obj):
+    return obj is not None and obj.type == 'ARMATURE'
+
+
+def _poll_keypoints(self, obj):
+    return is_keypoint_root(obj)
+
+
+class NeuralIKBoneMapItem(bpy.types.PropertyGroup):
+    """One canonical joint and the armature bone that follows it."""
+
+    joint: StringProperty(name="Joint", description="Canonical joint name (pelvis, hand_l, ...)")
+    bone: StringProperty(name="Bone", description="Armature bone driven by this joint (empty: unmapped)")
+    confidence: FloatProperty(name="Confidence", description="How sure the automatic mapping was (0-1)",
+                              min=0.0, max=1.0, default=0.0)
+
+
+class NeuralIKSettings(bpy.types.PropertyGroup):
+    """Per-scene settings of the Neural IK tab."""
+
+    target: PointerProperty(
+        name="Armature", type=bpy.types.Object, poll=_poll_armature,
+        description="Humanoid armature that receives the solved pose and the baked action")
+    source: EnumProperty(
+        name="Input", description="Where the keypoints come from",
+        items=(
+            ('KEYPOINTS', "Keypoint Object", "An imported keypoint object (animated empties)"),
+            ('EFFECTORS', "Effectors", "Hand, foot, head and pelvis empties the animator moves (sparse mode)"),
+        ),
+        default='KEYPOINTS')
+    keypoint_object: PointerProperty(
+        name="Keypoints", type=bpy.types.Object, poll=_poll_keypoints,
+        description="Root empty of an imported keypoint clip")
+    effector_root: PointerProperty(
+        name="Effectors", type=bpy.types.Object,
+        description="Parent empty of the effector empties made by Add Effectors")
+    use_clip_range: BoolProperty(
+        name="Use Clip Range", default=True,
+        description="Bake the whole keypoint clip; off: bake the custom source frame range")
+    frame_from: IntProperty(
+        name="From", default=0, min=0,
+        description="First source frame of the clip to bake (0 = the clip's first frame)")
+    frame_to: IntProperty(
+        name="To", default=100, min=1,
+        description="Source frame after the last one to bake (end exclusive)")
+    frame_start: IntProperty(
+        name="Start Frame", default=1,
+        description="Scene frame that receives the first baked key")
+    smooth: EnumProperty(
+        name="Smoothing", description="Temporal filter against jitter",
+        items=(
+            ('none', "None", "No smoothing"),
+            ('oneeuro', "One Euro", "Adaptive low-pass: strong on slow motion, follows fast motion"),
+            ('savgol', "Savitzky-Golay", "Zero-phase polynomial smoothing"),
+            ('butter', "Butterworth", "Zero-phase low-pass filter"),
+        ),
+        default='none')
+    smooth_strength: FloatProperty(
+        name="Strength", default=0.5, min=0.0, max=1.0, subtype='FACTOR',
+        description="How strongly to smooth (0 = not at all)")
+    smooth_target: EnumProperty(
+        name="Smooth", description="What the filter is applied to",
+        items=(
+            ('keypoints', "Keypoints", "Filter the input keypoints before solving"),
+            ('rotations', "Rotations", "Filter the baked bone rotations"),
+            ('both', "Both", "Filter keypoints and rotations"),
+        ),
+        default='both')
+    refine: BoolProperty(
+        name="Refine", default=True,
+        description="Polish the network's answer with a few optimisation steps (more accurate, slower)")
+    rotation_mode: EnumProperty(
+        name="Rotation Mode", description="Which rotation channels the bake keys",
+        items=(
+            ('QUATERNION', "Quaternion", "Key quaternions (baked bones are set to quaternion mode)"),
+            ('BONE', "Bone's Own", "Key each bone's own rotation mode (Euler orders, axis-angle), made continuous"),
+        ),
+        default='QUATERNION')
+    in_place: BoolProperty(
+        name="In Place", default=False,
+        description="Drop the horizontal root motion (the character walks on the spot)")
+    auto_scale: BoolProperty(
+        name="Auto Scale", default=True,
+        description="Scale the root motion by the ratio of the armature's leg length to the source's")
+    scale: FloatProperty(
+        name="Scale", default=1.0, min=1e-4, soft_max=10.0,
+        description="Armature units per source metre for the root motion (when Auto Scale is off)")
+    mode: EnumProperty(
+        name="Mode", description="Which network answers",
+        items=(
+            ('auto', "Auto", "Dense when most joints are known, sparse when only effectors are"),
+            ('dense', "Dense", "Full-body keypoints (motion capture, pose estimation)"),
+            ('sparse', "Sparse", "Only hands, feet, head and pelvis (and optional elbow/knee hints)"),
+        ),
+        default='auto')
+    live_solve: BoolProperty(
+        name="Live Solve", default=False, options={'SKIP_SAVE'},
+        description="Re-solve the pose whenever an effector empty moves")
+    status: StringProperty(
+        name="Status", default="", options={'SKIP_SAVE'},
+        description="Result of the last solve or bake")
+
+
+classes = [NeuralIKBoneMapItem, NeuralIKSettings]
+
+
+def register():
+    """Register the property groups and attach them to Scene and Object."""
+    for cls in classes:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.neural_ik = PointerProperty(type=NeuralIKSettings, name="Neural IK",
+                                                description="Settings of the Neural IK tab")
+    bpy.types.Object.neural_ik_mapping = CollectionProperty(
+        type=NeuralIKBoneMapItem, name="Neural IK Mapping",
+        description="Canonical joint -> bone mapping of this armature")
+    bpy.types.Object.neural_ik_mapping_index = IntProperty(
+        name="Active Mapping Row", default=0, description="Selected row of the bone mapping list")
+
+
+def unregister():
+    """Remove everything :func:`register` added."""
+    del bpy.types.Object.neural_ik_mapping_index
+    del bpy.types.Object.neural_ik_mapping
+    del bpy.types.Scene.neural_ik
+    for cls in reversed(classes):
+        bpy.utils.unregister_class(cls)
+
+
+def bake_options(settings, *, clip_frames=None, device="auto"):
+    """:class:`..blender_io.bake.BakeOptions` from the scene settings.
+
+    Parameters
+    ----------
+    settings : NeuralIKSettings
+    clip_frames : int, optional
+        Number of frames in the source clip (for the custom range).
+    device : str
+        The compute-device preference.
+    """
+    from .blender_io.bake import BakeOptions
+
+    frames = None
+    if not settings.use_clip_range:
+        frames = (int(settings.frame_from), int(settings.frame_to))
+    return BakeOptions(
+        frame_start=int(settings.frame_start),
+        frames=frames,
+        smooth=settings.smooth,
+        smooth_strength=float(settings.smooth_strength),
+        smooth_target=settings.smooth_target,
+        refine=bool(settings.refine),
+        rotation_mode=settings.rotation_mode,
+        in_place=bool(settings.in_place),
+        scale=None if settings.auto_scale else float(settings.scale),
+        device=device,
+        mode=settings.mode,
+    )

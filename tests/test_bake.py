@@ -1,0 +1,328 @@
+"""The bake pipeline (blender_io/bake.py) on armatures built in Blender.
+
+Most tests use an *exact* stub solver (it returns known joint rotations), so
+they check the pipeline itself: validation, world-correct writing, the
+action bookkeeping and undo. The round trip through the real network is in
+``test_round_trip_real_solver`` (skipped while ``weights/neural_ik.pt`` is
+missing).
+"""
+
+import importlib
+import pathlib
+import sys
+from types import SimpleNamespace
+
+import bpy
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import rigs  # noqa: E402
+
+WEIGHTS = pathlib.Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
+
+
+@pytest.fixture(scope="module")
+def bake(ext):
+    return importlib.import_module(ext.__name__ + ".blender_io.bake")
+
+
+@pytest.fixture(scope="module")
+def sk(ext):
+    return importlib.import_module(ext.__name__ + ".model.skeleton")
+
+
+@pytest.fixture(scope="module")
+def rnp(ext):
+    return importlib.import_module(ext.__name__ + ".model.rotations_np")
+
+
+class ExactSolver:
+    """Stands in for model.inference.Solver: returns the known motion."""
+
+    def __init__(self, local_rot, root_pos, skeleton):
+        self.local_rot, self.root_pos, self.skeleton = local_rot, root_pos, skeleton
+        self.calls = []
+
+    def solve(self, keypoints, mask=None, *, mode="auto", refine=True, progress=None, **kw):
+        self.calls.append(dict(keypoints=np.array(keypoints), mode=mode, refine=refine))
+        T = len(keypoints)
+        if progress is not None:
+            progress(T, T)
+        return SimpleNamespace(local_rot=self.local_rot[:T], root_pos=self.root_pos[:T],
+                               keypoints=keypoints, skeleton=self.skeleton,
+                               error_mm=np.zeros(T), seconds=0.0)
+
+
+def motion(sk, rnp, T=24, seed=1, amplitude=0.5):
+    """Smooth random canonical motion: local rotations, root path, keypoints."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0, 1, T)[:, None, None]
+    a0 = rng.normal(0, amplitude, (1, 22, 3))
+    a1 = rng.normal(0, amplitude, (1, 22, 3))
+    aa = a0 * np.sin(2 * np.pi * t) + a1 * t
+    aa[:, 0] *= 0.3
+    local = rnp.axis_angle_to_matrix(aa)
+    root = sk.CANONICAL.offsets[0] + np.concatenate([t[:, 0] * 0.8, t[:, 0] * 0.3, 0.05 * np.sin(6 * t[:, 0])], 1)
+    kp = sk.keypoints_from_fk_np(local, root)
+    return local, root, kp
+
+
+def make_rig(convention="mixamo", **kw):
+    return rigs.build_blender_armature(rigs.humanoid(convention, **kw), name=convention)
+
+
+def pose_heads(obj, frames):
+    """Evaluated pose-bone heads in world space per frame: dict name -> (T, 3)."""
+    scene = bpy.context.scene
+    out = {pb.name: [] for pb in obj.pose.bones}
+    mw = np.array(obj.matrix_world)
+    for f in frames:
+        scene.frame_set(int(f))
+        for pb in obj.pose.bones:
+            out[pb.name].append(mw[:3, :3] @ np.array(pb.head) + mw[:3, 3])
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def fcurve_arrays(ext, action, obj=None):
+    actions = importlib.import_module(ext.__name__ + ".blender_io.actions")
+    out = {}
+    for fc in actions.action_fcurves(action, obj):
+        co = np.empty(len(fc.keyframe_points) * 2, np.float32)
+        fc.keyframe_points.foreach_get("co", co)
+        out[(fc.data_path, fc.array_index)] = co
+    return out
+
+
+def test_bake_plays_back_world_positions(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    obj.location = (1.0, -2.0, 0.0)       # keypoints are world space: the rig must follow them
+    bpy.context.view_layer.update()
+    kp_world = kp + np.array([1.0, -2.0, 0.0])
+    # the solver sees keypoints in the rig's body frame: the object offset is removed
+    solver = ExactSolver(local, root, sk.CANONICAL)
+    res = bake.bake_keypoints(obj, kp_world, None, 24.0,
+                              bake.BakeOptions(frame_start=5, fps=24.0), source_name="walk", solver=solver)
+    assert res.action.name == "walk" and res.frames == 24 and res.frame_start == 5
+    assert obj.animation_data.action == res.action
+    np.testing.assert_allclose(solver.calls[0]["keypoints"], kp, atol=1e-5)
+    heads = pose_heads(obj, range(5, 29))
+    m = res.mapping.entries
+    mw = np.array(obj.matrix_world)
+    worst = 0.0
+    for j, bone in m.items():
+        b = res.retarget.bone_names.index(bone)
+        solved = res.retarget.heads[:, b] @ mw[:3, :3].T + mw[:3, 3]
+        worst = max(worst, np.abs(heads[bone] - solved).max())
+        # same-size rig: the joints land on the input keypoints
+        np.testing.assert_allclose(heads[bone], kp_world[:, sk.joint_index(j)], atol=2e-4, err_msg=j)
+    assert worst < 1e-4
+    assert res.keypoint_error_mm[1] < 0.5
+    assert set(res.seconds) >= {"solve", "retarget", "write"}
+
+
+@pytest.mark.parametrize("rotation_mode,bone_mode", [("BONE", "XYZ"), ("BONE", "ZXY"), ("BONE", "AXIS_ANGLE"),
+                                                     ("QUATERNION", "YXZ")])
+def test_rotation_modes_play_back(ext, bake, sk, rnp, rotation_mode, bone_mode):
+    local, root, kp = motion(sk, rnp, amplitude=1.2, seed=3)   # large angles: Euler flips
+    obj = make_rig("unreal", pose="A", axes="random")
+    for pb in obj.pose.bones:
+        pb.rotation_mode = bone_mode
+    res = bake.bake_keypoints(obj, kp, None, 30.0, bake.BakeOptions(rotation_mode=rotation_mode, fps=30.0),
+                              source_name="m", solver=ExactSolver(local, root, sk.CANONICAL))
+    heads = pose_heads(obj, range(res.frame_start, res.frame_start + res.frames))
+    for j, bone in res.mapping.entries.items():
+        b = res.retarget.bone_names.index(bone)
+        np.testing.assert_allclose(heads[bone], res.retarget.heads[:, b], atol=3e-4, err_msg=j)
+    arrays = fcurve_arrays(ext, res.action, obj)
+    paths = {p.rsplit(".", 1)[1] for p, _ in arrays}
+    want = {"QUATERNION": "rotation_quaternion", "XYZ": "rotation_euler", "ZXY": "rotation_euler",
+            "YXZ": "rotation_euler", "AXIS_ANGLE": "rotation_axis_angle"}
+    assert want[bone_mode if rotation_mode == "BONE" else "QUATERNION"] in paths and "location" in paths
+    quats = {}
+    for (path, i), co in arrays.items():     # continuity: no 2 pi wraps, no quaternion sign flips
+        v = co[1::2]
+        if path.endswith("rotation_quaternion"):
+            quats.setdefault(path, [None] * 4)[i] = v
+        elif "rotation" in path:
+            assert np.abs(np.diff(v)).max() < np.pi, (path, i)
+    for path, comps in quats.items():
+        q = np.stack(comps, -1)
+        assert (np.sum(q[1:] * q[:-1], -1) > 0).all(), path
+
+
+def test_second_bake_and_user_action_untouched(ext, bake, sk, rnp):
+    obj = make_rig("mixamo")
+    # the user's own action with keys
+    user = bpy.data.actions.new("UserAction")
+    obj.animation_data_create()
+    obj.animation_data.action = user
+    pb = obj.pose.bones["mixamorig:LeftArm"]
+    pb.rotation_quaternion = (0.9, 0.1, 0.2, 0.0)
+    pb.keyframe_insert("rotation_quaternion", frame=1)
+    pb.keyframe_insert("rotation_quaternion", frame=7)
+    before_user = fcurve_arrays(ext, user, obj)
+    rest = [b.matrix_local.copy() for b in obj.data.bones]
+    local, root, kp = motion(sk, rnp)
+    r1 = bake.bake_keypoints(obj, kp, None, 24.0, bake.BakeOptions(), source_name="clip",
+                             solver=ExactSolver(local, root, sk.CANONICAL))
+    a1 = fcurve_arrays(ext, r1.action)
+    local2, root2, kp2 = motion(sk, rnp, seed=9)
+    r2 = bake.bake_keypoints(obj, kp2, None, 24.0, bake.BakeOptions(), source_name="clip",
+                             solver=ExactSolver(local2, root2, sk.CANONICAL))
+    assert r2.action != r1.action and r2.action.name == "clip.001"
+    assert obj.animation_data.action == r2.action
+    after1 = fcurve_arrays(ext, r1.action)
+    assert after1.keys() == a1.keys() and all(np.array_equal(a1[k], after1[k]) for k in a1)
+    assert "UserAction" in bpy.data.actions and user.use_fake_user
+    after_user = fcurve_arrays(ext, user)
+    assert after_user.keys() == before_user.keys()
+    assert all(np.array_equal(before_user[k], after_user[k]) for k in before_user)
+    assert all(b.matrix_local == m for b, m in zip(obj.data.bones, rest))   # rest pose unchanged
+
+
+def _scene_counts():
+    return (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.collections),
+            sum(len(a.layers) if hasattr(a, "layers") else 0 for a in bpy.data.actions))
+
+
+def test_bad_input_changes_nothing(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    empty = bpy.data.objects.new("Empty", None)
+    bpy.context.scene.collection.objects.link(empty)
+    # a rig that is not a humanoid: one arm only
+    partial = rigs.humanoid("mixamo")
+    keep = [i for i, n in enumerate(partial.names) if "Right" not in n]
+    from neural_ik.retarget.rig import RigDescription
+    sub = RigDescription([partial.names[i] for i in keep],
+                         [keep.index(partial.parents[i]) if partial.parents[i] >= 0 else -1 for i in keep],
+                         partial.matrix_local[keep], partial.head[keep], partial.tail[keep])
+    one_armed = rigs.build_blender_armature(sub, "OneArmed")
+    mapping_mod = importlib.import_module(ext.__name__ + ".retarget.mapping")
+    bad_map = mapping_mod.BoneMapping({"pelvis": "mixamorig:Hips", "head": "NoSuchBone"})
+    nan_kp = np.full_like(kp, np.nan)
+    hole = kp.copy()
+    hole[3, sk.keypoint_index("hand_l")] = np.nan
+    solver = ExactSolver(local, root, sk.CANONICAL)
+    cases = [
+        (dict(obj=empty), "must be an armature"),
+        (dict(obj=None), "must be an armature"),
+        (dict(obj=one_armed), "not usable as a humanoid"),
+        (dict(mapping=bad_map), "NoSuchBone"),
+        (dict(options=bake.BakeOptions(frames=(10, 40))), "outside the input"),
+        (dict(options=bake.BakeOptions(frames=(5, 5))), "outside the input"),
+        (dict(keypoints=nan_kp), "all NaN"),
+        (dict(keypoints=hole), "'hand_l' is missing on 1 of 24 frames"),
+        (dict(keypoints=kp[:, :20]), "shape"),
+        (dict(options=bake.BakeOptions(smooth="gauss")), "smoothing method"),
+        (dict(options=bake.BakeOptions(rotation_mode="EULER")), "rotation mode"),
+        (dict(source_fps=0.0), "frame rate"),
+    ]
+    before = _scene_counts()
+    for kwargs, msg in cases:
+        args = dict(obj=obj, keypoints=kp, mask=None, source_fps=24.0, options=bake.BakeOptions(), mapping=None)
+        args.update(kwargs)
+        with pytest.raises(bake.BakeError) as info:
+            bake.bake_keypoints(args["obj"], args["keypoints"], args["mask"], args["source_fps"], args["options"],
+                                source_name="bad", mapping=args["mapping"], solver=solver)
+        assert msg in str(info.value), (msg, str(info.value))
+        assert _scene_counts() == before, msg
+        assert obj.animation_data is None
+    assert not solver.calls     # validation happens before solving
+
+
+def test_cancel_and_progress(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    before = _scene_counts()
+    with pytest.raises(bake.BakeCancelled):
+        bake.bake_keypoints(obj, kp, None, 24.0, bake.BakeOptions(), source_name="c",
+                            solver=ExactSolver(local, root, sk.CANONICAL), cancel=lambda: True)
+    assert _scene_counts() == before and obj.animation_data is None
+    seen = []
+    bake.bake_keypoints(obj, kp, None, 24.0, bake.BakeOptions(), source_name="c",
+                        solver=ExactSolver(local, root, sk.CANONICAL), progress=lambda f, s: seen.append((f, s)))
+    fr = [f for f, _ in seen]
+    assert fr == sorted(fr) and fr[-1] == pytest.approx(1.0) and {s for _, s in seen} >= {"solve", "write"}
+
+
+def test_frames_slice_resample_in_place_and_metrics(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp, T=61)
+    obj = make_rig("mixamo")
+    solver = ExactSolver(local[10:], root[10:], sk.CANONICAL)
+    res = bake.bake_keypoints(obj, kp, None, 60.0,
+                              bake.BakeOptions(frames=(10, 61), fps=30.0, in_place=True, frame_start=100),
+                              source_name="sl", solver=solver)
+    assert res.frames == 26 and res.fps == 30.0 and res.frame_start == 100     # 51 frames @60 -> 26 @30
+    assert len(solver.calls[0]["keypoints"]) == 26
+    np.testing.assert_allclose(solver.calls[0]["keypoints"][1], kp[12], atol=1e-6)
+    loc = res.retarget.locations[:, res.retarget.bone_names.index(res.retarget.root_bone)]
+    heads = res.retarget.heads[:, res.retarget.bone_names.index("mixamorig:Hips")]
+    assert np.ptp(heads[:, 0]) < 1e-6 and np.ptp(heads[:, 1]) < 1e-6 and np.ptp(loc[:, 1]) > 0  # z still moves
+    assert res.jitter >= 0 and res.foot_sliding_mm >= 0
+    assert any("resampled" in w for w in res.warnings)
+
+
+def test_solve_current_frame_poses_without_keys(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    out = bake.solve_current_frame(obj, kp[5:6], None, bake.BakeOptions(),
+                                   solver=ExactSolver(local[5:6], root[5:6], sk.CANONICAL))
+    assert out["keypoint_error_mm"][1] < 0.5
+    assert obj.animation_data is None or obj.animation_data.action is None
+    bpy.context.view_layer.update()
+    hand = np.array(obj.pose.bones["mixamorig:LeftHand"].head)
+    np.testing.assert_allclose(hand, kp[5, sk.joint_index("hand_l")], atol=2e-4)
+
+
+def test_stored_mapping_is_used(ext, bake, sk, rnp):
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    mapping_mod = importlib.import_module(ext.__name__ + ".retarget.mapping")
+    rig_mod = importlib.import_module(ext.__name__ + ".blender_io.rig")
+    m = mapping_mod.auto_map(bake.rig_from_object(obj))
+    bake.store_mapping(obj, m)
+    assert len(obj.neural_ik_mapping) == 22
+    back = bake.stored_mapping(obj)
+    assert back.entries == m.entries
+    obj.neural_ik_mapping[sk.joint_index("hand_l")].bone = "NoSuchBone"
+    with pytest.raises(bake.BakeError, match="NoSuchBone"):
+        bake.bake_keypoints(obj, kp, None, 24.0, bake.BakeOptions(), source_name="s",
+                            solver=ExactSolver(local, root, sk.CANONICAL))
+
+
+@pytest.mark.skipif(not WEIGHTS.exists(), reason="weights/neural_ik.pt not trained yet")
+def test_round_trip_real_solver(ext, bake, sk, rnp, capsys):
+    """Pose a rig with known rotations, read its joints, bake them back with the network."""
+    solve_mod = importlib.import_module(ext.__name__ + ".retarget.solve")
+    rig_mod = importlib.import_module(ext.__name__ + ".blender_io.rig")
+    mapping_mod = importlib.import_module(ext.__name__ + ".retarget.mapping")
+    local, root, kp = motion(sk, rnp, T=40, amplitude=0.35, seed=5)
+    obj = make_rig("mixamo", pose="A", axes="random")
+    rig = bake.rig_from_object(obj)
+    mapping = mapping_mod.auto_map(rig)
+    plan = solve_mod.plan_retarget(rig, mapping)
+    truth = solve_mod.retarget(plan, local, root, scale=1.0)
+    kp_rig = solve_mod.target_keypoints(plan, truth.quaternions, truth.locations)
+    res = bake.bake_keypoints(obj, kp_rig, None, 30.0, bake.BakeOptions(fps=30.0, refine=True),
+                              source_name="rt", solver=bake.get_solver("cpu"))
+    heads = pose_heads(obj, range(res.frame_start, res.frame_start + res.frames))
+    rows = []
+    worst = 0.0
+    q_true = truth.quaternions
+    q_got = res.retarget.quaternions
+    for j, bone in mapping.entries.items():
+        b = rig.index(bone)
+        err = np.linalg.norm(heads[bone] - truth.heads[:, b], axis=-1) * 1000
+        dot = np.abs(np.sum(q_true[:, b] * q_got[:, b], -1)).clip(0, 1)
+        ang = np.degrees(2 * np.arccos(dot))
+        rows.append((j, bone, err.mean(), err.max(), ang.mean(), ang.max()))
+        worst = max(worst, err.max())
+    with capsys.disabled():
+        print(f"\nround trip ({res.frames} frames, refine on): solve error {res.solve_error_mm:.2f} mm")
+        print(f"{'joint':12s} {'bone':28s} {'pos mean':>9s} {'pos max':>8s} {'rot mean':>9s} {'rot max':>8s}")
+        for r in rows:
+            print(f"{r[0]:12s} {r[1]:28s} {r[2]:8.2f}mm {r[3]:7.2f}mm {r[4]:8.2f}deg {r[5]:7.2f}deg")
+    assert worst < 2.0
