@@ -9,6 +9,7 @@ import importlib
 
 #: Operator modules in this package, registered in this order.
 MODULE_NAMES = [
+    "solve",
 ]
 
 modules = [importlib.import_module("." + name, __name__) for name in MODULE_NAMES]
