@@ -299,3 +299,35 @@ def test_euler_continuity(order):
     jumps = np.abs(np.diff(out, axis=0)).max()
     assert jumps < 0.5  # small per-frame steps: no 2 pi jumps, no branch flips
     assert np.allclose(euler_to_matrix_blender(out[:, 0], order), m, atol=1e-8)
+
+
+def test_blender_agrees_with_pose_maths():
+    """Key the result on a real Blender armature: pose-bone heads match ours."""
+    import bpy
+    from rigs import build_blender_armature, description_from_blender
+
+    rig = humanoid("unreal", pose="A", axes="random", seed=11, spine=4, neck=2)
+    obj = build_blender_armature(rig, "UE")
+    back = description_from_blender(obj)  # foreach_get extraction gives the same rig
+    assert sorted(back.names) == sorted(rig.names)  # Blender may reorder bones
+    order = [rig.index(n) for n in back.names]
+    par = [back.names[p] if p >= 0 else None for p in back.parents]
+    assert par == [rig.names[rig.parents[i]] if rig.parents[i] >= 0 else None for i in order]
+    assert np.allclose(back.matrix_local, rig.matrix_local[order], atol=1e-5)
+    assert np.allclose(back.tail, rig.tail[order], atol=1e-5)
+    plan = plan_retarget(back, auto_map(back))
+    R, root = random_motion(T=4, seed=12)
+    res = retarget(plan, R, root)
+    for pb in obj.pose.bones:
+        pb.rotation_mode = "QUATERNION"
+    for t in range(len(R)):
+        for b, pb in enumerate(obj.pose.bones):
+            i = back.index(pb.name)
+            pb.rotation_quaternion = res.quaternions[t, i].tolist()
+            pb.location = res.locations[t, i].tolist()
+        bpy.context.view_layer.update()
+        heads = np.array([list(obj.pose.bones[n].head) for n in back.names])
+        assert np.allclose(heads, res.heads[t], atol=1e-4)
+        mats = np.array([np.array(obj.pose.bones[n].matrix)[:3, :3] for n in back.names])
+        W, _ = pose_rig(back, res.quaternions[t:t + 1], res.locations[t:t + 1])
+        assert np.allclose(mats, W[0], atol=1e-4)
