@@ -24,6 +24,8 @@ SUBCOMMANDS = [
     "info",
     "bake",
     "batch",
+    "layouts",
+    "rigs",
 ]
 
 #: Program name in usage messages when run inside Blender.
