@@ -173,3 +173,16 @@ def test_mapping_json_roundtrip_and_presets(tmp_path):
     with pytest.raises(ValueError):
         presets.preset_from_dict({"format": "something else"})
     assert set(m.unmapped()) == set(JOINTS) - set(m.entries)
+
+
+def test_mmd_center_hierarchy():
+    """MMD: lower body (legs) and upper body both hang from "center"."""
+    from neural_ik.retarget.rig import RigDescription
+    rig = humanoid("mmd")
+    parents = rig.parents.copy()
+    parents[rig.index("upper body")] = rig.index("center")
+    mmd = RigDescription(rig.names, parents, rig.matrix_local, rig.head, rig.tail)
+    m = auto_map(mmd)
+    assert m.entries["pelvis"] == "center"
+    assert m.entries["spine1"] == "upper body" and m.entries["thigh_l"] == "leg_L"
+    assert humanoid_check(m) == [] and m.validate(mmd) == []
