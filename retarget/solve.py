@@ -28,7 +28,8 @@ such that the bone's armature-space pose rotation is::
   the end bone assumed neutral relative to its parent: BVH-style rigs whose
   bone axes all point one way).
   Twist about the bone is fixed by the smallest-rotation choice in body
-  coordinates: an A-pose arm is rotated about the body's forward axis, a bent
+  coordinates (hands with index and pinky bones: by the knuckle line, which
+  must point forward in the palms-down T-pose): an A-pose arm is rotated about the body's forward axis, a bent
   rest elbow about its bend axis, a tilted spine about the lateral axis. This
   is well defined as long as a rest bone is not pointing opposite to its
   T-pose direction (> ~150 degrees away); give a ``reference_matrix`` pose in
@@ -322,6 +323,9 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
             e = _unit(K.T @ (ha[ent[child]] - ha[b]))
         offsets[b] = tail_or_inherit(b, j) if e is None else rotation_between(e, CANONICAL_DIRS[_J[j]])
 
+    for j in ("hand_l", "hand_r"):
+        if j in ent:
+            offsets[ent[j]] = _knuckle_twist(rig, ent[j], j, offsets[ent[j]], K, ha)
     for b, C in offsets.items():
         plan.offset[b] = C
         plan.align[b] = K @ C @ K.T @ Qa[b]
@@ -360,6 +364,40 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
         canon = np.linalg.norm(CANONICAL.rest_keypoints()[_J["head"]] - CANONICAL.offsets[0])
         plan.leg_length = float(torso / canon * _leg_length(CANONICAL))
     return plan
+
+
+def _knuckle_twist(rig, b, j, C, K, ha):
+    """Correct a hand's rest offset about the hand axis with its knuckle line.
+
+    When the hand has index and pinky (or little) finger bones, the line from
+    the pinky's base to the index's base must point forward (canonical -Y) in
+    the T-pose (palms down). Rest hands rolled about their axis (palms
+    forward...) are then turned palm-down. Skipped when the knuckle line is
+    not roughly perpendicular to the hand.
+    """
+    from .mapping import parse_name
+
+    def first(words):
+        found = [i for i in rig.descendants(b) if set(parse_name(rig.names[i]).tokens) & words]
+        return min(found, key=lambda i: rig.depth[i]) if found else None
+
+    idx, pky = first({"index"}), first({"pinky", "little"})
+    if idx is None or pky is None:
+        return C
+    d = CANONICAL_DIRS[_J[j]]
+    k = K.T @ (ha[idx] - ha[pky])
+    n = np.linalg.norm(k)
+    if n < 1e-9:
+        return C
+    e = C.T @ d  # rest hand direction (body coordinates)
+    kp = k - np.dot(k, e) * e
+    if np.linalg.norm(kp) < 0.5 * n:
+        return C
+    v = C @ (kp / np.linalg.norm(kp))
+    kc = np.array([0.0, -1.0, 0.0]) - np.dot([0.0, -1.0, 0.0], d) * d
+    kc /= np.linalg.norm(kc)
+    angle = np.arctan2(np.dot(d, np.cross(v, kc)), np.dot(v, kc))
+    return axis_angle_to_matrix(d * angle) @ C
 
 
 def _leg_length(skel: Skeleton) -> float:

@@ -158,7 +158,7 @@ def bone_matrix(head, tail, roll=0.0):
 
 def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, toes=True,
              axes="default", twist=None, fingers=None, ik=None, seed=0, scale=1.0,
-             proportions=1.0, face="-Y", ends=True) -> RigDescription:
+             proportions=1.0, face="-Y", ends=True, knuckles=False, hand_roll=0.0) -> RigDescription:
     """Build a humanoid rig description.
 
     Parameters
@@ -180,6 +180,12 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
         Limb length factor relative to the canonical skeleton.
     face : "-Y" or "+Y"
         Direction the character faces in armature space.
+    knuckles : bool
+        Add index and pinky base bones under each hand (``{Side}HandIndex0`` /
+        ``{Side}HandPinky0``, 4 cm forward / back of the hand tip).
+    hand_roll : float
+        Degrees the hand (with its knuckles) is rolled about the hand axis in
+        the rest (90: palms forward for the left hand).
     """
     names = CONVENTION_NAMES[convention]
     rng = np.random.default_rng(seed)
@@ -221,6 +227,7 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
         el = sh + (J[f"forearm_{s}"] - sh) * pr
         wr = el + (J[f"hand_{s}"] - J[f"forearm_{s}"]) * pr
         tip = wr + np.array([sx * 0.18, 0, 0])
+        hand_rot = np.eye(3)
         if pose == "A":
             R = _rot_about([0, 1, 0], sx * np.radians(45.0))  # arm down about the forward axis
             bend = _rot_about([0, 0, 1], -sx * np.radians(15.0))  # elbow bent forward a little
@@ -228,6 +235,7 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
             wr = el + R @ bend @ (wr - J[f"forearm_{s}"] - (sh - sh))
             wr = el + R @ bend @ (J[f"hand_{s}"] - J[f"forearm_{s}"]) * pr
             tip = wr + R @ bend @ np.array([sx * 0.18, 0, 0])
+            hand_rot = R @ bend
         par = chest
         if clavicles:
             par = add(_fmt(names["clavicle"], S), chest, J[f"clavicle_{s}"], sh)
@@ -250,6 +258,11 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
         else:
             hand_parent = fa
         hd = add(_fmt(names["hand"], S), hand_parent, wr, tip)
+        if knuckles:
+            roll = _rot_about(tip - wr, np.radians(hand_roll))
+            for nm, dy in (("{Side}HandIndex0", -0.04), ("{Side}HandPinky0", 0.04)):
+                kh = tip + roll @ hand_rot @ np.array([0.0, dy, 0.0])
+                add(_fmt(nm, S), hd, kh, kh + (tip - wr) * 0.3)
         if "hand_end" in names:
             add(_fmt(names["hand_end"], S), hd, tip, tip + (tip - wr) * 0.3)
         if want_fingers and "finger" in names:

@@ -331,3 +331,24 @@ def test_blender_agrees_with_pose_maths():
         mats = np.array([np.array(obj.pose.bones[n].matrix)[:3, :3] for n in back.names])
         W, _ = pose_rig(back, res.quaternions[t:t + 1], res.locations[t:t + 1])
         assert np.allclose(mats, W[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("roll", [0.0, 90.0, -60.0])
+def test_hand_roll_from_knuckles(roll):
+    """A rest hand rolled about its axis (palms forward...) is turned palm-down in the T-pose."""
+    rig = humanoid("cmu", knuckles=True, hand_roll=roll, pose="A", axes="random")
+    plan = plan_retarget(rig, auto_map(rig))
+    R = np.tile(np.eye(3), (1, len(JOINTS), 1, 1))
+    res = retarget(plan, R, CANONICAL.offsets[0][None])
+    for S in ("Left", "Right"):
+        k = res.heads[0, rig.index(f"{S}HandIndex0")] - res.heads[0, rig.index(f"{S}HandPinky0")]
+        assert angle_deg(unit(k @ plan.K), np.array([0, -1.0, 0])) < 1e-3
+    # and a random pose still gives the canonical hand (thumb read back)
+    R, root = random_motion(seed=13)
+    res = retarget(plan, R, root)
+    kp = target_keypoints(plan, res.quaternions, res.locations)
+    ckp = keypoints_from_fk_np(R, root)
+    for e, j in (("thumb_l", "hand_l"), ("thumb_r", "hand_r")):
+        a = unit(kp[:, KEYPOINTS.index(e)] - kp[:, J[j]])
+        b = unit(ckp[:, KEYPOINTS.index(e)] - ckp[:, J[j]])
+        assert angle_deg(a, b).max() < 1e-3
