@@ -29,7 +29,7 @@ Extraction sketch for the Blender layer::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
@@ -62,6 +62,8 @@ class RigDescription:
         rig with the canonical T-pose; the outputs stay relative to the rest.
     name : str
         Armature name (informative).
+    matrix_world : ndarray (4, 4), optional
+        Alias of ``world_matrix`` (Blender's attribute name), init only.
     """
 
     names: list
@@ -72,8 +74,11 @@ class RigDescription:
     world_matrix: np.ndarray = field(default_factory=lambda: np.eye(4))
     reference_matrix: np.ndarray | None = None
     name: str = ""
+    matrix_world: InitVar[np.ndarray | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, matrix_world=None):
+        if matrix_world is not None:
+            self.world_matrix = matrix_world
         self.names = [str(n) for n in self.names]
         self.parents = np.asarray(self.parents, dtype=np.int64).reshape(-1)
         n = len(self.names)

@@ -186,3 +186,24 @@ def test_mmd_center_hierarchy():
     assert m.entries["pelvis"] == "center"
     assert m.entries["spine1"] == "upper body" and m.entries["thigh_l"] == "leg_L"
     assert humanoid_check(m) == [] and m.validate(mmd) == []
+
+
+def test_rig_description_basics():
+    import numpy as np
+    from neural_ik.retarget.rig import RigDescription
+    rig = humanoid("mixamo")
+    back = RigDescription.from_dict(rig.to_dict())
+    assert back.names == rig.names and np.allclose(back.matrix_local, rig.matrix_local)
+    # foreach_get buffers are column-major
+    flat = rig.matrix_local.transpose(0, 2, 1).reshape(-1)
+    parents = [rig.names[p] if p >= 0 else None for p in rig.parents]
+    f = RigDescription.from_foreach(rig.names, parents, flat, rig.head.reshape(-1), rig.tail.reshape(-1))
+    assert np.allclose(f.matrix_local, rig.matrix_local)
+    # Blender's attribute name is accepted too
+    w = RigDescription(rig.names, rig.parents, rig.matrix_local, rig.head, rig.tail,
+                       matrix_world=np.diag([2.0, 2.0, 2.0, 1.0]))
+    assert w.world_matrix[0, 0] == 2.0
+    hips, hand = rig.index("mixamorig:Hips"), rig.index("mixamorig:LeftHand")
+    assert rig.is_ancestor(hips, hand) and rig.lca(hand, rig.index("mixamorig:RightHand")) == \
+        rig.index("mixamorig:Spine2")
+    assert all(rig.parents[i] < 0 or rig.order.index(rig.parents[i]) < rig.order.index(i) for i in range(len(rig)))
