@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "batch",
     "layouts",
     "rigs",
+    "demo",
 ]
 
 #: Program name in usage messages when run inside Blender.

@@ -79,37 +79,44 @@ def new_scene():
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
 
 
-def _quiet_call(func, *args, **kwargs):
-    """Call an importer with its console chatter on stdout silenced (stdout may carry the report)."""
+def _quiet_call(func, *args, _stderr=False, **kwargs):
+    """Call an importer with its console chatter on stdout (and optionally stderr) silenced.
+
+    stdout may carry the report (``--report -``); Blender's C code prints to
+    the file descriptors directly, so they are pointed at ``/dev/null``
+    meanwhile. Operator errors still arrive as ``RuntimeError``.
+    """
     import contextlib
     import io
     import sys
 
-    buffer = io.StringIO()
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None
-    if fd is None:
-        with contextlib.redirect_stdout(buffer):
-            return func(*args, **kwargs)
-    # C-level prints go to the file descriptor: point fd 1 at stderr meanwhile
-    sys.stdout.flush()
-    saved = os.dup(fd)
+    streams = [sys.stdout] + ([sys.stderr] if _stderr else [])
+    fds = []
+    for stream in streams:
+        try:
+            stream.flush()
+            fds.append(stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass
+    saved = [os.dup(fd) for fd in fds]
     try:
         sink = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(sink, fd)
+        for fd in fds:
+            os.dup2(sink, fd)
         os.close(sink)
-        with contextlib.redirect_stdout(buffer):
+        with contextlib.redirect_stdout(io.StringIO()):
             return func(*args, **kwargs)
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, fd)
-        os.close(saved)
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, copy in zip(fds, saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def quiet(func, *args, **kwargs):
-    """Run a Blender operator or function with its stdout chatter silenced."""
+    """Run a Blender operator or function with its stdout chatter silenced (``_stderr=True``: stderr too)."""
     return _quiet_call(func, *args, **kwargs)
 
 

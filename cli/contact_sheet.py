@@ -1,0 +1,372 @@
+"""A contact sheet of a bake, rendered headless with Workbench.
+
+For each chosen frame, the input keypoints (spheres joined by thin
+cylinders, orange) and the baked rig (one cylinder per bone from the
+evaluated pose plus a sphere at each joint, blue) stand side by side, each
+centred on its own pelvis, over a floor, in a separate scene that is deleted
+afterwards. Every frame is rendered at ``size`` (320x240 by default) with
+Workbench (armatures and empties are overlays and never render, hence the
+mesh geometry) and the tiles are composed into one PNG with numpy; the PNG
+is written with ``zlib`` to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import tempfile
+import zlib
+
+import numpy as np
+
+from .common import atomic_output
+
+__all__ = ["render_contact_sheet", "write_png", "read_png_size", "pick_frames", "KEYPOINT_LINKS"]
+
+INPUT_COLOR = (0.95, 0.45, 0.1, 1.0)
+RIG_COLOR = (0.15, 0.4, 0.9, 1.0)
+FLOOR_COLOR = (0.85, 0.85, 0.82, 1.0)
+TEXT_COLOR = (0.1, 0.1, 0.1, 1.0)
+
+
+def _links():
+    from ..model.skeleton import END_PARENTS, JOINTS, PARENTS
+
+    links = [(PARENTS[j], j) for j in range(1, len(JOINTS))]
+    links += [(END_PARENTS[e], len(JOINTS) + e) for e in range(len(END_PARENTS))]
+    return links
+
+
+#: Keypoint pairs drawn as sticks (joint -> child joint, joint -> end point).
+KEYPOINT_LINKS = None
+
+
+# ---------------------------------------------------------------------------
+# PNG
+
+
+def write_png(path, rgb):
+    """Write an 8-bit RGB image as PNG (atomically).
+
+    Parameters
+    ----------
+    path : str
+    rgb : ndarray, shape (H, W, 3), uint8
+        Top row first.
+    """
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    h, w = rgb.shape[:2]
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), rgb.reshape(h, w * 3)], axis=1).tobytes()
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+
+
+def read_png_size(path):
+    """``(width, height)`` from a PNG's IHDR; ``ValueError`` when not a PNG."""
+    with open(path, "rb") as handle:
+        head = handle.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError("{}: not a PNG file".format(path))
+    return struct.unpack(">II", head[16:24])
+
+
+# ---------------------------------------------------------------------------
+# geometry (numpy)
+
+
+def _sphere(segments=10, rings=6):
+    verts = [(0.0, 0.0, 1.0)]
+    for i in range(1, rings):
+        theta = math.pi * i / rings
+        for j in range(segments):
+            phi = 2 * math.pi * j / segments
+            verts.append((math.sin(theta) * math.cos(phi), math.sin(theta) * math.sin(phi), math.cos(theta)))
+    verts.append((0.0, 0.0, -1.0))
+    faces = []
+    for j in range(segments):
+        faces.append((0, 1 + j, 1 + (j + 1) % segments))
+    for i in range(rings - 2):
+        a, b = 1 + i * segments, 1 + (i + 1) * segments
+        for j in range(segments):
+            k = (j + 1) % segments
+            faces.append((a + j, b + j, b + k, a + k))
+    last = len(verts) - 1
+    base = 1 + (rings - 2) * segments
+    for j in range(segments):
+        faces.append((base + j, last, base + (j + 1) % segments))
+    return np.array(verts), faces
+
+
+_SPHERE = _sphere()
+
+
+class _MeshBuilder:
+    """Accumulates spheres and cylinders into one vertex/face list."""
+
+    def __init__(self):
+        self.verts = []
+        self.faces = []
+        self.n = 0
+
+    def sphere(self, center, radius):
+        v, f = _SPHERE
+        self.verts.append(v * radius + center)
+        self.faces.extend(tuple(i + self.n for i in face) for face in f)
+        self.n += len(v)
+
+    def cylinder(self, a, b, radius, sides=8):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        axis = b - a
+        length = np.linalg.norm(axis)
+        if not length > 1e-6:
+            return
+        axis = axis / length
+        helper = np.array([1.0, 0.0, 0.0]) if abs(axis[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+        u = np.cross(axis, helper)
+        u /= np.linalg.norm(u)
+        w = np.cross(axis, u)
+        ang = np.linspace(0, 2 * math.pi, sides, endpoint=False)
+        ring = (np.cos(ang)[:, None] * u + np.sin(ang)[:, None] * w) * radius
+        self.verts.append(np.concatenate([a + ring, b + ring]))
+        n = self.n
+        for i in range(sides):
+            k = (i + 1) % sides
+            self.faces.append((n + i, n + k, n + sides + k, n + sides + i))
+        self.faces.append(tuple(n + i for i in reversed(range(sides))))
+        self.faces.append(tuple(n + sides + i for i in range(sides)))
+        self.n += 2 * sides
+
+    def object(self, name, color, collection):
+        import bpy
+
+        mesh = bpy.data.meshes.new(name)
+        verts = np.concatenate(self.verts) if self.verts else np.zeros((0, 3))
+        mesh.from_pydata(verts.tolist(), [], self.faces)
+        mesh.update()
+        obj = bpy.data.objects.new(name, mesh)
+        obj.color = color
+        collection.objects.link(obj)
+        return obj
+
+
+def _keypoint_figure(points, offset):
+    global KEYPOINT_LINKS
+    if KEYPOINT_LINKS is None:
+        KEYPOINT_LINKS = _links()
+    mb = _MeshBuilder()
+    for p in points:
+        if np.isfinite(p).all():
+            mb.sphere(p + offset, 0.028)
+    for a, b in KEYPOINT_LINKS:
+        if np.isfinite(points[a]).all() and np.isfinite(points[b]).all():
+            mb.cylinder(points[a] + offset, points[b] + offset, 0.011)
+    return mb
+
+
+def _pose_segments(obj):
+    """World (heads, tails) of the evaluated pose bones, shape (B, 3) each."""
+    bones = obj.pose.bones
+    n = len(bones)
+    head = np.empty(n * 3, dtype=np.float32)
+    tail = np.empty(n * 3, dtype=np.float32)
+    bones.foreach_get("head", head)
+    bones.foreach_get("tail", tail)
+    m = np.array(obj.matrix_world, dtype=np.float64)
+    h = head.reshape(n, 3) @ m[:3, :3].T + m[:3, 3]
+    t = tail.reshape(n, 3) @ m[:3, :3].T + m[:3, 3]
+    return h, t
+
+
+def _rig_figure(heads, tails, offset, scale):
+    mb = _MeshBuilder()
+    for h, t in zip(heads, tails):
+        length = np.linalg.norm(t - h)
+        if length < 1e-4:
+            continue
+        radius = float(np.clip(0.12 * length, 0.004 * scale, 0.022 * scale))
+        mb.cylinder(h + offset, t + offset, radius)
+        if length > 0.04 * scale:
+            mb.sphere(h + offset, radius * 1.35)
+    return mb
+
+
+def pick_frames(n_frames, count=6):
+    """``count`` frame indices spread evenly over ``n_frames`` (first and last included)."""
+    count = max(1, min(int(count), int(n_frames)))
+    if count == 1:
+        return [0]
+    return sorted(set(int(round(i * (n_frames - 1) / (count - 1))) for i in range(count)))
+
+
+def _text(name, body, location, size, collection):
+    import bpy
+
+    curve = bpy.data.curves.new(name, type="FONT")
+    curve.body = body
+    curve.size = size
+    obj = bpy.data.objects.new(name, curve)
+    obj.location = location
+    obj.rotation_euler = (math.radians(90), 0.0, 0.0)
+    obj.color = TEXT_COLOR
+    collection.objects.link(obj)
+    return obj
+
+
+def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240), columns=3, label="",
+                         source_scene=None):
+    """Render the input keypoints and the baked rig side by side at several frames.
+
+    Parameters
+    ----------
+    path : str
+        Output PNG.
+    keypoints : ndarray, shape (N, 32, 3)
+        Input keypoints (world, metres) at the chosen frames.
+    obj : bpy.types.Object
+        The baked armature (its active action plays the bake).
+    scene_frames : sequence of int
+        Scene frame of each row of ``keypoints``.
+    size : (int, int)
+        Tile size in pixels.
+    columns : int
+        Tiles per row of the sheet.
+    label : str
+        Caption prefix of each tile.
+    source_scene : bpy.types.Scene, optional
+        Scene whose frame is set to evaluate the pose (default: the current one).
+
+    Returns
+    -------
+    tuple of int
+        ``(width, height)`` of the sheet.
+    """
+    import bpy
+
+    src = source_scene or bpy.context.scene
+    width, height = int(size[0]), int(size[1])
+    kp = np.asarray(keypoints, dtype=np.float64)
+    n = len(scene_frames)
+    columns = max(1, min(int(columns), n))
+    rows = int(math.ceil(n / columns))
+    sheet = np.full((rows * height, columns * width, 3), 255, dtype=np.uint8)
+
+    scene = bpy.data.scenes.new("neural_ik_contact_sheet")
+    made = []
+    saved_frame = src.frame_current
+    tmpdir = tempfile.mkdtemp(prefix="neural_ik_sheet_")
+    try:
+        scene.render.engine = "BLENDER_WORKBENCH"
+        scene.render.resolution_x, scene.render.resolution_y = width, height
+        scene.render.resolution_percentage = 100
+        scene.render.image_settings.file_format = "PNG"
+        scene.render.image_settings.color_mode = "RGB"
+        scene.render.film_transparent = False
+        scene.display.shading.light = "STUDIO"
+        scene.display.shading.color_type = "OBJECT"
+        scene.display.render_aa = "8"
+        world = bpy.data.worlds.new("neural_ik_contact_sheet")
+        world.color = (0.93, 0.93, 0.93)
+        scene.world = world
+        made.append(world)
+        coll = scene.collection
+
+        # size of the rig relative to the input, for the rig's bone radii and the framing
+        heads, tails = _pose_segments(obj)
+        rig_height = float(max(np.ptp(np.concatenate([heads, tails])[:, 2]), 0.1))
+        in_height = float(max(np.nanmax(kp[..., 2]) - min(np.nanmin(kp[..., 2]), 0.0), 0.1))
+        tall = max(rig_height, in_height)
+        sep = 0.5 * tall
+
+        cam_data = bpy.data.cameras.new("neural_ik_contact_sheet")
+        cam_data.type = "ORTHO"
+        # the larger image side spans ortho_scale: show about 1.5 tall vertically and 2 tall across
+        cam_data.ortho_scale = max(2.0 * tall, 1.5 * tall * max(width, height) / min(width, height)) \
+            if width >= height else 2.0 * tall * height / width
+        cam = bpy.data.objects.new("neural_ik_contact_sheet_camera", cam_data)
+        coll.objects.link(cam)
+        made.extend([cam, cam_data])
+        dist = 6.0 * tall
+        elev = math.radians(8.0)
+        target = np.array([0.0, 0.0, 0.5 * tall])
+        cam.location = tuple(target + dist * np.array([0.0, -math.cos(elev), math.sin(elev)]))
+        cam.rotation_euler = (math.radians(90) - elev, 0.0, 0.0)
+        scene.camera = cam
+
+        floor = _MeshBuilder()
+        floor.verts.append(np.array([[-1.6, -0.8, 0], [1.6, -0.8, 0], [1.6, 0.8, 0], [-1.6, 0.8, 0]]) * tall)
+        floor.faces.append((0, 1, 2, 3))
+        floor.n = 4
+        made_objs = [floor.object("neural_ik_floor", FLOOR_COLOR, coll)]
+        for cap, x in (("input", -sep), ("baked", sep)):
+            made_objs.append(_text("neural_ik_caption_" + cap, cap, (x - 0.1 * tall, 0.0, 1.1 * tall),
+                                   0.08 * tall, coll))
+
+        for i, frame in enumerate(scene_frames):
+            src.frame_set(int(frame))
+            heads, tails = _pose_segments(obj)
+            points = kp[i]
+            pelvis_in = points[0] if np.isfinite(points[0]).all() else np.nanmean(points, axis=0)
+            root_rig = heads[0]
+            off_in = np.array([-sep - pelvis_in[0], -pelvis_in[1], 0.0])
+            off_rig = np.array([sep - root_rig[0], -root_rig[1], 0.0])
+            figures = [
+                _keypoint_figure(points, off_in).object("neural_ik_input", INPUT_COLOR, coll),
+                _rig_figure(heads, tails, off_rig, tall / 1.8).object("neural_ik_rig", RIG_COLOR, coll),
+                _text("neural_ik_label", "{}frame {}".format(label, int(frame)),
+                      (-0.12 * tall, 0.0, 1.1 * tall), 0.06 * tall, coll),
+            ]
+            tile_path = os.path.join(tmpdir, "tile_{:03d}.png".format(i))
+            scene.render.filepath = tile_path
+            from .targets import quiet
+
+            quiet(bpy.ops.render.render, write_still=True, scene=scene.name, _stderr=True)
+            image = bpy.data.images.load(tile_path)
+            try:
+                px = np.empty(width * height * 4, dtype=np.float32)
+                image.pixels.foreach_get(px)
+            finally:
+                bpy.data.images.remove(image)
+            tile = np.flipud(px.reshape(height, width, 4)[..., :3])
+            r, c = divmod(i, columns)
+            sheet[r * height:(r + 1) * height, c * width:(c + 1) * width] = np.clip(
+                np.round(tile * 255.0), 0, 255).astype(np.uint8)
+            for fig in figures:
+                data = fig.data
+                bpy.data.objects.remove(fig)
+                if isinstance(data, bpy.types.Mesh):
+                    bpy.data.meshes.remove(data)
+                else:
+                    bpy.data.curves.remove(data)
+        for fig in made_objs:
+            data = fig.data
+            bpy.data.objects.remove(fig)
+            if isinstance(data, bpy.types.Mesh):
+                bpy.data.meshes.remove(data)
+            else:
+                bpy.data.curves.remove(data)
+    finally:
+        bpy.data.scenes.remove(scene)
+        for block in made:
+            try:
+                if isinstance(block, bpy.types.Object):
+                    bpy.data.objects.remove(block)
+                elif isinstance(block, bpy.types.Camera):
+                    bpy.data.cameras.remove(block)
+                elif isinstance(block, bpy.types.World):
+                    bpy.data.worlds.remove(block)
+            except ReferenceError:
+                pass
+        src.frame_set(saved_frame)
+        for name in os.listdir(tmpdir):
+            os.unlink(os.path.join(tmpdir, name))
+        os.rmdir(tmpdir)
+    write_png(path, sheet)
+    return sheet.shape[1], sheet.shape[0]
