@@ -10,6 +10,9 @@ import importlib
 #: Operator modules in this package, registered in this order.
 MODULE_NAMES = [
     "solve",
+    "mapping",
+    "keypoints",
+    "effectors",
 ]
 
 modules = [importlib.import_module("." + name, __name__) for name in MODULE_NAMES]

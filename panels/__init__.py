@@ -15,6 +15,7 @@ from .. import device, preferences
 
 #: Panel modules in this package, registered in this order (after the tab).
 MODULE_NAMES = [
+    "main",
 ]
 
 

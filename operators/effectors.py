@@ -1,0 +1,155 @@
+"""Effector empties for sparse solving, and Live Solve.
+
+- ``neural_ik.add_effectors`` adds one empty per sparse effector (pelvis,
+  head, hands, feet: :data:`..model.skeleton.SPARSE_EFFECTORS`) at the
+  target armature's current joint positions, under a parent empty, and makes
+  them the scene's input. The animator moves (and keys) these empties.
+- ``neural_ik.live_solve`` is a modal toggle: a ~30 Hz timer compares the
+  effectors' world matrices with the last solved ones and re-solves the
+  current frame when one moved, so the body follows the dragged hands and
+  feet. Esc, running the operator again or unticking Live Solve stops it.
+"""
+
+import bpy
+import numpy as np
+
+from ..blender_io import bake as bake_mod
+from ..model.skeleton import SPARSE_EFFECTORS
+from .mapping import target_armature
+from .solve import EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, effector_keypoints, effector_objects
+
+#: Timer interval of Live Solve (seconds).
+LIVE_INTERVAL = 1.0 / 30.0
+_live = {"running": False}
+
+
+def _shape(joint):
+    return {"pelvis": 'CUBE', "head": 'SPHERE'}.get(joint, 'SPHERE' if joint.startswith("hand") else 'CONE')
+
+
+class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
+    """Add hand, foot, head and pelvis empties at the armature's current pose for sparse solving"""
+
+    bl_idname = "neural_ik.add_effectors"
+    bl_label = "Add Effectors"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        return target_armature(context) is not None
+
+    def execute(self, context):
+        obj = target_armature(context)
+        try:
+            rig = bake_mod.rig_from_object(obj)
+            mapping = bake_mod.resolve_mapping(obj, rig)
+        except bake_mod.BakeError as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        mw = obj.matrix_world
+        scale = float(np.cbrt(abs(np.linalg.det(np.array(mw)[:3, :3])))) or 1.0
+        root = bpy.data.objects.new(f"{obj.name} Effectors", None)
+        root.empty_display_type = 'PLAIN_AXES'
+        root.empty_display_size = 0.1
+        root[EFFECTOR_ROOT_TAG] = obj.name
+        context.scene.collection.objects.link(root)
+        for joint in SPARSE_EFFECTORS:
+            pb = obj.pose.bones[mapping.entries[joint]]
+            e = bpy.data.objects.new(f"{obj.name} {joint}", None)
+            e.empty_display_type = _shape(joint)
+            e.empty_display_size = 0.06 * scale
+            e[EFFECTOR_TAG] = joint
+            e.parent = root
+            e.location = mw @ pb.head
+            e.show_in_front = True
+            context.scene.collection.objects.link(e)
+        s = context.scene.neural_ik
+        s.effector_root = root
+        s.source = 'EFFECTORS'
+        s.target = obj
+        self.report({'INFO'}, f"Added {len(SPARSE_EFFECTORS)} effectors for {obj.name!r}")
+        return {'FINISHED'}
+
+
+def _matrices(root):
+    objs = effector_objects(root)
+    return np.array([np.array(objs[k].matrix_world) for k in sorted(objs)]) if objs else np.zeros((0, 4, 4))
+
+
+class NEURAL_IK_OT_live_solve(bpy.types.Operator):
+    """Re-solve the pose whenever an effector moves (Esc or run again to stop)"""
+
+    bl_idname = "neural_ik.live_solve"
+    bl_label = "Live Solve"
+    bl_options = {'REGISTER'}
+
+    _timer = None
+
+    @classmethod
+    def poll(cls, context):
+        s = getattr(context.scene, "neural_ik", None)
+        return s is not None and s.effector_root is not None and target_armature(context) is not None
+
+    def invoke(self, context, event):
+        s = context.scene.neural_ik
+        if _live["running"]:
+            s.live_solve = False     # the running instance stops at its next tick
+            return {'FINISHED'}
+        self._last = None
+        self._errors = 0
+        _live["running"] = True
+        s.live_solve = True
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(LIVE_INTERVAL, window=context.window)
+        wm.modal_handler_add(self)
+        self.report({'INFO'}, "Live Solve: move the effectors (Esc to stop)")
+        return {'RUNNING_MODAL'}
+
+    def execute(self, context):
+        """One solve of the current effector pose (scripts and tests)."""
+        return {'FINISHED'} if self._solve(context) else {'CANCELLED'}
+
+    def _solve(self, context):
+        s = context.scene.neural_ik
+        obj = target_armature(context)
+        options = _options(context)
+        kp = effector_keypoints(s.effector_root)
+        try:
+            out = bake_mod.solve_current_frame(obj, kp, None, options)
+        except bake_mod.BakeError as ex:
+            self.report({'ERROR'}, str(ex))
+            return False
+        s.status = f"Live: {out['seconds'] * 1000:.0f} ms, error {out['keypoint_error_mm'][0]:.1f} mm"
+        return True
+
+    def modal(self, context, event):
+        s = context.scene.neural_ik
+        if event.type == 'ESC' or not s.live_solve or s.effector_root is None:
+            return self._stop(context)
+        if event.type != 'TIMER':
+            return {'PASS_THROUGH'}
+        m = _matrices(s.effector_root)
+        if self._last is not None and self._last.shape == m.shape and np.allclose(m, self._last, atol=1e-6):
+            return {'PASS_THROUGH'}
+        self._last = m
+        if not self._solve(context):
+            return self._stop(context)
+        return {'PASS_THROUGH'}
+
+    def _stop(self, context):
+        if self._timer is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+        _live["running"] = False
+        context.scene.neural_ik.live_solve = False
+        return {'CANCELLED'}
+
+    def cancel(self, context):
+        self._stop(context)
+
+
+classes = [NEURAL_IK_OT_add_effectors, NEURAL_IK_OT_live_solve]
+
+
+def unregister():
+    _live["running"] = False

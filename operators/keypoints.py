@@ -1,0 +1,173 @@
+"""Import keypoint files as animated keypoint objects.
+
+File > Import > "Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy)" and the
+Import button of the sidebar's Input panel run ``neural_ik.import_keypoints``:
+the file is read with :func:`..readers.read_keypoints` (layout, units, up
+axis and frame rate detected unless overridden), then
+:func:`..blender_io.keypoint_objects.create_keypoint_object` makes one root
+empty and one keyed empty per point in a new collection. The file browser's
+side panel previews what was detected (layout, units, up axis, frames, fps),
+read once per selected file and cached. Errors are reported and leave
+nothing behind; one undo step removes the import.
+"""
+
+import os
+
+import bpy
+from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
+from bpy_extras.io_utils import ImportHelper
+
+from ..blender_io.keypoint_objects import create_keypoint_object
+
+#: Files larger than this (MB) are not read for the file-browser preview.
+PREVIEW_MAX_MB = 50.0
+_preview_cache = {}
+
+
+def _layout_items(self, context):
+    from ..readers import LAYOUTS
+    items = [('AUTO', "Detect", "Detect the layout from the point names")]
+    items += [(name, name, f"Points in the {name} layout") for name in LAYOUTS]
+    return items
+
+
+_UNIT_ITEMS = (('AUTO', "Detect", "Guess the unit from the body size"),
+               ('m', "Metres", ""), ('cm', "Centimetres", ""), ('mm', "Millimetres", ""),
+               ('dm', "Decimetres", ""), ('in', "Inches", ""), ('ft', "Feet", ""))
+_UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the body"),
+             ('Z', "Z Up", ""), ('Y', "Y Up", ""), ('-Z', "-Z Up", ""), ('-Y', "-Y Up", ""))
+
+
+def _read(path, layout, units, up_axis, fps):
+    from ..readers import read_keypoints
+    return read_keypoints(path, layout=None if layout == 'AUTO' else layout,
+                          units=None if units == 'AUTO' else units,
+                          up_axis=None if up_axis == 'AUTO' else up_axis,
+                          fps=fps if fps > 0 else None)
+
+
+def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0):
+    """Short description lines of a keypoint file (cached per file and overrides).
+
+    Returns
+    -------
+    list of str
+        Detected layout, units, up axis, frame count and rate, or the error.
+    """
+    from ..readers import EXTENSIONS, KeypointReadError
+
+    if not path or not os.path.isfile(path):
+        return ["Select a keypoint file"]
+    if os.path.splitext(path)[1].lower() not in EXTENSIONS:
+        return ["Not a keypoint file (" + ", ".join(EXTENSIONS) + ")"]
+    stat = os.stat(path)
+    key = (path, stat.st_mtime, stat.st_size, layout, units, up_axis, fps)
+    lines = _preview_cache.get(key)
+    if lines is not None:
+        return lines
+    size = stat.st_size / 1e6
+    if size > PREVIEW_MAX_MB:
+        lines = [f"{size:.0f} MB: no preview (read on import)"]
+    else:
+        try:
+            clip = _read(path, layout, units, up_axis, fps)
+            lines = [f"Layout: {clip.layout or 'unknown'}",
+                     f"Units: {clip.units}, up axis: {clip.up_axis}",
+                     f"{clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.1f} s)",
+                     f"{clip.num_joints} points"]
+            lines += [w[:60] for w in clip.warnings[:3]]
+        except (KeypointReadError, OSError, ValueError) as ex:
+            lines = ["Error: " + str(ex)[-120:]]
+    if len(_preview_cache) > 32:
+        _preview_cache.clear()
+    _preview_cache[key] = lines
+    return lines
+
+
+class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
+    """Import a keypoint clip (motion capture or pose estimation) as animated empties"""
+
+    bl_idname = "neural_ik.import_keypoints"
+    bl_label = "Import Keypoints"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    filename_ext = ".npz"
+    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.bvh;*.npy", options={'HIDDEN'})
+    layout: EnumProperty(name="Layout", items=_layout_items,
+                         description="Keypoint layout of the file (which point is which joint)")
+    units: EnumProperty(name="Units", items=_UNIT_ITEMS, default='AUTO', description="Length unit of the file")
+    up_axis: EnumProperty(name="Up Axis", items=_UP_ITEMS, default='AUTO', description="Up axis of the file")
+    fps: FloatProperty(name="Frame Rate", default=0.0, min=0.0, soft_max=240.0,
+                       description="Frames per second of the file (0: from the file, else 30)")
+    frame_start: IntProperty(name="Start Frame", default=-1,
+                             description="Scene frame of the clip's first sample (-1: the scene's start frame)")
+
+    def check(self, context):
+        return True   # redraw the preview when the selection or an override changes
+
+    def draw(self, context):
+        layout = self.layout
+        layout.use_property_split = True
+        layout.prop(self, "layout")
+        layout.prop(self, "units")
+        layout.prop(self, "up_axis")
+        layout.prop(self, "fps")
+        layout.prop(self, "frame_start")
+        box = layout.box()
+        box.label(text="Preview", icon='INFO')
+        for line in preview(self.filepath, self.layout, self.units, self.up_axis, self.fps):
+            box.label(text=line)
+
+    def execute(self, context):
+        from ..readers import KeypointReadError
+
+        try:
+            clip = _read(self.filepath, self.layout, self.units, self.up_axis, self.fps)
+        except (KeypointReadError, OSError, ValueError) as ex:
+            self.report({'ERROR'}, f"cannot import keypoints: {ex}")
+            return {'CANCELLED'}
+        if clip.num_frames == 0:
+            self.report({'ERROR'}, f"{self.filepath}: no frames")
+            return {'CANCELLED'}
+        name = os.path.splitext(os.path.basename(self.filepath))[0] or "Keypoints"
+        start = self.frame_start if self.frame_start >= 0 else context.scene.frame_start
+        before = (set(bpy.data.objects), set(bpy.data.collections), set(bpy.data.actions))
+        try:
+            root = create_keypoint_object(clip, name=name, frame_start=start)
+        except Exception as ex:
+            for obj in set(bpy.data.objects) - before[0]:
+                bpy.data.objects.remove(obj)
+            for coll in set(bpy.data.collections) - before[1]:
+                bpy.data.collections.remove(coll)
+            for act in set(bpy.data.actions) - before[2]:
+                bpy.data.actions.remove(act)
+            self.report({'ERROR'}, f"cannot create the keypoint object: {ex}")
+            return {'CANCELLED'}
+        settings = getattr(context.scene, "neural_ik", None)
+        if settings is not None:
+            settings.keypoint_object = root
+            settings.source = 'KEYPOINTS'
+        for w in clip.warnings:
+            self.report({'WARNING'}, w)
+        if not clip.layout:
+            self.report({'WARNING'}, "unknown layout: choose one on import to solve these keypoints")
+        self.report({'INFO'}, f"Imported {clip.num_frames} frames of {clip.num_joints} points "
+                              f"({clip.layout or 'unknown layout'}) as {root.name!r}")
+        return {'FINISHED'}
+
+
+def menu_import(self, context):
+    self.layout.operator(NEURAL_IK_OT_import_keypoints.bl_idname,
+                         text="Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy)")
+
+
+classes = [NEURAL_IK_OT_import_keypoints]
+
+
+def register():
+    bpy.types.TOPBAR_MT_file_import.append(menu_import)
+
+
+def unregister():
+    bpy.types.TOPBAR_MT_file_import.remove(menu_import)
+    _preview_cache.clear()

@@ -1,0 +1,133 @@
+"""Bone-mapping operators: auto-map, clear, save and load JSON presets.
+
+The mapping lives on the armature object (``Object.neural_ik_mapping``, see
+:mod:`..properties`); the bake reads it through
+:func:`..blender_io.bake.stored_mapping`.
+"""
+
+import bpy
+from bpy.props import StringProperty
+from bpy_extras.io_utils import ExportHelper, ImportHelper
+
+from ..blender_io import bake as bake_mod
+
+
+def target_armature(context):
+    """The Neural IK target armature, else the active armature, else ``None``."""
+    s = getattr(context.scene, "neural_ik", None)
+    if s is not None and s.target is not None:
+        return s.target
+    obj = context.active_object
+    return obj if obj is not None and obj.type == 'ARMATURE' else None
+
+
+def _mapped_count(mapping):
+    from ..model.skeleton import JOINTS
+    return sum(1 for j in JOINTS if j in mapping.entries)
+
+
+class _NeedsArmature:
+    @classmethod
+    def poll(cls, context):
+        return target_armature(context) is not None
+
+
+class NEURAL_IK_OT_auto_map(_NeedsArmature, bpy.types.Operator):
+    """Find the bone of every canonical joint from the hierarchy and bone names"""
+
+    bl_idname = "neural_ik.auto_map"
+    bl_label = "Auto-Map"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    def execute(self, context):
+        from ..retarget.mapping import auto_map, humanoid_check
+
+        obj = target_armature(context)
+        mapping = auto_map(bake_mod.rig_from_object(obj))
+        bake_mod.store_mapping(obj, mapping)
+        missing = humanoid_check(mapping)
+        n = _mapped_count(mapping)
+        if missing:
+            self.report({'WARNING'}, f"{n} of 22 joints mapped; not usable yet: {', '.join(missing)}")
+        else:
+            self.report({'INFO'}, f"{n} of 22 joints mapped on {obj.name!r}")
+        return {'FINISHED'}
+
+
+class NEURAL_IK_OT_clear_mapping(_NeedsArmature, bpy.types.Operator):
+    """Forget the stored bone mapping of the target armature (the bake then maps automatically)"""
+
+    bl_idname = "neural_ik.clear_mapping"
+    bl_label = "Clear Mapping"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    def execute(self, context):
+        target_armature(context).neural_ik_mapping.clear()
+        return {'FINISHED'}
+
+
+class NEURAL_IK_OT_save_mapping_preset(_NeedsArmature, bpy.types.Operator, ExportHelper):
+    """Save the target armature's bone mapping as a JSON preset"""
+
+    bl_idname = "neural_ik.save_mapping_preset"
+    bl_label = "Save Mapping Preset"
+    bl_options = {'REGISTER'}
+
+    filename_ext = ".json"
+    filter_glob: StringProperty(default="*.json", options={'HIDDEN'})
+
+    def execute(self, context):
+        from ..retarget.presets import save_preset
+
+        obj = target_armature(context)
+        rig = bake_mod.rig_from_object(obj)
+        mapping = bake_mod.stored_mapping(obj)
+        if mapping is None:
+            from ..retarget.mapping import auto_map
+            mapping = auto_map(rig)
+        try:
+            save_preset(self.filepath, mapping, rig, name=obj.name)
+        except OSError as ex:
+            self.report({'ERROR'}, f"cannot write {self.filepath}: {ex}")
+            return {'CANCELLED'}
+        self.report({'INFO'}, f"Saved the mapping of {obj.name!r} to {self.filepath}")
+        return {'FINISHED'}
+
+
+class NEURAL_IK_OT_load_mapping_preset(_NeedsArmature, bpy.types.Operator, ImportHelper):
+    """Load a JSON bone-mapping preset onto the target armature"""
+
+    bl_idname = "neural_ik.load_mapping_preset"
+    bl_label = "Load Mapping Preset"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    filename_ext = ".json"
+    filter_glob: StringProperty(default="*.json", options={'HIDDEN'})
+
+    def execute(self, context):
+        from ..retarget.presets import load_preset
+
+        obj = target_armature(context)
+        rig = bake_mod.rig_from_object(obj)
+        try:
+            mapping, warnings = load_preset(self.filepath, rig)
+        except (OSError, ValueError) as ex:   # json errors are ValueErrors
+            self.report({'ERROR'}, f"cannot load preset {self.filepath}: {ex}")
+            return {'CANCELLED'}
+        errors = mapping.validate(rig)
+        if errors:
+            self.report({'ERROR'}, f"preset does not fit {obj.name!r}: " + "; ".join(errors[:3]))
+            return {'CANCELLED'}
+        bake_mod.store_mapping(obj, mapping)
+        for w in warnings:
+            self.report({'WARNING'}, w)
+        self.report({'INFO'}, f"{_mapped_count(mapping)} of 22 joints mapped from the preset")
+        return {'FINISHED'}
+
+
+classes = [
+    NEURAL_IK_OT_auto_map,
+    NEURAL_IK_OT_clear_mapping,
+    NEURAL_IK_OT_save_mapping_preset,
+    NEURAL_IK_OT_load_mapping_preset,
+]

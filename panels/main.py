@@ -1,0 +1,200 @@
+"""Sub-panels of the Neural IK sidebar tab: Target, Mapping, Input, Solve & Bake, Device."""
+
+import bpy
+
+from .. import device, preferences
+from ..model.skeleton import JOINTS
+
+_PARENT = "VIEW3D_PT_neural_ik"
+
+
+def _settings(context):
+    return getattr(context.scene, "neural_ik", None)
+
+
+def _target(context):
+    s = _settings(context)
+    if s is not None and s.target is not None:
+        return s.target
+    obj = context.active_object
+    return obj if obj is not None and obj.type == 'ARMATURE' else None
+
+
+def mapping_status(obj):
+    """(mapped count, unmapped joint names, stored?) of an armature's mapping."""
+    items = getattr(obj, "neural_ik_mapping", None)
+    if items is None or len(items) == 0:
+        return 0, list(JOINTS), False
+    mapped = {it.joint for it in items if it.bone and it.bone in obj.data.bones}
+    return len(mapped), [j for j in JOINTS if j not in mapped], True
+
+
+class _Sub:
+    bl_space_type = 'VIEW_3D'
+    bl_region_type = 'UI'
+    bl_category = "Neural IK"
+    bl_parent_id = _PARENT
+
+    @classmethod
+    def poll(cls, context):
+        return _settings(context) is not None
+
+
+class VIEW3D_PT_neural_ik_target(_Sub, bpy.types.Panel):
+    """Target armature and the state of its bone mapping."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_target"
+    bl_label = "Target"
+
+    def draw(self, context):
+        layout = self.layout
+        s = _settings(context)
+        layout.prop(s, "target")
+        obj = _target(context)
+        if obj is None:
+            layout.label(text="Pick a humanoid armature", icon='INFO')
+            return
+        n, unmapped, stored = mapping_status(obj)
+        if stored:
+            layout.label(text=f"{n} of {len(JOINTS)} joints mapped",
+                         icon='CHECKMARK' if n >= 14 else 'ERROR')
+            if unmapped:
+                col = layout.column(align=True)
+                col.scale_y = 0.8
+                col.label(text="Unmapped: " + ", ".join(unmapped[:6]) + (" ..." if len(unmapped) > 6 else ""))
+        else:
+            layout.label(text="Not mapped yet (the bake maps automatically)", icon='INFO')
+        row = layout.row(align=True)
+        row.operator("neural_ik.auto_map", icon='BONE_DATA')
+        row.operator("neural_ik.clear_mapping", text="", icon='X')
+        row = layout.row(align=True)
+        row.operator("neural_ik.load_mapping_preset", text="Load Preset", icon='IMPORT')
+        row.operator("neural_ik.save_mapping_preset", text="Save Preset", icon='EXPORT')
+
+
+class VIEW3D_PT_neural_ik_mapping(_Sub, bpy.types.Panel):
+    """One row per canonical joint: the bone it drives and the mapping confidence."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_mapping"
+    bl_label = "Mapping"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        obj = _target(context)
+        if obj is None or len(obj.neural_ik_mapping) == 0:
+            layout.label(text="Run Auto-Map to edit the mapping", icon='INFO')
+            return
+        col = layout.column(align=True)
+        for item in obj.neural_ik_mapping:
+            row = col.row(align=True)
+            split = row.split(factor=0.32, align=True)
+            split.label(text=item.joint)
+            split.prop_search(item, "bone", obj.data, "bones", text="")
+            if not item.bone:
+                icon = 'BLANK1'
+            elif item.bone not in obj.data.bones:
+                icon = 'ERROR'
+            elif item.confidence >= 0.85:
+                icon = 'CHECKMARK'
+            elif item.confidence >= 0.5:
+                icon = 'QUESTION'
+            else:
+                icon = 'ERROR'
+            row.label(text="", icon=icon)
+
+
+class VIEW3D_PT_neural_ik_input(_Sub, bpy.types.Panel):
+    """Keypoint object or effector empties."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_input"
+    bl_label = "Input"
+
+    def draw(self, context):
+        layout = self.layout
+        s = _settings(context)
+        layout.row().prop(s, "source", expand=True)
+        if s.source == 'KEYPOINTS':
+            layout.prop(s, "keypoint_object")
+            root = s.keypoint_object
+            if root is not None:
+                layout.label(text=f"{root.get('layout', '?')}: {root.get('frame_count', 0)} frames "
+                                  f"at {root.get('fps', 0):g} fps")
+            layout.operator("neural_ik.import_keypoints", text="Import Keypoints...", icon='IMPORT')
+        else:
+            layout.prop(s, "effector_root")
+            layout.operator("neural_ik.add_effectors", icon='EMPTY_AXIS')
+            layout.operator("neural_ik.live_solve", text="Stop Live Solve" if s.live_solve else "Live Solve",
+                            icon='PAUSE' if s.live_solve else 'PLAY', depress=s.live_solve)
+
+
+class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
+    """Solve the current frame or bake a range into a new action."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_bake"
+    bl_label = "Solve & Bake"
+
+    def draw(self, context):
+        layout = self.layout
+        s = _settings(context)
+        layout.operator("neural_ik.solve_frame", icon='POSE_HLT')
+        layout.use_property_split = True
+        layout.use_property_decorate = False
+        col = layout.column()
+        col.prop(s, "mode")
+        col.prop(s, "refine")
+        col = layout.column(heading="Range")
+        col.prop(s, "use_clip_range")
+        sub = col.column(align=True)
+        sub.enabled = not s.use_clip_range
+        sub.prop(s, "frame_from")
+        sub.prop(s, "frame_to")
+        col.prop(s, "frame_start")
+        col = layout.column()
+        col.prop(s, "smooth")
+        sub = col.column()
+        sub.enabled = s.smooth != 'none'
+        sub.prop(s, "smooth_strength")
+        sub.prop(s, "smooth_target")
+        col = layout.column()
+        col.prop(s, "rotation_mode")
+        col.prop(s, "in_place")
+        col.prop(s, "auto_scale")
+        sub = col.column()
+        sub.enabled = not s.auto_scale
+        sub.prop(s, "scale")
+        layout.use_property_split = False
+        layout.operator("neural_ik.bake", icon='REC')
+        if s.status:
+            box = layout.box()
+            box.scale_y = 0.8
+            for i in range(0, min(len(s.status), 240), 60):
+                box.label(text=s.status[i:i + 60])
+
+
+class VIEW3D_PT_neural_ik_device(_Sub, bpy.types.Panel):
+    """Compute device preference and what is in use."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_device"
+    bl_label = "Device"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    @classmethod
+    def poll(cls, context):
+        return True
+
+    def draw(self, context):
+        layout = self.layout
+        prefs = preferences.get_preferences(context)
+        if prefs is not None:
+            layout.prop(prefs, "device")
+        layout.label(text=device.status_line(preferences.device_choice(context)))
+
+
+classes = [
+    VIEW3D_PT_neural_ik_target,
+    VIEW3D_PT_neural_ik_mapping,
+    VIEW3D_PT_neural_ik_input,
+    VIEW3D_PT_neural_ik_bake,
+    VIEW3D_PT_neural_ik_device,
+]

@@ -1,0 +1,254 @@
+"""Operators of the Neural IK tab, run through ``bpy.ops`` on armatures built in Blender.
+
+The bake operator runs headless through ``execute`` (synchronous); the
+network is replaced by the exact stub solver of ``test_bake`` so these tests
+do not need trained weights.
+"""
+
+import importlib
+import pathlib
+import sys
+
+import bpy
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import rigs  # noqa: E402
+from test_bake import ExactSolver, fcurve_arrays, motion, pose_heads  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bake(ext):
+    return importlib.import_module(ext.__name__ + ".blender_io.bake")
+
+
+@pytest.fixture(scope="module")
+def sk(ext):
+    return importlib.import_module(ext.__name__ + ".model.skeleton")
+
+
+@pytest.fixture(scope="module")
+def rnp(ext):
+    return importlib.import_module(ext.__name__ + ".model.rotations_np")
+
+
+def _select(obj):
+    for o in bpy.context.view_layer.objects:
+        o.select_set(False)
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+
+
+def _counts():
+    return (len(bpy.data.objects), len(bpy.data.actions), len(bpy.data.collections))
+
+
+def _auto_map(obj):
+    _select(obj)
+    bpy.context.scene.neural_ik.target = obj
+    assert bpy.ops.neural_ik.auto_map() == {'FINISHED'}
+    return {it.joint: it.bone for it in obj.neural_ik_mapping if it.bone}
+
+
+def _rigify_metarig():
+    import addon_utils
+    addon_utils.enable("rigify", default_set=True)
+    bpy.ops.object.armature_human_metarig_add()
+    return bpy.context.active_object
+
+
+RIGIFY_EXPECTED = {
+    "pelvis": "spine", "spine1": "spine.001", "spine3": "spine.003", "neck": "spine.004", "head": "spine.006",
+    "clavicle_l": "shoulder.L", "upperarm_l": "upper_arm.L", "forearm_l": "forearm.L", "hand_l": "hand.L",
+    "thigh_r": "thigh.R", "calf_r": "shin.R", "foot_r": "foot.R", "toe_r": "toe.R",
+}
+
+
+def test_auto_map_rigify_metarig(ext, capsys):
+    obj = _rigify_metarig()
+    m = _auto_map(obj)
+    with capsys.disabled():
+        print("\nRigify meta-rig mapping:", ", ".join(f"{j}={b}" for j, b in m.items()))
+    for j, b in RIGIFY_EXPECTED.items():
+        assert m.get(j) == b, (j, m.get(j))
+    assert len(m) == 22, sorted(set(sk_joints(ext)) - set(m))
+
+
+def sk_joints(ext):
+    return importlib.import_module(ext.__name__ + ".model.skeleton").JOINTS
+
+
+@pytest.mark.parametrize("convention,kwargs,expected,count", [
+    ("mixamo", {}, {"pelvis": "mixamorig:Hips", "clavicle_l": "mixamorig:LeftShoulder",
+                    "upperarm_l": "mixamorig:LeftArm", "calf_r": "mixamorig:RightLeg",
+                    "toe_l": "mixamorig:LeftToeBase", "spine2": "mixamorig:Spine1"}, 22),
+    ("unreal", {"pose": "A", "axes": "random"},
+     {"pelvis": "pelvis", "forearm_l": "lowerarm_l", "hand_r": "hand_r", "spine3": "spine_03",
+      "neck": "neck_01", "toe_r": "ball_r"}, 22),
+    ("mixamo", {"spine": 2}, {"spine1": "mixamorig:Spine", "spine3": "mixamorig:Spine1"}, 21),
+])
+def test_auto_map_operator(ext, bake, convention, kwargs, expected, count):
+    obj = rigs.build_blender_armature(rigs.humanoid(convention, **kwargs), name=convention)
+    m = _auto_map(obj)
+    for j, b in expected.items():
+        assert m.get(j) == b, (j, m.get(j))
+    assert len(m) == count
+    stored = bake.stored_mapping(obj)
+    assert stored.entries == m
+    if convention == "unreal":   # twist bones found and kept out of the entries
+        assert any("twist" in b for bones in stored.twist.values() for b in bones)
+
+
+def test_mapping_presets_round_trip(ext, bake, tmp_path):
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="m")
+    m = _auto_map(obj)
+    path = tmp_path / "mixamo.json"
+    assert bpy.ops.neural_ik.save_mapping_preset(filepath=str(path)) == {'FINISHED'}
+    assert bpy.ops.neural_ik.clear_mapping() == {'FINISHED'}
+    assert len(obj.neural_ik_mapping) == 0
+    assert bpy.ops.neural_ik.load_mapping_preset(filepath=str(path)) == {'FINISHED'}
+    assert {it.joint: it.bone for it in obj.neural_ik_mapping if it.bone} == m
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(RuntimeError, match="cannot load preset"):
+        bpy.ops.neural_ik.load_mapping_preset(filepath=str(bad))
+
+
+def _write_npz(path, sk, kp, fps=30.0):
+    np.savez(path, positions=kp, joint_names=np.array(sk.KEYPOINTS), fps=fps, units="m", up_axis="Z")
+
+
+def test_import_keypoints_and_undo(ext, sk, rnp, tmp_path):
+    _local, _root, kp = motion(sk, rnp, T=10)
+    path = tmp_path / "clip10.npz"
+    _write_npz(path, sk, kp)
+    bpy.ops.ed.undo_push(message="before import")
+    before = _counts()
+    # undo=True: push an undo step like the UI does after an operator with 'UNDO'
+    assert bpy.ops.neural_ik.import_keypoints('EXEC_DEFAULT', True, filepath=str(path)) == {'FINISHED'}
+    s = bpy.context.scene.neural_ik
+    root = s.keypoint_object
+    assert root is not None and root.name == "clip10" and s.source == 'KEYPOINTS'
+    kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
+    pos, names, fps, layout = kpo.read_keypoint_object(root)
+    assert pos.shape == (10, 32, 3) and fps == 30.0
+    np.testing.assert_allclose(pos, kp, atol=1e-5)
+    assert len(bpy.data.objects) == before[0] + 33
+    assert all(c.animation_data and c.animation_data.action for c in root.children)
+    bpy.ops.ed.undo()
+    assert _counts()[0] == before[0] and "clip10" not in bpy.data.objects
+
+
+def test_import_corrupt_file_creates_nothing(ext, tmp_path):
+    bad = tmp_path / "broken.npz"
+    bad.write_bytes(b"PK\x03\x04 this is no zip archive")
+    before = _counts()
+    with pytest.raises(RuntimeError, match="cannot import keypoints"):
+        bpy.ops.neural_ik.import_keypoints(filepath=str(bad))
+    assert _counts() == before
+    ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
+    assert ops.preview(str(bad))[0].startswith("Error")
+
+
+def test_import_preview(ext, sk, rnp, tmp_path):
+    _local, _root, kp = motion(sk, rnp, T=10)
+    path = tmp_path / "p.npz"
+    _write_npz(path, sk, kp, fps=25.0)
+    ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
+    lines = ops.preview(str(path))
+    assert any("canonical" in line for line in lines) and any("10 frames at 25 fps" in line for line in lines)
+
+
+@pytest.fixture
+def exact_solver(bake, sk, rnp, monkeypatch):
+    local, root, kp = motion(sk, rnp, T=20)
+    solver = ExactSolver(local, root, sk.CANONICAL)
+    monkeypatch.setattr(bake, "get_solver", lambda *a, **k: solver)
+    bpy.context.scene.render.fps = 30          # the clip's rate: no resampling
+    return solver, kp
+
+
+def _import_clip(sk, kp, tmp_path, name="walk"):
+    path = tmp_path / f"{name}.npz"
+    _write_npz(path, sk, kp)
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(path)) == {'FINISHED'}
+
+
+def test_bake_operator_and_undo(ext, bake, sk, exact_solver, tmp_path):
+    solver, kp = exact_solver
+    _import_clip(sk, kp, tmp_path)
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    bpy.context.scene.neural_ik.target = obj
+    bpy.context.scene.frame_start = 1
+    bpy.ops.ed.undo_push(message="before bake")
+    n_actions = len(bpy.data.actions)
+    assert bpy.ops.neural_ik.bake('EXEC_DEFAULT', True) == {'FINISHED'}
+    obj = bpy.data.objects["Hero"]
+    assert obj.animation_data.action.name == "walk"
+    assert len(bpy.data.actions) == n_actions + 1
+    assert "keypoint error" in bpy.context.scene.neural_ik.status
+    heads = pose_heads(obj, range(1, 21))
+    np.testing.assert_allclose(heads["mixamorig:LeftHand"], kp[:, sk.joint_index("hand_l")], atol=2e-4)
+    bpy.ops.ed.undo()
+    obj = bpy.data.objects["Hero"]
+    assert len(bpy.data.actions) == n_actions and "walk" not in bpy.data.actions
+    assert obj.animation_data is None or obj.animation_data.action is None
+
+
+def test_bake_operator_errors(ext, bake, sk, exact_solver, tmp_path):
+    solver, kp = exact_solver
+    s = bpy.context.scene.neural_ik
+    before = _counts()
+    with pytest.raises(RuntimeError, match="no keypoint object"):
+        bpy.ops.neural_ik.bake()
+    _import_clip(sk, kp, tmp_path)
+    before = _counts()
+    with pytest.raises(RuntimeError, match="must be an armature"):
+        bpy.ops.neural_ik.bake()
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    s.target = obj
+    s.use_clip_range = False
+    s.frame_from, s.frame_to = 5, 50
+    before = _counts()
+    with pytest.raises(RuntimeError, match="outside the input"):
+        bpy.ops.neural_ik.bake()
+    assert _counts() == before and obj.animation_data is None
+    s.frame_from, s.frame_to = 5, 15
+    assert bpy.ops.neural_ik.bake(action_name="Part") == {'FINISHED'}
+    assert obj.animation_data.action.name == "Part"
+    fc = fcurve_arrays(ext, obj.animation_data.action, obj)
+    assert all(len(v) == 20 for v in fc.values())     # 10 frames, (frame, value) pairs
+
+
+def test_solve_frame_and_effectors(ext, bake, sk, exact_solver, tmp_path):
+    solver, kp = exact_solver
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    s = bpy.context.scene.neural_ik
+    s.target = obj
+    _select(obj)
+    before = _counts()
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    assert len(bpy.data.objects) == before[0] + 7 and s.source == 'EFFECTORS'
+    eff = {c["neural_ik_effector"]: c for c in s.effector_root.children}
+    np.testing.assert_allclose(np.array(eff["hand_l"].location),
+                               np.array(obj.pose.bones["mixamorig:LeftHand"].head), atol=1e-6)
+    # the solver receives the effector positions; the exact stub answers frame 0 of its motion
+    solver.local_rot, solver.root_pos = solver.local_rot[:1], solver.root_pos[:1]
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    got = solver.calls[-1]["keypoints"][0]
+    np.testing.assert_allclose(got[sk.keypoint_index("hand_l")], np.array(eff["hand_l"].matrix_world.translation),
+                               atol=1e-5)
+    assert np.isnan(got[sk.keypoint_index("forearm_l")]).all()
+    bpy.context.view_layer.update()
+    np.testing.assert_allclose(np.array(obj.pose.bones["mixamorig:LeftHand"].head),
+                               kp[0, sk.joint_index("hand_l")], atol=2e-4)
+    assert obj.animation_data is None            # no keys
+    assert bpy.ops.neural_ik.live_solve('EXEC_DEFAULT') == {'FINISHED'}
+
+
+def test_panels_registered(ext):
+    for name in ("VIEW3D_PT_neural_ik_target", "VIEW3D_PT_neural_ik_mapping", "VIEW3D_PT_neural_ik_input",
+                 "VIEW3D_PT_neural_ik_bake", "VIEW3D_PT_neural_ik_device"):
+        assert hasattr(bpy.types, name), name
+    assert hasattr(bpy.types.Scene, "neural_ik") and hasattr(bpy.types.Object, "neural_ik_mapping")
