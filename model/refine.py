@@ -39,7 +39,8 @@ from .skeleton import PARENTS
 __all__ = ["refine", "DEFAULTS"]
 
 #: Default weights of :func:`refine`.
-DEFAULTS = dict(steps=5, prior=1e-4, prior_trans=1e-4, damping=1e-6, orient_weight=0.01, limit_weight=1.0)
+DEFAULTS = dict(steps=5, prior=1e-5, prior_trans=1e-5, damping=1e-3, damping_decay=0.2, damping_min=1e-5,
+                orient_weight=0.01, limit_weight=1.0)
 
 _ANC = ancestor_matrix()  # (32, 22)
 # joint e and its ancestors (orientation of e depends on them)
@@ -74,10 +75,14 @@ def refine(
     prior: float = DEFAULTS["prior"],
     prior_trans: float = DEFAULTS["prior_trans"],
     damping: float = DEFAULTS["damping"],
+    damping_decay: float = DEFAULTS["damping_decay"],
+    damping_min: float = DEFAULTS["damping_min"],
     limits: bool = True,
     limit_weight: float = DEFAULTS["limit_weight"],
     init_local: torch.Tensor | None = None,
     init_root: torch.Tensor | None = None,
+    max_rot: float = 0.6,
+    max_trans: float = 0.5,
 ):
     """Refine poses so that their keypoints reach the targets.
 
@@ -103,14 +108,20 @@ def refine(
     prior, prior_trans : float
         Weights that keep local rotations (radians) and the root position
         (metres) near the initial pose.
-    damping : float
-        Levenberg-Marquardt damping on the step.
+    damping, damping_decay, damping_min : float
+        Levenberg-Marquardt damping on the step: ``damping`` at the first
+        step, multiplied by ``damping_decay`` after each, never below
+        ``damping_min``. Damping keeps directions the targets do not
+        determine (e.g. twists) at the initial pose.
     limits : bool
         Add the soft joint-limit residuals.
     limit_weight : float
         Weight of the joint-limit residuals.
     init_local, init_root : Tensor, optional
         Pose the prior pulls towards (default: the starting pose).
+    max_rot, max_trans : float
+        Trust region: a joint's rotation step is shortened to at most
+        ``max_rot`` radians, the root's translation step to ``max_trans`` m.
 
     Returns
     -------
@@ -153,8 +164,8 @@ def refine(
     tgt = targets[:, K]
     eye3 = torch.eye(3, dtype=dt, device=dev)
     eye_n = torch.eye(n, dtype=dt, device=dev)
-    reg_diag = torch.full((n,), prior + damping, dtype=dt, device=dev)
-    reg_diag[-3:] = prior_trans + damping
+    prior_diag = torch.full((n,), prior, dtype=dt, device=dev)
+    prior_diag[-3:] = prior_trans
     if use_orient:
         o_tgt = orient_targets[:, oi]
         o_sw = orient_weights[:, oi].to(dt).sqrt()
@@ -178,7 +189,8 @@ def refine(
 
     L = local_rot.clone()
     t = root_pos.clone()
-    for _ in range(steps):
+    for it in range(steps):
+        mu = max(damping * damping_decay ** it, damping_min)
         wr, wp = forward_kinematics(L, t, offsets)
         kp = keypoints_from_world(wr, wp, end_offsets)
         pk = kp[:, K]  # (B, nk, 3)
@@ -225,7 +237,7 @@ def refine(
             H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
             go = torch.einsum("be,ei,bec->bic", wo, o_A, err).reshape(B, -1)
             g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-        H.diagonal(dim1=1, dim2=2).add_(reg_diag)
+        H.diagonal(dim1=1, dim2=2).add_(prior_diag + mu)
         # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
         rpar = _world_parent(wr)[:, J]  # (B, nj, 3, 3)
         dev_loc = matrix_to_axis_angle(L[:, J] @ init_local_inv)  # (B, nj, 3)
@@ -243,9 +255,14 @@ def refine(
         chol, info = torch.linalg.cholesky_ex(H)
         step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
         step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
+        # trust region: at most max_rot radians per joint and max_trans metres per step
+        wj = step[:, : 3 * nj].reshape(B, nj, 3)
+        wj = wj * (max_rot / wj.norm(dim=-1, keepdim=True).clamp_min(max_rot))
+        dtr = step[:, 3 * nj:]
+        dtr = dtr * (max_trans / dtr.norm(dim=-1, keepdim=True).clamp_min(max_trans))
         w = torch.zeros(B, NUM_JOINTS, 3, dtype=dt, device=dev)
-        w[:, J] = step[:, : 3 * nj].reshape(B, nj, 3)
+        w[:, J] = wj
         E = axis_angle_to_matrix(w)
         L = _world_parent(wr).transpose(-1, -2) @ E @ wr
-        t = t + step[:, 3 * nj:]
+        t = t + dtr
     return L, t

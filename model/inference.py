@@ -1,0 +1,402 @@
+"""Inference API: keypoints in, canonical skeleton pose out.
+
+Everything above the network (retargeting, Blender operators, the CLI) goes
+through :class:`Solver`::
+
+    from neural_ik.model.inference import Solver
+
+    solver = Solver()                      # weights/neural_ik.pt, device "auto"
+    res = solver.solve(keypoints)          # (T, 32, 3) metres, Z up, NaN = missing
+    res.local_rot                          # (T, 22, 3, 3) float64, row 0 = root orientation
+    res.root_pos                           # (T, 3)
+    res.keypoints                          # (T, 32, 3) FK of the result
+    res.error_mm                           # (T,) mean distance to the given keypoints
+    res.skeleton                           # the Skeleton used (fitted when not given)
+
+Inputs
+------
+``keypoints`` : (T, 32, 3) or (32, 3) float array in canonical keypoint order
+(:data:`.skeleton.KEYPOINTS`), metres, Z up, the floor at z = 0 (the
+position on the floor and the heading are free). Missing entries are NaN or
+masked out with ``mask`` (T, 32) bool (default: the finite entries).
+
+``mode``:
+
+- ``"dense"``: all or most keypoints are given (some may be missing);
+- ``"sparse"``: only the six effectors (pelvis, head, hands, feet) and
+  optionally the elbow/knee hints (:data:`.skeleton.SPARSE_HINTS`) are
+  used; everything else in ``keypoints`` is ignored;
+- ``"auto"`` (default): sparse when nothing but effectors/hints is given.
+
+``orientations`` (sparse mode, optional): (T, 6, 3, 3) world orientations of
+the six effector joints (order of :data:`.skeleton.SPARSE_EFFECTORS`), NaN
+where not given. A given pelvis orientation fixes the heading; given hand /
+foot / head orientations are also targets of the refinement.
+
+``skeleton``: the subject's :class:`.skeleton.Skeleton`. When None it is
+estimated with :func:`fit_skeleton` (median bone lengths over the frames,
+canonical proportions scaled to the estimated size for bones that are not
+observed) and returned in the result; pass it back in for later calls on the
+same character (e.g. an interactive "current pose" solve) to skip the fit.
+
+Pipeline
+--------
+Frames go through in batches of ``batch_size`` (no Python loop over
+frames): the network predicts every joint's rotation and the root
+position; then (``refine=True``, the default) ``refine_steps`` batched
+Gauss-Newton steps (:mod:`.refine`) pull the given keypoints (and given
+orientations) onto their targets while a prior keeps the pose close to the
+network's answer and soft joint limits keep it human. ``refine=False`` returns
+the network's answer.
+
+Errors
+------
+:class:`WeightsError` (a ``ValueError``) with a readable message when the
+weights file is missing, unreadable, of another format version or of the
+wrong shape; ``ValueError`` for bad input shapes or an unavailable device.
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
+from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
+from .refine import DEFAULTS as REFINE_DEFAULTS
+from .refine import refine as _refine
+from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton
+
+__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network", "DEFAULT_WEIGHTS", "FORMAT_VERSION"]
+
+#: Weights shipped with the extension.
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
+#: Weights format version this code reads.
+FORMAT_VERSION = 1
+
+_SPARSE_SET = np.zeros(NUM_KEYPOINTS, dtype=bool)
+_SPARSE_SET[list(EFFECTOR_KP) + list(HINT_KP)] = True
+
+
+class WeightsError(ValueError):
+    """The weights file is missing, corrupt, of another version or the wrong shape."""
+
+
+@dataclass
+class SolveResult:
+    """Result of :meth:`Solver.solve`.
+
+    Attributes
+    ----------
+    local_rot : ndarray, shape (T, 22, 3, 3), float64
+        Local joint rotations; row 0 is the root's world orientation.
+    root_pos : ndarray, shape (T, 3), float64
+        World position of the root (pelvis) joint, metres.
+    keypoints : ndarray, shape (T, 32, 3), float64
+        Forward kinematics of the result with ``skeleton``.
+    skeleton : Skeleton
+        The skeleton used (given or fitted).
+    error_mm : ndarray, shape (T,)
+        Mean distance (mm) between the result and the given keypoints (NaN
+        for a frame with none given).
+    mode : str
+        ``"dense"`` or ``"sparse"``.
+    seconds : dict
+        Wall time of the ``network`` and ``refine`` stages (and ``total``).
+    """
+
+    local_rot: np.ndarray
+    root_pos: np.ndarray
+    keypoints: np.ndarray
+    skeleton: Skeleton
+    error_mm: np.ndarray
+    mode: str = "dense"
+    seconds: dict = field(default_factory=dict)
+
+
+def detect_mode(mask: np.ndarray) -> str:
+    """``"sparse"`` when only effectors/hints are given in any frame, else ``"dense"``."""
+    mask = np.asarray(mask, dtype=bool).reshape(-1, NUM_KEYPOINTS)
+    given = mask.any(0)
+    return "sparse" if given.any() and not (given & ~_SPARSE_SET).any() else "dense"
+
+
+def _canonical_dirs_lengths():
+    off = CANONICAL.offsets
+    end = CANONICAL.end_offsets
+    ln = np.linalg.norm(off, axis=1)
+    le = np.linalg.norm(end, axis=1)
+    return ln, le
+
+
+def fit_skeleton(keypoints: np.ndarray, mask: np.ndarray | None = None) -> Skeleton:
+    """Estimate a subject skeleton from keypoints.
+
+    Bone lengths are the median over frames of the distance between a
+    keypoint and its parent joint where both are given; bones never observed
+    take the canonical length times the overall scale, itself the median
+    ratio of the observed lengths to the canonical ones or, when no bone is
+    observed (sparse effectors only), the ratio of the typical
+    pelvis-to-head and pelvis-to-foot distances (95th percentile over frames)
+    to the canonical ones. Directions are canonical; the root's rest height
+    puts the rest pose on the floor.
+
+    Parameters
+    ----------
+    keypoints : ndarray, shape (T, 32, 3) or (32, 3)
+    mask : ndarray, shape (T, 32) bool, optional
+        Default: the finite entries.
+
+    Returns
+    -------
+    Skeleton
+    """
+    kp = np.asarray(keypoints, dtype=np.float64).reshape(-1, NUM_KEYPOINTS, 3)
+    if mask is None:
+        mask = np.isfinite(kp).all(-1)
+    mask = np.asarray(mask, dtype=bool).reshape(-1, NUM_KEYPOINTS) & np.isfinite(kp).all(-1)
+    ln0, le0 = _canonical_dirs_lengths()
+    parent_kp = list(PARENTS[1:]) + list(END_PARENTS)  # parent of keypoints 1..31
+    child = np.arange(1, NUM_KEYPOINTS)
+    both = mask[:, child] & mask[:, parent_kp]
+    d = np.linalg.norm(kp[:, child] - kp[:, parent_kp], axis=-1)
+    d = np.where(both, d, np.nan)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(d, axis=0) if len(d) else np.full(len(child), np.nan)
+    canon = np.concatenate([ln0[1:], le0])
+    ok = np.isfinite(med) & (med > 1e-4)
+    if ok.any():
+        scale = float(np.median(med[ok] / canon[ok]))
+    else:
+        scale = _scale_from_effectors(kp, mask)
+    lengths = np.where(ok, med, canon * scale)
+    dirs_j = CANONICAL.offsets[1:] / ln0[1:, None]
+    dirs_e = CANONICAL.end_offsets / le0[:, None]
+    off = np.zeros((NUM_JOINTS, 3))
+    off[1:] = dirs_j * lengths[: NUM_JOINTS - 1, None]
+    end = dirs_e * lengths[NUM_JOINTS - 1:, None]
+    sk = Skeleton(off, end)
+    rest = sk.rest_keypoints()  # root at the origin
+    feet = [KEYPOINTS.index(n) for n in ("heel_l", "heel_r", "toe_tip_l", "toe_tip_r")]
+    off[0] = [0.0, 0.0, -rest[feet, 2].min()]
+    return Skeleton(off, end)
+
+
+def _scale_from_effectors(kp, mask) -> float:
+    rest = CANONICAL.rest_keypoints()
+    pel, head = KEYPOINTS.index("pelvis"), KEYPOINTS.index("head")
+    ratios = []
+    pairs = [(pel, head)] + [(pel, KEYPOINTS.index(f)) for f in ("foot_l", "foot_r")]
+    for a, b in pairs:
+        ok = mask[:, a] & mask[:, b]
+        if ok.any():
+            dist = np.linalg.norm(kp[ok, a] - kp[ok, b], axis=-1)
+            ratios.append(np.percentile(dist, 95) / np.linalg.norm(rest[a] - rest[b]))
+    return float(np.median(ratios)) if ratios else 1.0
+
+
+def _resolve_device(device) -> torch.device:
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available (use 'auto' or 'cpu')")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device!r}; use 'auto', 'cpu' or 'cuda'")
+    return dev
+
+
+def load_network(path, device="cpu") -> tuple[IKNet, dict]:
+    """Load and validate a weights file; returns ``(network in eval mode, file dict)``.
+
+    Raises
+    ------
+    WeightsError
+        Missing, unreadable/corrupt, wrong format version or wrong shapes.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"Neural IK weights not found: {path} (reinstall the extension or pass weights=<file>)")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as ex:  # pickle / zip errors vary
+        raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights file ({type(ex).__name__}: {ex})") from ex
+    if not isinstance(blob, dict) or blob.get("format") != "neural_ik":
+        raise WeightsError(f"{path} is not a Neural IK weights file (no 'format': 'neural_ik' entry)")
+    ver = blob.get("format_version")
+    if ver != FORMAT_VERSION:
+        raise WeightsError(f"{path} has weights format version {ver!r}; this version of Neural IK reads version {FORMAT_VERSION}")
+    if list(blob.get("keypoints", [])) != list(KEYPOINTS) or list(blob.get("joints", [])) != list(JOINTS):
+        raise WeightsError(f"{path} was trained for another skeleton (its keypoint/joint lists differ from this version's)")
+    if blob.get("num_features") != NUM_FEATURES or blob.get("num_outputs") != NUM_OUTPUTS:
+        raise WeightsError(f"{path}: wrong input/output size ({blob.get('num_features')}/{blob.get('num_outputs')}, "
+                           f"expected {NUM_FEATURES}/{NUM_OUTPUTS})")
+    hp = blob.get("hparams")
+    state = blob.get("state")
+    if not isinstance(hp, dict) or not isinstance(state, dict):
+        raise WeightsError(f"{path}: missing 'hparams' or 'state'")
+    try:
+        net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0)
+        state = {k: v.float() for k, v in state.items()}
+        net.load_state_dict(state, strict=True)
+    except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as ex:
+        raise WeightsError(f"{path}: weights do not fit the network (wrong shape or missing tensors): {ex}") from ex
+    for t in net.state_dict().values():
+        if not torch.isfinite(t).all():
+            raise WeightsError(f"{path}: weights contain NaN or infinite values")
+    return net.to(device).eval(), blob
+
+
+class Solver:
+    """Neural IK solver (network + optional Gauss-Newton refinement).
+
+    Parameters
+    ----------
+    weights : str or Path, optional
+        Weights file (default :data:`DEFAULT_WEIGHTS`).
+    device : {"auto", "cpu", "cuda"}
+        ``"auto"`` picks CUDA when available.
+
+    Raises
+    ------
+    WeightsError
+        When the weights cannot be used (see :func:`load_network`).
+    ValueError
+        When ``device`` is unavailable.
+    """
+
+    def __init__(self, weights=None, device="auto"):
+        self.device = _resolve_device(device)
+        self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
+        self.net, blob = load_network(self.weights_path, self.device)
+        self.info = blob.get("train", {})
+        self._sk_key = None
+        self._sk_t = None
+
+    def _skeleton_tensors(self, sk: Skeleton):
+        key = (np.asarray(sk.offsets, dtype=np.float64).tobytes(), np.asarray(sk.end_offsets, dtype=np.float64).tobytes())
+        if key != self._sk_key:
+            self._sk_t = (
+                torch.as_tensor(np.asarray(sk.offsets), dtype=torch.float32, device=self.device),
+                torch.as_tensor(np.asarray(sk.end_offsets), dtype=torch.float32, device=self.device),
+            )
+            self._sk_key = key
+        return self._sk_t
+
+    def solve(self, keypoints, mask=None, *, mode="auto", refine=True, refine_steps=REFINE_DEFAULTS["steps"],
+              orientations=None, batch_size=4096, skeleton=None, progress=None, limits=True) -> SolveResult:
+        """Solve poses for a sequence of keypoint frames.
+
+        Parameters
+        ----------
+        keypoints : array_like, shape (T, 32, 3) or (32, 3)
+            Canonical keypoints, metres, Z up; NaN = missing.
+        mask : array_like, shape (T, 32) bool, optional
+            Given keypoints (default: finite entries); combined with finiteness.
+        mode : {"auto", "dense", "sparse"}
+        refine : bool
+            Run the Gauss-Newton refinement (default True).
+        refine_steps : int
+            Number of refinement steps.
+        orientations : array_like, shape (T, 6, 3, 3), optional
+            Effector world orientations (sparse mode), NaN where not given.
+        batch_size : int
+            Frames per batch.
+        skeleton : Skeleton, optional
+            Subject skeleton; fitted from the keypoints when None.
+        progress : callable, optional
+            ``progress(done_frames, total_frames)`` after every batch.
+        limits : bool
+            Soft joint limits in the refinement.
+
+        Returns
+        -------
+        SolveResult
+        """
+        t_start = time.perf_counter()
+        kp = np.asarray(keypoints, dtype=np.float64)
+        single = kp.ndim == 2
+        if single:
+            kp = kp[None]
+        if kp.ndim != 3 or kp.shape[1:] != (NUM_KEYPOINTS, 3):
+            raise ValueError(f"keypoints must have shape (T, {NUM_KEYPOINTS}, 3) or ({NUM_KEYPOINTS}, 3), got {np.shape(keypoints)}")
+        T = kp.shape[0]
+        finite = np.isfinite(kp).all(-1)
+        if mask is None:
+            m = finite
+        else:
+            m = np.asarray(mask, dtype=bool)
+            if single and m.ndim == 1:
+                m = m[None]
+            if m.shape != (T, NUM_KEYPOINTS):
+                raise ValueError(f"mask must have shape ({T}, {NUM_KEYPOINTS}), got {m.shape}")
+            m = m & finite
+        if mode == "auto":
+            mode = detect_mode(m)
+        if mode not in ("dense", "sparse"):
+            raise ValueError(f"mode must be 'auto', 'dense' or 'sparse', got {mode!r}")
+        if mode == "sparse":
+            m = m & _SPARSE_SET
+        ori = omask = None
+        if orientations is not None:
+            ori = np.asarray(orientations, dtype=np.float64)
+            if single and ori.ndim == 3:
+                ori = ori[None]
+            if ori.shape != (T, NUM_EFF, 3, 3):
+                raise ValueError(f"orientations must have shape ({T}, {NUM_EFF}, 3, 3), got {ori.shape}")
+            omask = np.isfinite(ori).all((-2, -1))
+            ori = np.where(omask[..., None, None], ori, np.eye(3))
+        if skeleton is None:
+            skeleton = fit_skeleton(kp, m)
+        off, eo = self._skeleton_tensors(skeleton)
+        kp0 = np.where(m[..., None], kp, 0.0)
+
+        out_L = np.empty((T, NUM_JOINTS, 3, 3))
+        out_root = np.empty((T, 3))
+        out_kp = np.empty((T, NUM_KEYPOINTS, 3))
+        t_net = t_ref = 0.0
+        dev = self.device
+        sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+        bs = max(int(batch_size), 1)
+        with torch.inference_mode():
+            for a in range(0, T, bs):
+                b = min(a + bs, T)
+                t0 = time.perf_counter()
+                kt = torch.as_tensor(kp0[a:b], dtype=torch.float32, device=dev)
+                mt = torch.as_tensor(m[a:b], device=dev)
+                ot = omt = None
+                if ori is not None:
+                    ot = torch.as_tensor(ori[a:b], dtype=torch.float32, device=dev)
+                    omt = torch.as_tensor(omask[a:b], device=dev)
+                L, root, _ = self.net.predict(kt, mt, off, eo, ot, omt)
+                sync()
+                t1 = time.perf_counter()
+                t_net += t1 - t0
+                if refine and refine_steps > 0:
+                    L, root = _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
+                                      orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
+                                      orient_joints=EFFECTOR_JOINTS, limits=limits)
+                    sync()
+                t_ref += time.perf_counter() - t1
+                kpo = fk_keypoints(L, root, off, eo)
+                out_L[a:b] = L.double().cpu().numpy()
+                out_root[a:b] = root.double().cpu().numpy()
+                out_kp[a:b] = kpo.double().cpu().numpy()
+                if progress is not None:
+                    progress(b, T)
+        err = np.linalg.norm(out_kp - np.where(m[..., None], kp, np.nan), axis=-1)
+        cnt = m.sum(1)
+        with np.errstate(invalid="ignore"):
+            err_mm = np.where(cnt > 0, np.nansum(np.where(m, err, 0.0), axis=1) / np.maximum(cnt, 1) * 1000.0, np.nan)
+        return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
+                           {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})

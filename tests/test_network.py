@@ -1,0 +1,121 @@
+"""Network encoding invariances and joint limits."""
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pkg import pkg  # noqa: E402
+
+pkg()
+from neural_ik.model import fk, limits, network as N, rotations as R  # noqa: E402
+from neural_ik.model.skeleton import CANONICAL, joint_index  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+def _poses(n=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    L = R.axis_angle_to_matrix(torch.randn(n, 22, 3, generator=g, dtype=torch.float64) * 0.3)
+    L = limits.project_to_limits(L)
+    root = torch.tensor([0.3, -0.2, 0.9], dtype=torch.float64).expand(n, 3)
+    off, eo = fk.skeleton_tensors(CANONICAL, dtype=torch.float64)
+    return L, root, off, eo
+
+
+def test_encoding_invariant_to_heading_translation_and_scale():
+    L, root, off, eo = _poses()
+    kp = fk.fk_keypoints(L, root, off, eo)
+    mask = torch.ones(kp.shape[:2], dtype=torch.bool)
+    f0, _ = N.encode(kp, mask, off, eo)
+    rz = R.rot_z(torch.tensor(1.1, dtype=torch.float64))
+    kp2 = kp @ rz.T + torch.tensor([2.0, -1.0, 0.0], dtype=torch.float64)
+    f1, _ = N.encode(kp2, mask, off, eo)
+    np.testing.assert_allclose(f0.numpy(), f1.numpy(), atol=1e-9)
+    f2, frame = N.encode(kp * 1.2, mask, off * 1.2, eo * 1.2)
+    np.testing.assert_allclose(f0.numpy(), f2.numpy(), atol=1e-9)
+    assert torch.allclose(frame[2], torch.full((8,), 1.2, dtype=torch.float64))
+
+
+def test_missing_keypoints_do_not_leak():
+    L, root, off, eo = _poses(2)
+    kp = fk.fk_keypoints(L, root, off, eo)
+    mask = torch.ones(kp.shape[:2], dtype=torch.bool)
+    mask[:, 9] = False
+    kp_nan = kp.clone()
+    kp_nan[:, 9] = float("nan")
+    a, _ = N.encode(kp, mask, off, eo)
+    b, _ = N.encode(kp_nan, mask, off, eo)
+    assert torch.isfinite(b).all()
+    np.testing.assert_allclose(a.numpy(), b.numpy())
+
+
+def test_network_equivariant_to_heading():
+    torch.manual_seed(0)
+    net = N.IKNet(32, 1).double().eval()
+    torch.nn.init.normal_(net.out.weight, std=0.1)
+    L, root, off, eo = _poses(4)
+    kp = fk.fk_keypoints(L, root, off, eo)
+    mask = torch.ones(kp.shape[:2], dtype=torch.bool)
+    la, ra, _ = net.predict(kp, mask, off, eo)
+    rz = R.rot_z(torch.tensor(0.7, dtype=torch.float64))
+    lb, rb, _ = net.predict(kp @ rz.T, mask, off, eo)
+    np.testing.assert_allclose(lb[:, 1:].detach().numpy(), la[:, 1:].detach().numpy(), atol=1e-9)
+    np.testing.assert_allclose((rz @ la[:, 0]).detach().numpy(), lb[:, 0].detach().numpy(), atol=1e-9)
+    np.testing.assert_allclose((ra @ rz.T).detach().numpy(), rb.detach().numpy(), atol=1e-9)
+    # outputs are rotations
+    eye = torch.eye(3, dtype=torch.float64)
+    np.testing.assert_allclose((la.transpose(-1, -2) @ la).detach().numpy(), eye.expand_as(la).numpy(), atol=1e-9)
+
+
+def test_sparse_heading_from_pelvis_orientation():
+    L, root, off, eo = _poses(3)
+    kp = fk.fk_keypoints(L, root, off, eo)
+    mask = torch.zeros(kp.shape[:2], dtype=torch.bool)
+    mask[:, list(N.EFFECTOR_KP)] = True
+    orient = torch.eye(3, dtype=torch.float64).expand(3, 6, 3, 3).clone()
+    rz = R.rot_z(torch.tensor(0.5, dtype=torch.float64))
+    orient[:, 0] = rz
+    om = torch.zeros(3, 6, dtype=torch.bool)
+    om[:, 0] = True
+    kp_same = kp.clone()
+    kp_same[:, list(N.EFFECTOR_KP)] = root[:, None]  # no left/right information in the positions
+    h = N.estimate_heading(kp_same, mask, orient, om)
+    np.testing.assert_allclose(h.numpy(), 0.5, atol=1e-9)
+
+
+def test_limit_penalty_behaviour():
+    eye = torch.eye(3, dtype=torch.float64).expand(1, 22, 3, 3).clone()
+    assert float(limits.limit_penalty(eye)) == 0.0
+    knee = joint_index("calf_l")
+    bad = eye.clone()
+    bad[0, knee] = R.axis_angle_to_matrix(torch.tensor([-0.8, 0.0, 0.0], dtype=torch.float64))  # hyperextension
+    good = eye.clone()
+    good[0, knee] = R.axis_angle_to_matrix(torch.tensor([1.5, 0.0, 0.0], dtype=torch.float64))  # normal flexion
+    assert float(limits.limit_penalty(good)) == 0.0
+    p_bad = float(limits.limit_penalty(bad))
+    assert p_bad > 0.0
+    # quadratic growth and a gradient that points back inside
+    aa = torch.tensor([-0.8, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    x = eye.clone()
+    x[0, knee] = R.axis_angle_to_matrix(aa)
+    limits.limit_penalty(x).backward()
+    assert aa.grad[0] < 0  # increasing x (towards flexion) lowers the penalty
+    # projection clamps into the box, leaves valid rotations alone, keeps the root free
+    proj = limits.project_to_limits(bad)
+    assert float(limits.limit_penalty(proj)) < 1e-12
+    np.testing.assert_allclose(limits.project_to_limits(good).numpy(), good.numpy())
+    root_spin = eye.clone()
+    root_spin[0, 0] = R.axis_angle_to_matrix(torch.tensor([0.0, 0.0, 3.0], dtype=torch.float64))
+    np.testing.assert_allclose(limits.project_to_limits(root_spin).numpy(), root_spin.numpy())
+
+
+def test_limits_are_mirrored():
+    lo, hi = limits.limit_arrays(torch.float64)
+    l, r = joint_index("forearm_l"), joint_index("forearm_r")
+    assert torch.allclose(lo[l, 0], lo[r, 0]) and torch.allclose(hi[l, 0], hi[r, 0])
+    assert torch.allclose(lo[l, 2], -hi[r, 2]) and torch.allclose(hi[l, 2], -lo[r, 2])
+    assert math.isclose(float(hi[joint_index("calf_l"), 0]), math.radians(165))
