@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, Skeleton
+from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
 
 __all__ = [
     "BakeOptions",
@@ -532,9 +532,11 @@ class BakeJob:
                                  f"{scene.frame_start}-{scene.frame_end}")
         self.solved = None
         self.result = None
+        #: Source skeleton given to the solver (None: fitted from the keypoints).
+        self.skeleton = None
 
     # -- stage 2 ---------------------------------------------------------------
-    def solve(self, progress=None, cancel=None):
+    def solve(self, progress=None, cancel=None, batch_size: int = 4096):
         """Run the network (and refinement). No ``bpy``; may run in a thread.
 
         Parameters
@@ -542,7 +544,10 @@ class BakeJob:
         progress : callable, optional
             ``progress(fraction, stage)`` with ``fraction`` in 0..1 of this stage.
         cancel : callable, optional
-            Returns true to abort; raises :class:`BakeCancelled`.
+            Returns true to abort; raises :class:`BakeCancelled` (checked
+            after every batch of frames).
+        batch_size : int
+            Frames per solver batch (smaller: finer progress and cancelling).
         """
         o = self.options
         t0 = time.perf_counter()
@@ -562,7 +567,11 @@ class BakeJob:
                 progress(min(done / total, 1.0), "solve")
 
         try:
-            self.solved = solver.solve(kp, self.mask, mode=o.mode, refine=bool(o.refine), progress=_progress)
+            kwargs = {"batch_size": int(batch_size)}
+            if self.skeleton is not None:
+                kwargs["skeleton"] = self.skeleton
+            self.solved = solver.solve(kp, self.mask, mode=o.mode, refine=bool(o.refine), progress=_progress,
+                                       **kwargs)
         except BakeCancelled:
             raise
         except ValueError as ex:
@@ -842,6 +851,14 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
                   source_name="pose", mapping=mapping, solver=solver)
     job.fps = 1.0
+    known = job.mask[0]
+    sparse_only = not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any()
+    if single.mode == "sparse" or sparse_only:
+        # a few effectors say little about bone lengths: use the rig's own size
+        from ..model.skeleton import CANONICAL
+
+        size = job.plan.leg_length * job.unit / _leg_length(CANONICAL) if job.plan.leg_length > 0 else 1.0
+        job.skeleton = CANONICAL.scaled(size)
     job.solve()
     res = job.retarget()
     names = [n if (res.driven[b] or b == job.plan.root) else None for b, n in enumerate(res.bone_names)]

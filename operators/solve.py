@@ -22,6 +22,8 @@ from ..blender_io import bake as bake_mod
 from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object, read_keypoint_pose
 from ..model.skeleton import KEYPOINTS
 
+#: Frames per solver batch in the modal bake (progress and Esc granularity).
+MODAL_BATCH = 256
 #: Custom property on an effector empty: the canonical keypoint it drives.
 EFFECTOR_TAG = "neural_ik_effector"
 #: Custom property on the parent empty of the effectors.
@@ -204,7 +206,8 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
 
         def work():
             try:
-                job.solve(lambda f, _stage: setattr(self, "_progress", 0.85 * f), lambda: self._cancel)
+                job.solve(lambda f, _stage: setattr(self, "_progress", 0.85 * f), lambda: self._cancel,
+                          batch_size=MODAL_BATCH)
                 job.retarget()
             except BaseException as ex:  # reported on the main thread
                 self._error = ex
