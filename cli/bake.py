@@ -174,9 +174,10 @@ def get_solver(args):
     from .parser import device_choice
 
     try:
-        return _get_solver(device_choice(args))
+        return _get_solver(device_choice(args), weights=getattr(args, "weights", None))
     except (BakeError, FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
-        raise CliError("cannot load the network: {}".format(" ".join(str(ex).split()))) from None
+        text = " ".join(str(ex).split())
+        raise CliError(text if text.startswith("cannot load") else "cannot load the network: " + text) from None
 
 
 def write_outputs(target, result, out=None, exports=()):

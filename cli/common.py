@@ -201,6 +201,8 @@ def add_bake_arguments(parser):
                    help="rotation channels written: QUATERNION (bones switched to quaternions) or BONE "
                         "(each bone's own rotation mode); default QUATERNION")
     add_device_argument(g)
+    g.add_argument("--weights", metavar="PATH", default=None,
+                   help="network weights file (default: weights/neural_ik.pt in the package)")
     g = parser.add_argument_group("output")
     g.add_argument("--report", metavar="REPORT.json", default=None,
                    help="write the JSON report there ('-' prints it to stdout)")
@@ -587,8 +589,15 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     from ..readers import to_canonical
 
     keypoints, mask = to_canonical(clip)
-    return bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
-                          solver=solver, progress=progress, cancel=cancel)
+    mode = options.mode
+    if mode == "auto":
+        from ..model.inference import detect_mode
+
+        mode = detect_mode(mask)
+    result = bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
+                            solver=solver, progress=progress, cancel=cancel)
+    result.mode = mode
+    return result
 
 
 def summary(rows, seconds, **extra):

@@ -50,6 +50,8 @@ def add_parser(subparsers):
     from .parser import add_device_argument
 
     add_device_argument(parser)
+    parser.add_argument("--weights", metavar="PATH", default=None,
+                        help="network weights file (default: weights/neural_ik.pt in the package)")
     return parser
 
 
@@ -64,6 +66,8 @@ def _bake_args(args, target):
         argv += ["--device", args.device]
     if args.quiet:
         argv.append("--quiet")
+    if args.weights:
+        argv += ["--weights", args.weights]
     ns = sub.parse_args(argv)
     ns.default_device = getattr(args, "default_device", None)
     return ns
