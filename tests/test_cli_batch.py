@@ -1,0 +1,123 @@
+"""``./neural-ik batch``: a folder with a corrupt clip, reruns that skip, Ctrl-C mid-batch."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_cli_bake import REPO, needs_weights, partial_files, weights_args, write_walk_npz
+
+pytestmark = needs_weights
+
+
+def _folder(tmp_path, n=3, seconds=1.0):
+    src = tmp_path / "clips"
+    (src / "sub").mkdir(parents=True)
+    for i in range(n):
+        write_walk_npz(src / ("sub" if i == n - 1 else "") / "walk_{}.npz".format(i), seconds=seconds)
+    (src / "corrupt.npz").write_bytes(b"\x00not an archive")
+    (src / "notes.txt").write_text("ignored: not a keypoint file")
+    return src
+
+
+def _blend_actions(path):
+    import bpy
+
+    with bpy.data.libraries.load(str(path), link=False) as (data_from, _):
+        return set(data_from.actions)
+
+
+def test_batch_skips_a_corrupt_clip_then_reruns(run_cli, tmp_path):
+    src = _folder(tmp_path)
+    out = tmp_path / "out"
+    argv = ["batch", src, "--target", "rigify", "--out-dir", out, "--export", "bvh", *weights_args()]
+    result = run_cli(*argv)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "corrupt.npz" in result.stderr and "clip 1/4" in result.stderr
+    report = json.loads((out / "report.json").read_text())
+    status = {os.path.basename(r["source"]): r["status"] for r in report["clips"]}
+    assert status == {"corrupt.npz": "failed", "walk_0.npz": "done", "walk_1.npz": "done", "walk_2.npz": "done"}
+    assert report["summary"]["failed"] == 1 and report["summary"]["done"] == 3
+    assert "corrupt.npz" in report["summary"]["failed_clips"][0]["source"]
+    assert report["summary"]["frames"] == 90 and report["summary"]["frames_per_second"] > 0
+    for row in report["clips"]:
+        if row["status"] == "done":
+            assert set(row["seconds"]) >= {"read", "solve", "retarget", "write", "export"}
+            assert row["keypoint_error_mm"]["mean"] is not None
+    for rel in ("walk_0.bvh", "walk_1.bvh", "sub/walk_2.bvh", "batch.blend"):
+        assert (out / rel).is_file(), rel
+    assert _blend_actions(out / "batch.blend") >= {"walk_0", "walk_1", "sub/walk_2"}
+    assert not partial_files(out)
+
+    # rerun: everything up to date is skipped (the corrupt clip fails again)
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*.bvh")}
+    result = run_cli(*argv)
+    assert result.returncode == 1
+    report = json.loads((out / "report.json").read_text())
+    status = {os.path.basename(r["source"]): r["status"] for r in report["clips"]}
+    assert status["walk_0.npz"] == status["walk_1.npz"] == status["walk_2.npz"] == "skipped"
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.bvh")} == mtimes
+
+    # a changed clip is baked again; the others' actions are carried over into the new .blend
+    time.sleep(0.05)
+    os.utime(src / "walk_1.npz")
+    (src / "corrupt.npz").unlink()
+    result = run_cli(*argv)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    status = {os.path.basename(r["source"]): r["status"] for r in report["clips"]}
+    assert status == {"walk_0.npz": "skipped", "walk_1.npz": "done", "walk_2.npz": "skipped"}
+    assert _blend_actions(out / "batch.blend") >= {"walk_0", "walk_1", "sub/walk_2"}
+
+    # --force bakes everything, --pattern selects
+    result = run_cli(*argv, "--force", "--pattern", "walk_*.npz", "--report", "-", "-q")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [os.path.basename(r["source"]) for r in report["clips"]] == ["walk_0.npz", "walk_1.npz"]
+    assert all(r["status"] == "done" for r in report["clips"])
+
+
+def test_batch_ctrl_c_leaves_no_partial_outputs(tmp_path):
+    src = tmp_path / "clips"
+    src.mkdir()
+    for i in range(6):
+        write_walk_npz(src / "walk_{}.npz".format(i), seconds=8.0)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [str(REPO / "neural-ik"), "batch", str(src), "--target", "rigify", "--out-dir", str(out), "--export", "bvh",
+         *weights_args()],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        deadline = time.time() + 300
+        while not (out / "walk_0.bvh").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "the first clip never finished"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert not partial_files(out)
+    assert not (out / "batch.blend").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["interrupted"] is True
+    done = [r for r in report["clips"] if r["status"] == "done"]
+    assert 1 <= len(done) < 6
+    pytest.importorskip("numpy")
+    from _pkg import pkg
+
+    pkg()
+    from neural_ik.model.bvh import read_bvh
+
+    for row in done:  # every export left behind is complete
+        for path in row["outputs"]:
+            assert read_bvh(path).num_frames == 240
+    left = sorted(p.name for p in out.glob("*.bvh"))
+    assert left == sorted(os.path.basename(p) for r in done for p in r["outputs"])
