@@ -164,10 +164,10 @@ def _keypoint_figure(points, offset):
     mb = _MeshBuilder()
     for p in points:
         if np.isfinite(p).all():
-            mb.sphere(p + offset, 0.028)
+            mb.sphere(p + offset, 0.032)
     for a, b in KEYPOINT_LINKS:
         if np.isfinite(points[a]).all() and np.isfinite(points[b]).all():
-            mb.cylinder(points[a] + offset, points[b] + offset, 0.011)
+            mb.cylinder(points[a] + offset, points[b] + offset, 0.015)
     return mb
 
 
