@@ -59,7 +59,7 @@ if __package__ in (None, ""):  # run as a script: make the package importable
 from . import limits as lim
 from .augment import JOINT_AXIS_SCALE
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
+from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
 from .rotations import axis_angle_to_matrix, geodesic_angle, rot_z
 from .skeleton import CANONICAL, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS, MIRROR_KEYPOINTS
 
@@ -259,7 +259,6 @@ class Augmenter:
         omask = torch.zeros(batch, NUM_EFF, dtype=torch.bool, device=self.dev)
         omask[:, 0] = sparse & (omode > 0.5)
         omask[:, 1:] = (sparse & (omode > 0.75))[:, None]
-        from .network import EFFECTOR_JOINTS
         # world orientations of the effector joints
         wr = _world_rot(L)
         orient = wr[:, list(EFFECTOR_JOINTS)]
@@ -377,8 +376,8 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
     # normalisation statistics from augmented batches (fixed seed)
     with torch.no_grad():
         feats = []
-        for _ in range(8):
-            b = aug.sample(1024)
+        for _ in range(4):
+            b = aug.sample(max(256, min(2048, cfg.batch * 2)))
             feats.append(encode(b["kp_in"], b["mask"], b["offsets"], b["end_offsets"], b["orient"], b["orient_mask"])[0])
         net.set_normalisation(torch.cat(feats))
     decay, no_decay = [], []
