@@ -163,7 +163,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         description="Name of the new action (default: the input's name); made unique")
 
     _timer = None
-    _thread = None
+    _runner = None
 
     def _job(self, context):
         obj = _target(context)
@@ -194,35 +194,16 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
     # -- modal (UI) -------------------------------------------------------------
     def invoke(self, context, event):
         try:
-            self._bake_job = self._job(context)
+            job = self._job(context)
+            # load the network on the main thread: errors are reported right away
+            job.solver = job.solver or bake_mod.get_solver(job.options.device)
         except (InputError, bake_mod.BakeError) as ex:
             self.report({'ERROR'}, str(ex))
             return {'CANCELLED'}
-        self._cancel = False
-        self._progress = 0.0
-        self._error = None
-        self._done = False
-        job = self._bake_job
-
-        def work():
-            try:
-                job.solve(lambda f, _stage: setattr(self, "_progress", 0.85 * f), lambda: self._cancel,
-                          batch_size=MODAL_BATCH)
-                job.retarget()
-            except BaseException as ex:  # reported on the main thread
-                self._error = ex
-            self._done = True
-
-        # load the network on the main thread (errors are reported right away)
-        try:
-            job.solver = job.solver or bake_mod.get_solver(job.options.device)
-        except bake_mod.BakeError as ex:
-            self.report({'ERROR'}, str(ex))
-            return {'CANCELLED'}
+        self._runner = BakeRunner(job)
+        self._runner.start()
         wm = context.window_manager
         wm.progress_begin(0, 100)
-        self._thread = threading.Thread(target=work, daemon=True)
-        self._thread.start()
         self._timer = wm.event_timer_add(0.1, window=context.window)
         wm.modal_handler_add(self)
         context.workspace.status_text_set("Neural IK: baking... (Esc to cancel)")
@@ -237,38 +218,102 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         context.workspace.status_text_set(None)
 
     def modal(self, context, event):
+        runner = self._runner
         if event.type == 'ESC':
-            self._cancel = True
+            runner.cancel()
             return {'RUNNING_MODAL'}
         if event.type != 'TIMER':
             return {'PASS_THROUGH'}
-        context.window_manager.progress_update(int(100 * self._progress))
-        if not self._done:
+        context.window_manager.progress_update(int(100 * runner.progress))
+        if not runner.done:
             return {'RUNNING_MODAL'}
-        self._thread.join()
-        if isinstance(self._error, bake_mod.BakeCancelled) or (self._cancel and self._error is None):
+        try:
+            result = runner.finish(lambda f, _s: context.window_manager.progress_update(int(90 + 10 * f)))
+        except bake_mod.BakeCancelled:
             self._cleanup(context)
             self.report({'WARNING'}, "Bake cancelled: nothing was changed")
             return {'CANCELLED'}
-        if self._error is not None:
-            self._cleanup(context)
-            self.report({'ERROR'}, str(self._error))
-            return {'CANCELLED'}
-        try:
-            result = self._bake_job.write(lambda f, _s: context.window_manager.progress_update(int(90 + 10 * f)))
         except Exception as ex:
             self._cleanup(context)
-            self.report({'ERROR'}, f"writing the keys failed: {ex}")
+            self.report({'ERROR'}, str(ex))
             return {'CANCELLED'}
         self._cleanup(context)
         self._finish(context, result)
         return {'FINISHED'}
 
     def cancel(self, context):
-        self._cancel = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if getattr(self, "_runner", None) is not None:
+            self._runner.cancel()
+            self._runner.join(timeout=10)
         self._cleanup(context)
+
+
+class BakeRunner:
+    """Runs a :class:`..blender_io.bake.BakeJob`'s solve and retarget in a worker thread.
+
+    The modal bake polls :attr:`done` and :attr:`progress` from its timer and
+    calls :meth:`finish` on the main thread, which writes the keys (or raises
+    what the worker raised: :class:`BakeCancelled`, :class:`BakeError`...).
+
+    Parameters
+    ----------
+    job : BakeJob
+        A validated job (nothing written yet).
+    batch_size : int
+        Solver batch size: how often progress moves and Esc is noticed.
+    """
+
+    def __init__(self, job, batch_size: int = MODAL_BATCH):
+        self.job = job
+        self.batch_size = int(batch_size)
+        self.progress = 0.0
+        self.error = None
+        self.done = False
+        self._cancel = False
+        self._thread = None
+
+    def start(self):
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._work, name="neural_ik_bake", daemon=True)
+        self._thread.start()
+
+    def _work(self):
+        try:
+            self.job.solve(self._on_progress, lambda: self._cancel, batch_size=self.batch_size)
+            if self._cancel:
+                raise bake_mod.BakeCancelled("bake cancelled")
+            self.job.retarget()
+            self.progress = 0.9
+        except BaseException as ex:  # handed to the main thread by finish()
+            self.error = ex
+        finally:
+            self.done = True
+
+    def _on_progress(self, fraction, _stage):
+        self.progress = 0.85 * fraction
+
+    def cancel(self):
+        """Ask the worker to stop after the current batch."""
+        self._cancel = True
+
+    def join(self, timeout=None):
+        """Wait for the worker thread."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def finish(self, progress=None):
+        """Write the keys (main thread) once :attr:`done`; re-raise the worker's error.
+
+        Returns
+        -------
+        BakeResult
+        """
+        self.join()
+        if self.error is not None:
+            raise self.error
+        if self._cancel:
+            raise bake_mod.BakeCancelled("bake cancelled")
+        return self.job.write(progress)
 
 
 classes = [NEURAL_IK_OT_solve_frame, NEURAL_IK_OT_bake]

@@ -252,3 +252,48 @@ def test_panels_registered(ext):
                  "VIEW3D_PT_neural_ik_bake", "VIEW3D_PT_neural_ik_device"):
         assert hasattr(bpy.types, name), name
     assert hasattr(bpy.types.Scene, "neural_ik") and hasattr(bpy.types.Object, "neural_ik_mapping")
+
+
+class SlowSolver(ExactSolver):
+    """Reports progress batch by batch, slowly, like the real solver on a long clip."""
+
+    def solve(self, keypoints, mask=None, *, batch_size=4096, progress=None, **kw):
+        import time
+        T = len(keypoints)
+        for done in range(0, T, batch_size):
+            time.sleep(0.02)
+            if progress is not None:
+                progress(min(done + batch_size, T), T)
+        return super().solve(keypoints, mask, **kw)
+
+
+def test_modal_runner_threads_and_cancel(ext, bake, sk, rnp):
+    """The modal bake's worker: solve in a thread, write on the main thread; cancel writes nothing."""
+    import time
+    ops = importlib.import_module(ext.__name__ + ".operators.solve")
+    local, root, kp = motion(sk, rnp, T=40)
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    before = _counts()
+    job = bake.BakeJob(obj, kp, None, 24.0, bake.BakeOptions(fps=24.0), source_name="threaded",
+                       solver=SlowSolver(local, root, sk.CANONICAL))
+    runner = ops.BakeRunner(job, batch_size=4)
+    runner.start()
+    seen = []
+    while not runner.done:
+        seen.append(runner.progress)
+        time.sleep(0.005)
+    assert _counts() == before                    # nothing written by the worker
+    assert len(set(seen)) > 3 and max(seen) <= 0.9
+    result = runner.finish()
+    assert result.action.name == "threaded" and obj.animation_data.action == result.action
+    # cancelled: BakeCancelled from finish(), nothing written
+    before = _counts()
+    job = bake.BakeJob(obj, kp, None, 24.0, bake.BakeOptions(fps=24.0), source_name="cancelled",
+                       solver=SlowSolver(local, root, sk.CANONICAL))
+    runner = ops.BakeRunner(job, batch_size=2)
+    runner.start()
+    time.sleep(0.05)
+    runner.cancel()
+    with pytest.raises(bake.BakeCancelled):
+        runner.finish()
+    assert _counts() == before and obj.animation_data.action == result.action
