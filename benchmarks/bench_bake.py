@@ -10,6 +10,10 @@
    (MediaPipe layout) with
    :func:`neural_ik.blender_io.keypoint_objects.create_keypoint_object`.
 
+``--weights PATH`` times another weights file; ``--untrained 512x4`` times an
+untrained network of that width x blocks (the speed of a trained one of the
+same size; its accuracy figures mean nothing).
+
 Run (CPU threads follow ``--threads``, default 2)::
 
     .venv/bin/python benchmarks/bench_bake.py [--frames 3000] [--key-frames 10000] [--threads 2]
@@ -60,7 +64,16 @@ def _metarig():
     return bpy.context.active_object
 
 
-def bench_bake(frames, fps=30.0):
+def untrained_weights(spec, folder):
+    """Write an untrained network of ``"WIDTHxBLOCKS"`` as a weights file; returns its path."""
+    from neural_ik.model.network import IKNet
+    from neural_ik.model.train import export_weights
+
+    width, blocks = (int(x) for x in spec.lower().split("x"))
+    return export_weights(IKNet(width, blocks), Path(folder) / f"untrained_{width}x{blocks}.pt")
+
+
+def bench_bake(frames, fps=30.0, weights=None, label=""):
     import bpy
     from neural_ik.blender_io import bake
     from neural_ik.cli.demo_motion import walk_keypoints, walk_rotations
@@ -70,12 +83,12 @@ def bench_bake(frames, fps=30.0):
     kp = walk_keypoints(seconds, fps)[:frames]
     bpy.context.scene.render.fps = int(fps)
     rows = []
-    weights = REPO / "weights" / "neural_ik.pt"
+    weights = Path(weights) if weights else REPO / "weights" / "neural_ik.pt"
     solvers = []
     if weights.exists():
-        solver = bake.get_solver("cpu")
+        solver = bake.get_solver("cpu", weights=str(weights))
         solver.solve(kp[:64])                                  # warm-up
-        solvers += [("network + refinement", solver, True), ("network only", solver, False)]
+        solvers += [(label + "network + refinement", solver, True), (label + "network only", solver, False)]
     else:
         rot = walk_rotations(seconds, fps)[:frames]
         rel = keypoints_from_fk_np(rot, np.zeros((frames, 3)))
@@ -113,21 +126,28 @@ def main(argv=None):
     ap.add_argument("--frames", type=int, default=3000)
     ap.add_argument("--key-frames", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--weights", help="weights file (default: weights/neural_ik.pt)")
+    ap.add_argument("--untrained", metavar="WxB", help="time an untrained network of width x blocks")
     args = ap.parse_args(argv)
     import torch
     torch.set_num_threads(args.threads)
     import bpy
     _import_package()
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
-    rows = bench_bake(args.frames)
+    weights, label = args.weights, ""
+    if args.untrained:
+        import tempfile
+        weights = untrained_weights(args.untrained, tempfile.mkdtemp(prefix="nik_bench_"))
+        label = f"untrained {args.untrained}: "
+    rows = bench_bake(args.frames, weights=weights, label=label)
     print(f"\nBake: {args.frames} frames onto Rigify's meta-rig, {args.threads} CPU threads "
           f"(torch {torch.__version__})")
-    print(f"{'solver':30s} {'total fps':>10s} {'inference':>16s} {'retarget':>16s} {'write':>16s} "
+    print(f"{'solver':40s} {'total fps':>10s} {'inference':>16s} {'retarget':>16s} {'write':>16s} "
           f"{'kp err mm':>10s} {'jitter':>8s} {'slide mm':>8s}")
     for label, res, total in rows:
         s = res.seconds
         cells = [f"{res.frames / s[k]:8.0f} f/s {s[k]:5.2f}s" if s[k] > 0 else "-" for k in ("solve", "retarget", "write")]
-        print(f"{label:30s} {res.frames / total:10.0f} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s} "
+        print(f"{label:40s} {res.frames / total:10.0f} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s} "
               f"{res.keypoint_error_mm[0]:10.1f} {res.jitter:8.2f} {res.foot_sliding_mm:8.2f}")
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
     dt, joints = bench_keying(args.key_frames)
