@@ -332,3 +332,33 @@ def test_round_trip_real_solver(ext, bake, sk, rnp, capsys):
         for r in rows:
             print(f"{r[0]:12s} {r[1]:28s} {r[2]:8.2f}mm {r[3]:7.2f}mm {r[4]:8.2f}deg {r[5]:7.2f}deg")
     assert worst < 2.0
+
+
+@pytest.mark.parametrize("rig_kind", ["rigify", "two_spine", "cm_scaled"])
+def test_playback_matches_solve_on_other_rigs(ext, bake, sk, rnp, rig_kind):
+    """Rigify's meta-rig (connected bones), a 2-spine rig, a centimetre rig scaled 0.01 and turned."""
+    local, root, kp = motion(sk, rnp, T=12, seed=4)
+    if rig_kind == "rigify":
+        import addon_utils
+        addon_utils.enable("rigify", default_set=True)
+        bpy.ops.object.armature_human_metarig_add()
+        obj = bpy.context.active_object
+    elif rig_kind == "two_spine":
+        obj = make_rig("mixamo", spine=2)
+    else:
+        obj = rigs.build_blender_armature(rigs.humanoid("unreal", scale=100.0, face="+Y"), name="cm")
+        obj.scale = (0.01, 0.01, 0.01)
+        obj.rotation_euler = (0.0, 0.0, np.pi)      # the +Y-facing rig turned to face -Y in the world
+        bpy.context.view_layer.update()
+    res = bake.bake_keypoints(obj, kp, None, 24.0, bake.BakeOptions(fps=24.0), source_name=rig_kind,
+                              solver=ExactSolver(local, root, sk.CANONICAL))
+    heads = pose_heads(obj, range(res.frame_start, res.frame_start + res.frames))
+    mw = np.array(obj.matrix_world)
+    for j, bone in res.mapping.entries.items():
+        b = res.retarget.bone_names.index(bone)
+        solved = res.retarget.heads[:, b] @ mw[:3, :3].T + mw[:3, 3]
+        np.testing.assert_allclose(heads[bone], solved, atol=3e-4, err_msg=j)
+    if rig_kind == "cm_scaled":     # same proportions as the source: lands on the keypoints in the world
+        hand = res.mapping.entries["hand_l"]
+        np.testing.assert_allclose(heads[hand], kp[:, sk.joint_index("hand_l")], atol=1e-3)
+        assert res.keypoint_error_mm[1] < 1.0

@@ -297,3 +297,23 @@ def test_modal_runner_threads_and_cancel(ext, bake, sk, rnp):
     with pytest.raises(bake.BakeCancelled):
         runner.finish()
     assert _counts() == before and obj.animation_data.action == result.action
+
+
+def test_bake_from_effectors(ext, bake, sk, exact_solver):
+    solver, kp = exact_solver
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    scene = bpy.context.scene
+    scene.neural_ik.target = obj
+    _select(obj)
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    hand = next(c for c in scene.neural_ik.effector_root.children if c["neural_ik_effector"] == "hand_l")
+    hand.keyframe_insert("location", frame=1)
+    hand.location.x += 0.2
+    hand.keyframe_insert("location", frame=5)
+    scene.frame_start, scene.frame_end = 1, 5
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    got = solver.calls[-1]["keypoints"]
+    assert got.shape == (5, 32, 3)
+    x = got[:, sk.keypoint_index("hand_l"), 0]
+    assert x[-1] - x[0] == pytest.approx(0.2, abs=1e-5) and np.isnan(got[:, sk.keypoint_index("thumb_l")]).all()
+    assert obj.animation_data.action.name == scene.neural_ik.effector_root.name
