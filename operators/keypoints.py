@@ -24,11 +24,15 @@ PREVIEW_MAX_MB = 50.0
 _preview_cache = {}
 
 
+_layout_enum = []   # Blender needs Python to keep dynamic enum strings alive
+
+
 def _layout_items(self, context):
-    from ..readers import LAYOUTS
-    items = [('AUTO', "Detect", "Detect the layout from the point names")]
-    items += [(name, name, f"Points in the {name} layout") for name in LAYOUTS]
-    return items
+    if not _layout_enum:
+        from ..readers import LAYOUTS
+        _layout_enum.append(('AUTO', "Detect", "Detect the layout from the point names"))
+        _layout_enum.extend((name, name, f"Points in the {name} layout") for name in LAYOUTS)
+    return _layout_enum
 
 
 _UNIT_ITEMS = (('AUTO', "Detect", "Guess the unit from the body size"),
@@ -93,7 +97,7 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
 
     filename_ext = ".npz"
     filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.bvh;*.npy", options={'HIDDEN'})
-    layout: EnumProperty(name="Layout", items=_layout_items,
+    layout_name: EnumProperty(name="Layout", items=_layout_items,
                          description="Keypoint layout of the file (which point is which joint)")
     units: EnumProperty(name="Units", items=_UNIT_ITEMS, default='AUTO', description="Length unit of the file")
     up_axis: EnumProperty(name="Up Axis", items=_UP_ITEMS, default='AUTO', description="Up axis of the file")
@@ -108,21 +112,21 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     def draw(self, context):
         layout = self.layout
         layout.use_property_split = True
-        layout.prop(self, "layout")
+        layout.prop(self, "layout_name")
         layout.prop(self, "units")
         layout.prop(self, "up_axis")
         layout.prop(self, "fps")
         layout.prop(self, "frame_start")
         box = layout.box()
         box.label(text="Preview", icon='INFO')
-        for line in preview(self.filepath, self.layout, self.units, self.up_axis, self.fps):
+        for line in preview(self.filepath, self.layout_name, self.units, self.up_axis, self.fps):
             box.label(text=line)
 
     def execute(self, context):
         from ..readers import KeypointReadError
 
         try:
-            clip = _read(self.filepath, self.layout, self.units, self.up_axis, self.fps)
+            clip = _read(self.filepath, self.layout_name, self.units, self.up_axis, self.fps)
         except (KeypointReadError, OSError, ValueError) as ex:
             self.report({'ERROR'}, f"cannot import keypoints: {ex}")
             return {'CANCELLED'}

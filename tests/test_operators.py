@@ -151,6 +151,31 @@ def test_import_corrupt_file_creates_nothing(ext, tmp_path):
     assert ops.preview(str(bad))[0].startswith("Error")
 
 
+def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
+    from types import SimpleNamespace
+    _local, _root, kp = motion(sk, rnp, T=10)
+    path = tmp_path / "raw.npy"
+    np.save(path, kp[..., [0, 2, 1]] * [1, 1, -1] * 100.0)        # Y up, centimetres
+    with pytest.raises(RuntimeError):                                # a bare .npy needs its layout
+        bpy.ops.neural_ik.import_keypoints(filepath=str(path))
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(path), layout_name="canonical", units="cm",
+                                              up_axis="Y", fps=50.0, frame_start=11) == {'FINISHED'}
+    root = bpy.context.scene.neural_ik.keypoint_object
+    kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
+    pos, _names, fps, layout = kpo.read_keypoint_object(root)
+    assert fps == 50.0 and layout == "canonical" and root["frame_start"] == 11
+    np.testing.assert_allclose(pos, kp, atol=1e-5)
+    ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
+    log = []
+    fake = SimpleNamespace(layout=_Layout(log), filepath=str(path), layout_name="canonical", units="cm",
+                           up_axis="Y", fps=50.0,
+                           bl_rna=SimpleNamespace(properties={"layout_name", "units", "up_axis", "fps",
+                                                              "frame_start"}))
+    ops.NEURAL_IK_OT_import_keypoints.draw(fake, bpy.context)
+    labels = [t for kind, t in log if kind == "label"]
+    assert "Layout: canonical" in labels and any("10 frames at 50 fps" in t for t in labels), labels
+
+
 def test_import_preview(ext, sk, rnp, tmp_path):
     _local, _root, kp = motion(sk, rnp, T=10)
     path = tmp_path / "p.npz"
@@ -317,3 +342,65 @@ def test_bake_from_effectors(ext, bake, sk, exact_solver):
     x = got[:, sk.keypoint_index("hand_l"), 0]
     assert x[-1] - x[0] == pytest.approx(0.2, abs=1e-5) and np.isnan(got[:, sk.keypoint_index("thumb_l")]).all()
     assert obj.animation_data.action.name == scene.neural_ik.effector_root.name
+
+
+class _Layout:
+    """Stands in for a UILayout: checks that drawn properties and operators exist."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __getattr__(self, name):
+        if name in ("row", "column", "box", "split", "column_flow", "grid_flow"):
+            return lambda *a, **k: _Layout(self.log)
+        if name == "prop":
+            def prop(data, attr, **k):
+                assert attr in data.bl_rna.properties, (data, attr)
+                self.log.append(("prop", attr))
+            return prop
+        if name == "prop_search":
+            def prop_search(data, attr, search_data, search_attr, **k):
+                assert attr in data.bl_rna.properties and hasattr(search_data, search_attr)
+                self.log.append(("prop_search", attr))
+            return prop_search
+        if name == "operator":
+            def operator(idname, **k):
+                cat, op = idname.split(".")
+                assert hasattr(getattr(bpy.ops, cat), op), idname
+                self.log.append(("operator", idname))
+                return type("Props", (), {})()
+            return operator
+        if name == "label":
+            return lambda **k: self.log.append(("label", k.get("text", "")))
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+
+
+def test_panels_draw(ext, bake, sk, rnp, tmp_path):
+    from types import SimpleNamespace
+    panels = importlib.import_module(ext.__name__ + ".panels.main")
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo", spine=2), name="Hero")
+    _local, _root, kp = motion(sk, rnp, T=5)
+    logs = {}
+
+    def draw_all():
+        for cls in panels.classes:
+            log = []
+            cls.draw(SimpleNamespace(layout=_Layout(log)), bpy.context)
+            logs[cls.__name__] = log
+
+    draw_all()                                   # nothing chosen yet
+    bpy.context.scene.neural_ik.target = obj
+    _auto_map(obj)
+    _import_clip(sk, kp, tmp_path, "clip")
+    draw_all()
+    labels = [t for kind, t in logs["VIEW3D_PT_neural_ik_target"] if kind == "label"]
+    assert "21 of 22 joints mapped" in labels and any("spine2" in t for t in labels)
+    assert sum(k == "prop_search" for k, _ in logs["VIEW3D_PT_neural_ik_mapping"]) == 22
+    assert ("operator", "neural_ik.bake") in logs["VIEW3D_PT_neural_ik_bake"]
+    assert ("operator", "neural_ik.import_keypoints") in logs["VIEW3D_PT_neural_ik_input"]
+    bpy.context.scene.neural_ik.source = 'EFFECTORS'
+    draw_all()
+    assert ("operator", "neural_ik.live_solve") in logs["VIEW3D_PT_neural_ik_input"]
