@@ -476,6 +476,11 @@ class BakeJob:
             raise BakeError(f"the target must be an armature, got {kind}")
         if obj.library is not None:
             raise BakeError(f"{obj.name!r} is linked from a library and cannot be keyed")
+        if obj.mode == "EDIT":
+            raise BakeError(f"{obj.name!r} is in Edit Mode: leave it so the bones are up to date")
+        ad = obj.animation_data
+        if ad is not None and getattr(ad, "use_tweak_mode", False):
+            raise BakeError(f"{obj.name!r} is in NLA tweak mode: exit it before baking")
         scene = scene or bpy.context.scene
         if not (source_fps and source_fps > 0 and math.isfinite(source_fps)):
             raise BakeError(f"the source frame rate must be positive, got {source_fps}")

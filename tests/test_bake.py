@@ -225,6 +225,14 @@ def test_bad_input_changes_nothing(ext, bake, sk, rnp):
         (dict(source_fps=0.0), "frame rate"),
     ]
     before = _scene_counts()
+    # an armature in Edit Mode
+    edit_rig = make_rig("mixamo")
+    bpy.context.view_layer.objects.active = edit_rig
+    bpy.ops.object.mode_set(mode="EDIT")
+    with pytest.raises(bake.BakeError, match="Edit Mode"):
+        bake.bake_keypoints(edit_rig, kp, None, 24.0, bake.BakeOptions(), source_name="bad", solver=solver)
+    bpy.ops.object.mode_set(mode="OBJECT")
+    before = _scene_counts()
     for kwargs, msg in cases:
         args = dict(obj=obj, keypoints=kp, mask=None, source_fps=24.0, options=bake.BakeOptions(), mapping=None)
         args.update(kwargs)
