@@ -33,7 +33,7 @@ import torch
 
 from .fk import NUM_JOINTS, ancestor_matrix, forward_kinematics, keypoints_from_world
 from .limits import limit_arrays
-from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, skew
+from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_rot6d, rot6d_to_matrix, skew
 from .skeleton import PARENTS
 
 __all__ = ["refine", "DEFAULTS"]
@@ -263,6 +263,7 @@ def refine(
         w = torch.zeros(B, NUM_JOINTS, 3, dtype=dt, device=dev)
         w[:, J] = wj
         E = axis_angle_to_matrix(w)
-        L = _world_parent(wr).transpose(-1, -2) @ E @ wr
+        # re-orthonormalise (round-off would otherwise accumulate over steps)
+        L = rot6d_to_matrix(matrix_to_rot6d(_world_parent(wr).transpose(-1, -2) @ E @ wr))
         t = t + dtr
     return L, t

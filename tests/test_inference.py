@@ -1,0 +1,146 @@
+"""Inference API: shapes, modes, devices, skeleton fitting, weights errors."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pkg import pkg  # noqa: E402
+
+pkg()
+from neural_ik.model import inference as I, train as T  # noqa: E402
+from neural_ik.model.skeleton import CANONICAL, KEYPOINTS, Skeleton, keypoints_from_fk_np  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("w") / "tiny.pt"
+    T.export_weights(T.IKNet(32, 1), path, T.TrainConfig(), {})
+    return path
+
+
+@pytest.fixture(scope="module")
+def poses():
+    d = T.synthetic_pose_data(12, seed=5, sigma_deg=10.0)
+    sk = CANONICAL.scaled(1.05)
+    kp = keypoints_from_fk_np(d.local_rot.numpy(), d.root_pos.numpy(), sk)
+    return kp, sk
+
+
+def test_solve_shapes_and_modes(weights, poses):
+    kp, sk = poses
+    s = I.Solver(weights, device="cpu")
+    calls = []
+    r = s.solve(kp, batch_size=5, progress=lambda done, total: calls.append((done, total)))
+    assert r.mode == "dense"
+    assert r.local_rot.shape == (12, 22, 3, 3) and r.local_rot.dtype == np.float64
+    assert r.root_pos.shape == (12, 3) and r.keypoints.shape == (12, 32, 3) and r.error_mm.shape == (12,)
+    assert calls == [(5, 12), (10, 12), (12, 12)]
+    assert set(r.seconds) >= {"network", "refine"}
+    # batches give the same answer as one batch
+    r2 = s.solve(kp, batch_size=4096)
+    np.testing.assert_allclose(r.keypoints, r2.keypoints, atol=2e-4)
+    s.solve(kp, refine=False, batch_size=5)  # network alone: identical batches
+    np.testing.assert_allclose(s.solve(kp, refine=False, batch_size=5).local_rot,
+                               s.solve(kp, refine=False).local_rot, atol=1e-5)
+    # single frame
+    r1 = s.solve(kp[0], skeleton=sk)
+    assert r1.local_rot.shape == (1, 22, 3, 3)
+    # auto sparse detection
+    sp = np.full_like(kp, np.nan)
+    eff = [KEYPOINTS.index(n) for n in ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")]
+    sp[:, eff] = kp[:, eff]
+    assert s.solve(sp, refine=False).mode == "sparse"
+    assert I.detect_mode(np.isfinite(kp).all(-1)) == "dense"
+
+
+def test_refinement_reaches_targets_through_the_api(weights, poses):
+    kp, sk = poses
+    s = I.Solver(weights, device="cpu")
+    # a barely trained network: give the refinement more steps
+    r = s.solve(kp, skeleton=sk, refine_steps=25)
+    assert np.median(r.error_mm) < 1.0, r.error_mm
+    r0 = s.solve(kp, skeleton=sk, refine=False)
+    assert np.median(r0.error_mm) > np.median(r.error_mm)
+    # missing keypoints (NaN) are ignored
+    kp2 = kp.copy()
+    kp2[:, 9] = np.nan
+    r2 = s.solve(kp2, skeleton=sk, refine_steps=2)
+    assert np.isfinite(r2.local_rot).all()
+
+
+def test_fit_skeleton_recovers_bone_lengths(poses):
+    kp, sk = poses
+    fit = I.fit_skeleton(kp)
+    np.testing.assert_allclose(np.linalg.norm(fit.offsets[1:], axis=1), np.linalg.norm(sk.offsets[1:], axis=1), atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(fit.end_offsets, axis=1), np.linalg.norm(sk.end_offsets, axis=1), atol=1e-6)
+    sp = np.full_like(kp, np.nan)
+    eff = [KEYPOINTS.index(n) for n in ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")]
+    sp[:, eff] = kp[:, eff]
+    fit2 = I.fit_skeleton(sp)
+    assert abs(fit2.height() / sk.height() - 1) < 0.1
+
+
+def test_bad_inputs(weights):
+    s = I.Solver(weights, device="cpu")
+    with pytest.raises(ValueError):
+        s.solve(np.zeros((3, 31, 3)))
+    with pytest.raises(ValueError):
+        s.solve(np.zeros((3, 32, 3)), mode="both")
+
+
+def test_weights_errors(tmp_path, weights):
+    with pytest.raises(I.WeightsError, match="not found"):
+        I.Solver(tmp_path / "missing.pt")
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(I.WeightsError, match="corrupt"):
+        I.Solver(bad)
+    blob = torch.load(weights, weights_only=True)
+    v = dict(blob, format_version=99)
+    torch.save(v, tmp_path / "v.pt")
+    with pytest.raises(I.WeightsError, match="version 99"):
+        I.Solver(tmp_path / "v.pt")
+    st = dict(blob["state"])
+    st["inp.weight"] = torch.zeros(5, 5, dtype=torch.float16)
+    torch.save(dict(blob, state=st), tmp_path / "shape.pt")
+    with pytest.raises(I.WeightsError, match="shape"):
+        I.Solver(tmp_path / "shape.pt")
+    torch.save({"hello": 1}, tmp_path / "other.pt")
+    with pytest.raises(I.WeightsError, match="not a Neural IK"):
+        I.Solver(tmp_path / "other.pt")
+    assert issubclass(I.WeightsError, ValueError)
+
+
+def test_device_errors(weights):
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            I.Solver(weights, device="cuda")
+    assert I.Solver(weights, device="auto").device.type in ("cpu", "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_cuda_matches_cpu(weights, poses):
+    kp, sk = poses
+    a = I.Solver(weights, device="cpu").solve(kp, skeleton=sk)
+    b = I.Solver(weights, device="cuda").solve(kp, skeleton=sk)
+    np.testing.assert_allclose(a.keypoints, b.keypoints, atol=1e-3)
+
+
+@pytest.mark.skipif(not I.DEFAULT_WEIGHTS.exists(), reason="shipped weights not present")
+def test_shipped_weights(poses):
+    kp, sk = poses
+    s = I.Solver(device="cpu")
+    r = s.solve(kp, skeleton=sk)
+    assert np.median(r.error_mm) < 1.0
+    sp = np.full_like(kp, np.nan)
+    eff = [KEYPOINTS.index(n) for n in ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")]
+    sp[:, eff] = kp[:, eff]
+    rs = s.solve(sp, skeleton=sk)
+    assert rs.mode == "sparse" and np.median(rs.error_mm) < 1.0
