@@ -30,8 +30,11 @@ Stages
    rest pose is touched.
 
 Root placement: with ``scale`` = target size / source size in armature
-units per metre, the pelvis bone's head goes to ``scale * K^T p`` in armature
-space (``p``: the solved pelvis in the body frame): with a same-size rig the
+units per metre, the pelvis bone's head goes to ``scale * K p`` in armature
+space (``p``: the solved pelvis in the body frame, i.e. the armature's frame
+with the rig's facing undone; the solver itself gets these keypoints shifted
+by the object's world position so that it sees world heights and the floor
+at z = 0): with a same-size rig the
 motion lands exactly on the keypoints in the world; a smaller rig scales the
 trajectory about the armature's origin. ``in_place`` keeps the pelvis over
 its rest position horizontally.
@@ -523,6 +526,10 @@ class BakeJob:
         K = self.plan.K
         arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
         self.kp_body = (arm @ K) * self.unit
+        # the solver sees world heights (its floor is z = 0): only the object's
+        # rotation and the rig's facing are undone, its translation is added
+        # back as a constant offset and removed again when placing the root
+        self.offset = -(self.minv[:3, 3] @ K) * self.unit
         self.mask = np.isfinite(self.kp_body).all(-1)
         self.obj = obj
         self.scene = scene
@@ -556,7 +563,7 @@ class BakeJob:
         """
         o = self.options
         t0 = time.perf_counter()
-        kp = self.kp_body
+        kp = self.kp_body + self.offset
         if o.smooth != "none" and o.smooth_target in ("keypoints", "both"):
             kp = np.asarray(_smooth_call("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
             kp = np.where(self.mask[..., None], kp, np.nan)
@@ -605,7 +612,7 @@ class BakeJob:
         # a source skeleton whose rest root maps onto the rig's rest pelvis:
         # pelvis head = scale * K p (see the module docstring)
         offsets = np.array(skel.offsets, dtype=np.float64)
-        offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale
+        offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
         src = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
         res = retarget(plan, sol.local_rot, sol.root_pos, src, scale=scale, in_place=bool(o.in_place))
         if o.smooth != "none" and o.smooth_target in ("rotations", "both"):

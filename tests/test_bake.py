@@ -104,13 +104,13 @@ def test_bake_plays_back_world_positions(ext, bake, sk, rnp):
     obj.location = (1.0, -2.0, 0.0)       # keypoints are world space: the rig must follow them
     bpy.context.view_layer.update()
     kp_world = kp + np.array([1.0, -2.0, 0.0])
-    # the solver sees keypoints in the rig's body frame: the object offset is removed
-    solver = ExactSolver(local, root, sk.CANONICAL)
+    solver = ExactSolver(local, root + [1.0, -2.0, 0.0], sk.CANONICAL)
     res = bake.bake_keypoints(obj, kp_world, None, 24.0,
                               bake.BakeOptions(frame_start=5, fps=24.0), source_name="walk", solver=solver)
     assert res.action.name == "walk" and res.frames == 24 and res.frame_start == 5
     assert obj.animation_data.action == res.action
-    np.testing.assert_allclose(solver.calls[0]["keypoints"], kp, atol=1e-5)
+    # the solver sees world keypoints (only rotations undone: the floor stays at z = 0)
+    np.testing.assert_allclose(solver.calls[0]["keypoints"], kp_world, atol=1e-5)
     heads = pose_heads(obj, range(5, 29))
     m = res.mapping.entries
     mw = np.array(obj.matrix_world)
@@ -370,3 +370,19 @@ def test_playback_matches_solve_on_other_rigs(ext, bake, sk, rnp, rig_kind):
         hand = res.mapping.entries["hand_l"]
         np.testing.assert_allclose(heads[hand], kp[:, sk.joint_index("hand_l")], atol=1e-3)
         assert res.keypoint_error_mm[1] < 1.0
+
+
+@pytest.mark.parametrize("method", ["oneeuro", "savgol", "butter"])
+def test_smoothing_lowers_jitter(ext, bake, sk, rnp, method):
+    local, root, kp = motion(sk, rnp, T=60, amplitude=0.3)
+    rng = np.random.default_rng(2)
+    noisy = local @ rnp.axis_angle_to_matrix(rng.normal(0, 0.03, local.shape[:2] + (3,)))
+    obj = make_rig("mixamo")
+    raw = bake.bake_keypoints(obj, kp, None, 30.0, bake.BakeOptions(fps=30.0), source_name="raw",
+                              solver=ExactSolver(noisy, root, sk.CANONICAL))
+    smooth = bake.bake_keypoints(obj, kp, None, 30.0,
+                                 bake.BakeOptions(fps=30.0, smooth=method, smooth_strength=0.6),
+                                 source_name="smooth", solver=ExactSolver(noisy, root, sk.CANONICAL))
+    assert smooth.jitter < 0.7 * raw.jitter, (raw.jitter, smooth.jitter)
+    q = smooth.retarget.quaternions
+    np.testing.assert_allclose(np.linalg.norm(q, axis=-1), 1.0, atol=1e-6)
