@@ -208,7 +208,7 @@ def write_outputs(target, result, out=None, exports=()):
 @guarded
 def run(args):
     """Bake SOURCE onto TARGET; returns 0, 1 (failed) or 2 (bad arguments)."""
-    from .targets import check_target, load_target, new_scene, target_label
+    from .targets import check_target, load_target, target_label
 
     started = time.perf_counter()
     common.check_source_path(args.source)
@@ -224,7 +224,6 @@ def run(args):
     load_seconds = 0.0
     try:
         t0 = time.perf_counter()
-        new_scene()
         target = load_target(args.target, args.armature)
         load_seconds = time.perf_counter() - t0
         solver = get_solver(args)

@@ -196,7 +196,7 @@ def _remove_action(name):
 def run(args):
     """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments) or 130 (interrupted)."""
     from .bake import get_solver, write_outputs, bake_file
-    from .targets import check_target, load_target, new_scene, target_label
+    from .targets import check_target, load_target, target_label
 
     started = time.perf_counter()
     if not os.path.isdir(args.input_dir):
@@ -256,7 +256,6 @@ def run(args):
         if pending:
             t0 = time.perf_counter()
             try:
-                new_scene()
                 target = load_target(args.target, args.armature)
                 solver = get_solver(args)
             except CliError as ex:
@@ -294,11 +293,14 @@ def run(args):
                     interrupted = True
                     progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
                     break
-                except CliError as ex:
+                except Exception as ex:  # one bad clip never stops the batch
+                    common.remove_pending()
                     _remove_action(action_name)
+                    message = str(ex) if isinstance(ex, CliError) else "{}: {}: {}".format(
+                        job.source, type(ex).__name__, " ".join(str(ex).split()))
                     job.row = {"source": job.source, "target": target_label(args.target), "status": "failed",
-                               "error": str(ex), "outputs": []}
-                    progress.end_clip("failed: {}".format(ex))
+                               "error": message, "outputs": []}
+                    progress.end_clip("failed: {}".format(message))
             interrupted = interrupted or interrupt.requested
             if blend is not None and not interrupted:
                 if any(j.row and j.row.get("status") == "done" for j in pending) or not os.path.isfile(blend):

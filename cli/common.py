@@ -153,12 +153,13 @@ def _unit_float(text):
     return value
 
 
-def add_target_arguments(parser, required=True):
+def add_target_arguments(parser):
     """Add ``--target`` and ``--armature``."""
     parser.add_argument(
-        "--target", metavar="TARGET", required=required,
+        "--target", metavar="TARGET", default=None,
         help="rig to bake onto: a .blend, .fbx, .glb/.gltf or .bvh file (a BVH's skeleton in its rest "
-             "pose), or 'rigify' (Blender's human meta-rig)",
+             "pose), or 'rigify' (Blender's human meta-rig); required unless Blender was started with a "
+             ".blend (blender -b scene.blend -c neural_ik ...), whose scene is then the target",
     )
     parser.add_argument("--armature", metavar="NAME", default=None,
                         help="armature object to use when TARGET holds several")

@@ -89,7 +89,7 @@ def run(args):
     from .bake import bake_file, get_solver, write_outputs
     from .contact_sheet import pick_frames, render_contact_sheet
     from .demo_motion import save_npz, walk_keypoints
-    from .targets import load_target, new_scene
+    from .targets import load_target
 
     if not (0.5 <= args.seconds <= 60):
         raise common.UsageError("--seconds must be between 0.5 and 60")
@@ -113,7 +113,6 @@ def run(args):
     bake_args = _bake_args(args, "rigify")
     progress = common.Progress(1, keypoints.shape[0], quiet=args.quiet)
     progress.begin_clip(1, os.path.basename(paths["input"]), keypoints.shape[0])
-    new_scene()
     t0 = time.perf_counter()
     target = load_target("rigify")
     load_seconds = time.perf_counter() - t0

@@ -31,9 +31,8 @@ def add_parser(subparsers):
 def _mapping_of(spec, armature):
     from ..blender_io.rig import rig_description
     from ..retarget.mapping import auto_map, humanoid_check
-    from .targets import load_target, new_scene
+    from .targets import load_target
 
-    new_scene()
     target = load_target(spec, armature)
     mapping = auto_map(rig_description(target.obj))
     return target, mapping, humanoid_check(mapping)

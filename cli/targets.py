@@ -45,8 +45,19 @@ class Target:
     kind: str
 
 
+def _open_blend():
+    """Path of the ``.blend`` Blender has open (``blender -b scene.blend -c ...``), else ``None``."""
+    try:
+        import bpy
+    except ImportError:
+        return None
+    return bpy.data.filepath or None
+
+
 def target_label(spec):
     """Name of a target for reports (absolute path of a file, or the built-in name)."""
+    if spec is None:
+        return _open_blend() or "(open file)"
     if spec.lower() in BUILTIN_TARGETS:
         return spec.lower()
     return os.path.abspath(spec)
@@ -61,7 +72,10 @@ def check_target(spec):
         Unknown built-in name, unknown file type or missing file (exit code 2).
     """
     if spec is None:
-        raise UsageError("--target is required")
+        if _open_blend() is None:
+            raise UsageError("--target is required (or start Blender with a .blend: blender -b scene.blend -c "
+                             "neural_ik ...)")
+        return
     if spec.lower() in BUILTIN_TARGETS:
         return
     ext = os.path.splitext(spec)[1].lower()
@@ -184,6 +198,10 @@ def load_target(spec, armature=None):
     import bpy
 
     check_target(spec)
+    if spec is None:  # the file Blender was started with
+        obj = _pick_armature(list(bpy.context.scene.objects), _open_blend(), armature)
+        _select_only(obj)
+        return Target(obj, _open_blend(), "blend")
     key = spec.lower()
     if key == "rigify":
         import addon_utils
