@@ -105,6 +105,7 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
             bones.foreach_get("tail", tail)
             pts = np.concatenate([head.reshape(n, 3), tail.reshape(n, 3)[leaves]]).astype(np.float64)
             pos[t] = pts @ mw[:3, :3].T + mw[:3, 3]
+        bone_layout = _bone_layout(obj, names, leaves)
         taken = set(names)
         for i in leaves:
             base = "{}_End".format(names[i])
@@ -120,6 +121,45 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
             bpy.data.batch_remove(ids)
         scene.render.fps, scene.render.fps_base = saved_fps
         scene.frame_set(saved_frame)
-    return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
-                       up_axis=up_axis, file_units="m" if units is None else None, file_up_axis="Z",
-                       max_gap=max_gap)
+    kwargs = dict(fps=fps, file_fps=file_fps, units=units, up_axis=up_axis,
+                  file_units="m" if units is None else None, file_up_axis="Z", max_gap=max_gap)
+    if layout is not None:
+        return finish_clip(path, pos, names, layout=layout, **kwargs)
+    # names first (a known layout); the armature's own automatic bone mapping when they do not
+    # give the effectors on every frame
+    try:
+        clip = finish_clip(path, pos, names, **kwargs)
+        if _has_effectors(clip):
+            return clip
+    except KeypointReadError:
+        if not bone_layout:
+            raise
+    if not bone_layout:
+        return clip
+    clip = finish_clip(path, pos, names, layout=bone_layout, **kwargs)
+    clip.warnings.append("layout from the armature's automatic bone mapping ({} joints)".format(len(bone_layout)))
+    return clip
+
+
+def _has_effectors(clip):
+    from ..model.skeleton import KEYPOINTS, SPARSE_EFFECTORS
+    from ..readers import to_canonical
+
+    _, mask = to_canonical(clip)
+    return bool(mask[:, [KEYPOINTS.index(n) for n in SPARSE_EFFECTORS]].all())
+
+
+def _bone_layout(obj, names, leaves):
+    """``{bone name: canonical keypoint}`` from :func:`..retarget.mapping.auto_map` on the armature."""
+    try:
+        from ..blender_io.rig import rig_description
+        from ..retarget.mapping import auto_map
+
+        mapping = auto_map(rig_description(obj))
+    except Exception:
+        return {}
+    layout = {bone: joint for joint, bone in mapping.entries.items() if bone in names}
+    head = mapping.entries.get("head")
+    if head in names and names.index(head) in leaves:
+        layout["{}_End".format(head)] = "head_top"
+    return layout

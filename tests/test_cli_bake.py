@@ -255,3 +255,18 @@ def test_bake_effectors_only_is_sparse(run_cli, tmp_path):
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)["clips"][0]
     assert row["mode"] == "sparse" and row["frames"] == 30
+
+
+@needs_weights
+def test_fbx_source_and_glb_target(run_cli, tmp_path):
+    src = tmp_path / "walk.npz"
+    write_walk_npz(src, seconds=1.0)
+    fbx, glb = tmp_path / "walk.fbx", tmp_path / "walk.glb"
+    result = run_cli("bake", src, "--target", "rigify", "--export", fbx, "--export", glb, "-q", *weights_args())
+    assert result.returncode == 0, result.stderr
+    assert fbx.stat().st_size > 0 and glb.read_bytes()[:4] == b"glTF"
+    # the FBX (Blender's importer, bone mapping from the armature) baked onto the glTF rig
+    result = run_cli("bake", fbx, "--target", glb, "--report", "-", "-q", *weights_args())
+    assert result.returncode == 0, result.stderr
+    row = json.loads(result.stdout)["clips"][0]
+    assert row["status"] == "done" and row["frames"] == 30
