@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -506,6 +506,10 @@ class BakeJob:
         if len(rig) == 0:
             raise BakeError(f"the armature {obj.name!r} has no bones")
         self.mapping = resolve_mapping(obj, rig, mapping)
+        unsure = [f"{j}->{b}" for j, b in self.mapping.entries.items()
+                  if self.mapping.confidence.get(j, 1.0) < 0.6]
+        if unsure:
+            self.warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
         try:
             self.plan = plan_retarget(rig, self.mapping)
         except ValueError as ex:
