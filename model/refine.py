@@ -177,8 +177,6 @@ def refine(
         diag_idx = torch.as_tensor(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1), device=dev)
     init_local_inv = init_local[:, J].transpose(-1, -2)
 
-    L = local_rot.clone()
-    t = root_pos.clone()
     # pair tables: for related joints (one is an ancestor-or-self of the other)
     # the keypoints moved by both are those moved by the deeper one
     anc_incl = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
@@ -187,14 +185,33 @@ def refine(
     deeper_flat = torch.as_tensor(deeper.reshape(-1), device=dev)
     w_k = weights[:, K]  # (B, nk)
 
-    L = local_rot.clone()
-    t = root_pos.clone()
-    for it in range(steps):
-        mu = max(damping * damping_decay ** it, damping_min)
+    def evaluate(L, t):
+        """Everything the step needs at pose (L, t), and its cost."""
         wr, wp = forward_kinematics(L, t, offsets)
         kp = keypoints_from_world(wr, wp, end_offsets)
-        pk = kp[:, K]  # (B, nk, 3)
-        rk = pk - tgt  # (B, nk, 3)
+        pk = kp[:, K]
+        rk = pk - tgt
+        st = {"L": L, "t": t, "wr": wr, "wp": wp, "pk": pk, "rk": rk}
+        cost = (w_k * (rk * rk).sum(-1)).sum(1)
+        if use_orient:
+            err = matrix_to_axis_angle(wr[:, oj] @ o_tgt.transpose(-1, -2))  # (B, no, 3)
+            st["oerr"] = err
+            cost = cost + ((o_sw ** 2) * (err * err).sum(-1)).sum(1)
+        dev_loc = matrix_to_axis_angle(L[:, J] @ init_local_inv)  # (B, nj, 3), parent frame
+        st["dev"] = dev_loc
+        cost = cost + prior * (dev_loc * dev_loc).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
+        if limits:
+            v = matrix_to_axis_angle(L[:, J])
+            viol = torch.relu(v - hi) - torch.relu(lo - v)  # signed
+            st["viol"] = viol
+            cost = cost + limit_weight * (viol * viol).sum((1, 2))
+        st["cost"] = cost
+        return st
+
+    cur = evaluate(local_rot.clone(), root_pos.clone())
+    mu = torch.full((B,), float(damping), dtype=dt, device=dev)
+    for it in range(steps):
+        L, t, wr, wp, pk, rk = cur["L"], cur["t"], cur["wr"], cur["wp"], cur["pk"], cur["rk"]
         wpk = pk * w_k[..., None]
         wrk = rk * w_k[..., None]
         feats = torch.cat(
@@ -229,23 +246,21 @@ def refine(
         g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
         g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
         if use_orient:
-            err = matrix_to_axis_angle(wr[:, oj] @ o_tgt.transpose(-1, -2))  # (B, no, 3)
             wo = o_sw ** 2  # (B, no)
             # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
             pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
             Ho = (pair[..., None, None] * eye3).permute(0, 1, 3, 2, 4).reshape(B, 3 * nj, 3 * nj)
             H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
-            go = torch.einsum("be,ei,bec->bic", wo, o_A, err).reshape(B, -1)
+            go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
             g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-        H.diagonal(dim1=1, dim2=2).add_(prior_diag + mu)
+        H.diagonal(dim1=1, dim2=2).add_(prior_diag[None] + mu[:, None])
         # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
-        rpar = _world_parent(wr)[:, J]  # (B, nj, 3, 3)
-        dev_loc = matrix_to_axis_angle(L[:, J] @ init_local_inv)  # (B, nj, 3)
-        gp = (rpar @ dev_loc[..., None])[..., 0] * prior
+        rpar_all = _world_parent(wr)
+        rpar = rpar_all[:, J]  # (B, nj, 3, 3)
+        gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
         g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
         if limits:
-            v = matrix_to_axis_angle(L[:, J])
-            viol = torch.relu(v - hi) - torch.relu(lo - v)  # signed
+            viol = cur["viol"]
             act = (viol != 0).to(dt)  # (B, nj, 3)
             # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
             Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
@@ -264,6 +279,14 @@ def refine(
         w[:, J] = wj
         E = axis_angle_to_matrix(w)
         # re-orthonormalise (round-off would otherwise accumulate over steps)
-        L = rot6d_to_matrix(matrix_to_rot6d(_world_parent(wr).transpose(-1, -2) @ E @ wr))
-        t = t + dtr
+        L_new = rot6d_to_matrix(matrix_to_rot6d(rpar_all.transpose(-1, -2) @ E @ wr))
+        cand = evaluate(L_new, t + dtr)
+        # Levenberg-Marquardt acceptance, per frame: keep a step only if it lowers the cost
+        ok = (cand["cost"] <= cur["cost"]) & (info == 0)
+        if bool(ok.all()):
+            cur = cand
+        else:
+            cur = {k: torch.where(ok.view((B,) + (1,) * (v.dim() - 1)), v, cur[k]) for k, v in cand.items()}
+        mu = torch.where(ok, (mu * damping_decay).clamp_min(damping_min), mu * 10.0)
+    L, t = cur["L"], cur["t"]
     return L, t

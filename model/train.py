@@ -486,6 +486,16 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
     return path
 
 
+def export_checkpoint(ckpt, path, info=None):
+    """Export the network of a checkpoint (``checkpoint.pt`` or ``final.pt``) as shippable weights."""
+    st = torch.load(ckpt, map_location="cpu", weights_only=False)
+    cfg = TrainConfig(**st["cfg"])
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout)
+    net.load_state_dict(st["model"])
+    extra = {"step": st.get("step", cfg.steps), "seconds": round(st.get("seconds", st.get("extra", {}).get("seconds", 0.0)), 1)}
+    return export_weights(net.eval(), path, cfg, dict(st.get("info", {}), **extra, **(info or {})))
+
+
 def main(argv=None):
     """Command-line entry point."""
     p = argparse.ArgumentParser(description="Train the Neural IK network", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -499,7 +509,14 @@ def main(argv=None):
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--synthetic", type=int, default=0, help="train on N synthetic poses instead of the mocap")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--export-from", default=None, help="only export this checkpoint to --export and exit")
     a = p.parse_args(argv)
+    if a.export_from:
+        if not a.export:
+            p.error("--export-from needs --export")
+        export_checkpoint(a.export_from, a.export)
+        print(f"wrote {a.export}", file=sys.stderr)
+        return 0
     cfg = TrainConfig(**{k: getattr(a, k) for k in defaults.as_dict()})
     if cfg.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda requested but CUDA is not available")
