@@ -89,6 +89,8 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     except KeypointReadError as ex:
         raise CliError(str(ex)) from None
     t_read = time.perf_counter() - t0
+    if solver is None:  # after reading: a bad source is reported before the network is loaded
+        solver = get_solver(args)
     result = _bake(target, clip, source, args, solver=solver, progress=progress, cancel=cancel,
                    action_name=action_name or action_name_for(source), mapping=mapping)
     action = getattr(result, "action", None)
@@ -226,8 +228,7 @@ def run(args):
         t0 = time.perf_counter()
         target = load_target(args.target, args.armature)
         load_seconds = time.perf_counter() - t0
-        solver = get_solver(args)
-        row, result = bake_file(args.source, target, args, solver=solver, progress=progress, mapping=mapping)
+        row, result = bake_file(args.source, target, args, progress=progress, mapping=mapping)
         paths, t_export = write_outputs(target, result, args.out, args.export or [])
         row["outputs"] = paths
         row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
