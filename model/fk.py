@@ -64,14 +64,18 @@ def forward_kinematics(local_rot: torch.Tensor, root_pos: torch.Tensor, offsets:
     """
     if offsets is None:
         offsets = torch.as_tensor(REST_OFFSETS, dtype=local_rot.dtype, device=local_rot.device)
-    rots = [local_rot[..., 0, :, :]]
-    pos = [torch.broadcast_to(root_pos, torch.broadcast_shapes(root_pos.shape, rots[0].shape[:-1]))]
+    # unbind once: per joint only two matmuls and an add (few small ops for
+    # single-frame calls, where the per-op overhead dominates)
+    loc = local_rot.unbind(-3)
+    off = offsets[..., None].unbind(-3)  # each (..., 3, 1)
+    rots = [loc[0]]
+    pos = [torch.broadcast_to(root_pos, torch.broadcast_shapes(root_pos.shape, loc[0].shape[:-1]))[..., None]]
     for j in range(1, NUM_JOINTS):
         p = PARENTS[j]
         rp = rots[p]
-        rots.append(rp @ local_rot[..., j, :, :])
-        pos.append(pos[p] + (rp @ offsets[..., j, :, None])[..., 0])
-    return torch.stack(rots, dim=-3), torch.stack(pos, dim=-2)
+        rots.append(rp @ loc[j])
+        pos.append(torch.addmm(pos[p], rp, off[j]) if rp.dim() == 2 else pos[p] + rp @ off[j])
+    return torch.stack(rots, dim=-3), torch.stack(pos, dim=-3)[..., 0]
 
 
 def keypoints_from_world(world_rot: torch.Tensor, world_pos: torch.Tensor, end_offsets: torch.Tensor | None = None) -> torch.Tensor:

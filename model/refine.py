@@ -197,11 +197,15 @@ def refine(
             err = matrix_to_axis_angle(wr[:, oj] @ o_tgt.transpose(-1, -2))  # (B, no, 3)
             st["oerr"] = err
             cost = cost + ((o_sw ** 2) * (err * err).sum(-1)).sum(1)
-        dev_loc = matrix_to_axis_angle(L[:, J] @ init_local_inv)  # (B, nj, 3), parent frame
+        LJ = L[:, J]
+        if limits:  # one axis-angle conversion for the prior and the limits
+            aa = matrix_to_axis_angle(torch.cat([LJ @ init_local_inv, LJ], dim=1))
+            dev_loc, v = aa[:, :nj], aa[:, nj:]
+        else:
+            dev_loc = matrix_to_axis_angle(LJ @ init_local_inv)  # (B, nj, 3), parent frame
         st["dev"] = dev_loc
         cost = cost + prior * (dev_loc * dev_loc).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
         if limits:
-            v = matrix_to_axis_angle(L[:, J])
             viol = torch.relu(v - hi) - torch.relu(lo - v)  # signed
             st["viol"] = viol
             cost = cost + limit_weight * (viol * viol).sum((1, 2))

@@ -94,6 +94,36 @@ def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (3, 3))
 
 
+def _quat_coef() -> torch.Tensor:
+    # rows 0..8: coefficients of m00, m01, ..., m22; row 9: constants
+    c = torch.zeros(10, 4, 4, dtype=torch.float64)
+    e = lambda i, j: 3 * i + j  # noqa: E731
+    # candidate 0 (w largest): [1+tr, m21-m12, m02-m20, m10-m01]
+    c[9, 0, 0] = 1; c[e(0, 0), 0, 0] = c[e(1, 1), 0, 0] = c[e(2, 2), 0, 0] = 1  # noqa: E702
+    c[e(2, 1), 0, 1], c[e(1, 2), 0, 1] = 1, -1
+    c[e(0, 2), 0, 2], c[e(2, 0), 0, 2] = 1, -1
+    c[e(1, 0), 0, 3], c[e(0, 1), 0, 3] = 1, -1
+    # candidate 1 (x largest): [m21-m12, 1+m00-m11-m22, m01+m10, m02+m20]
+    c[e(2, 1), 1, 0], c[e(1, 2), 1, 0] = 1, -1
+    c[9, 1, 1] = 1; c[e(0, 0), 1, 1], c[e(1, 1), 1, 1], c[e(2, 2), 1, 1] = 1, -1, -1  # noqa: E702
+    c[e(0, 1), 1, 2] = c[e(1, 0), 1, 2] = 1
+    c[e(0, 2), 1, 3] = c[e(2, 0), 1, 3] = 1
+    # candidate 2 (y largest): [m02-m20, m01+m10, 1-m00+m11-m22, m12+m21]
+    c[e(0, 2), 2, 0], c[e(2, 0), 2, 0] = 1, -1
+    c[e(0, 1), 2, 1] = c[e(1, 0), 2, 1] = 1
+    c[9, 2, 2] = 1; c[e(0, 0), 2, 2], c[e(1, 1), 2, 2], c[e(2, 2), 2, 2] = -1, 1, -1  # noqa: E702
+    c[e(1, 2), 2, 3] = c[e(2, 1), 2, 3] = 1
+    # candidate 3 (z largest): [m10-m01, m02+m20, m12+m21, 1-m00-m11+m22]
+    c[e(1, 0), 3, 0], c[e(0, 1), 3, 0] = 1, -1
+    c[e(0, 2), 3, 1] = c[e(2, 0), 3, 1] = 1
+    c[e(1, 2), 3, 2] = c[e(2, 1), 3, 2] = 1
+    c[9, 3, 3] = 1; c[e(0, 0), 3, 3], c[e(1, 1), 3, 3], c[e(2, 2), 3, 3] = -1, -1, 1  # noqa: E702
+    return c.reshape(10, 16)
+
+
+_QUAT_COEF = _quat_coef()
+
+
 def matrix_to_quat(rot: torch.Tensor) -> torch.Tensor:
     """Unit quaternions ``(w, x, y, z)`` with ``w >= 0`` from rotation matrices.
 
@@ -108,21 +138,11 @@ def matrix_to_quat(rot: torch.Tensor) -> torch.Tensor:
     -------
     Tensor, shape (..., 4)
     """
-    m = rot
-    m00, m11, m22 = m[..., 0, 0], m[..., 1, 1], m[..., 2, 2]
-    tr = m00 + m11 + m22
-    # four candidate solutions, each well conditioned for one case
-    cands = torch.stack(
-        [
-            torch.stack([1 + tr, m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], -1),
-            torch.stack([m[..., 2, 1] - m[..., 1, 2], 1 + m00 - m11 - m22, m[..., 0, 1] + m[..., 1, 0], m[..., 0, 2] + m[..., 2, 0]], -1),
-            torch.stack([m[..., 0, 2] - m[..., 2, 0], m[..., 0, 1] + m[..., 1, 0], 1 - m00 + m11 - m22, m[..., 1, 2] + m[..., 2, 1]], -1),
-            torch.stack([m[..., 1, 0] - m[..., 0, 1], m[..., 0, 2] + m[..., 2, 0], m[..., 1, 2] + m[..., 2, 1], 1 - m00 - m11 + m22], -1),
-        ],
-        dim=-2,
-    )  # (..., 4, 4)
-    diag = torch.stack([tr, m00, m11, m22], -1)
-    best = diag.argmax(-1)
+    # the four candidate solutions (each well conditioned for one case) are
+    # linear in the matrix entries: one matmul builds them all
+    coef = _QUAT_COEF.to(dtype=rot.dtype, device=rot.device)
+    cands = (rot.reshape(rot.shape[:-2] + (9,)) @ coef[:9] + coef[9]).unflatten(-1, (4, 4))
+    best = cands.diagonal(dim1=-2, dim2=-1).argmax(-1)
     q = torch.gather(cands, -2, best[..., None, None].expand(best.shape + (1, 4))).squeeze(-2)
     q = q / q.norm(dim=-1, keepdim=True).clamp_min(_EPS)
     return torch.where(q[..., :1] < 0, -q, q)
