@@ -47,7 +47,9 @@ position; then (``refine=True``, the default) ``refine_steps`` batched
 Gauss-Newton steps (:mod:`.refine`) pull the given keypoints (and given
 orientations) onto their targets while a prior keeps the pose close to the
 network's answer and soft joint limits keep it human. ``refine=False`` returns
-the network's answer.
+the network's answer. A single frame on the CPU (an interactive "current
+pose" solve) is refined by the float64 numpy twin of the same algorithm
+(:func:`.refine.refine_numpy`), which avoids torch's per-operation overhead.
 
 Errors
 ------
@@ -70,6 +72,7 @@ import torch
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
 from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
 from .refine import DEFAULTS as REFINE_DEFAULTS
+from .refine import SMALL_BATCH, _np_fk, refine_numpy
 from .refine import refine as _refine
 from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton
 
@@ -382,16 +385,30 @@ class Solver:
                 sync()
                 t1 = time.perf_counter()
                 t_net += t1 - t0
-                if refine and refine_steps > 0:
-                    L, root = _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
-                                      orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
-                                      orient_joints=EFFECTOR_JOINTS, limits=limits)
-                    sync()
-                t_ref += time.perf_counter() - t1
-                kpo = fk_keypoints(L, root, off, eo)
-                out_L[a:b] = L.double().cpu().numpy()
-                out_root[a:b] = root.double().cpu().numpy()
-                out_kp[a:b] = kpo.double().cpu().numpy()
+                small = dev.type == "cpu" and (b - a) <= SMALL_BATCH
+                if small:  # one frame: the numpy twin has far less per-operation overhead
+                    Ln, rn = L.double().numpy(), root.double().numpy()
+                    if refine and refine_steps > 0:
+                        Ln, rn = refine_numpy(
+                            Ln, rn, kp0[a:b], m[a:b].astype(np.float64), skeleton.offsets, skeleton.end_offsets,
+                            steps=int(refine_steps), orient_targets=None if ori is None else ori[a:b],
+                            orient_weights=None if omask is None else omask[a:b] * REFINE_DEFAULTS["orient_weight"],
+                            orient_joints=EFFECTOR_JOINTS, limits=limits)
+                    t_ref += time.perf_counter() - t1
+                    out_L[a:b], out_root[a:b] = Ln, rn
+                    out_kp[a:b] = _np_fk(Ln, rn, np.asarray(skeleton.offsets, dtype=np.float64),
+                                         np.asarray(skeleton.end_offsets, dtype=np.float64))[2]
+                else:
+                    if refine and refine_steps > 0:
+                        L, root = _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
+                                          orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
+                                          orient_joints=EFFECTOR_JOINTS, limits=limits)
+                        sync()
+                    t_ref += time.perf_counter() - t1
+                    kpo = fk_keypoints(L, root, off, eo)
+                    out_L[a:b] = L.double().cpu().numpy()
+                    out_root[a:b] = root.double().cpu().numpy()
+                    out_kp[a:b] = kpo.double().cpu().numpy()
                 if progress is not None:
                     progress(b, T)
         err = np.linalg.norm(out_kp - np.where(m[..., None], kp, np.nan), axis=-1)

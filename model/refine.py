@@ -294,3 +294,267 @@ def refine(
         mu = torch.where(ok, (mu * damping_decay).clamp_min(damping_min), mu * 10.0)
     L, t = cur["L"], cur["t"]
     return L, t
+
+
+# ----------------------------------------------------------------------------- numpy path
+# For a handful of frames (an interactive "current pose" solve) the cost of
+# the torch version is the per-operation overhead of hundreds of tiny
+# tensor operations. This float64 numpy twin of :func:`refine` runs the same
+# algorithm (same residuals, Jacobian, LM acceptance and trust region) with
+# far cheaper small-array operations. :class:`.inference.Solver` uses it on
+# the CPU for a single frame (``SMALL_BATCH``); it also accepts batches.
+
+SMALL_BATCH = 1
+
+_LEVELS = []
+_depth = [0] * NUM_JOINTS
+for _j in range(1, NUM_JOINTS):
+    _depth[_j] = _depth[PARENTS[_j]] + 1
+for _d in range(1, max(_depth) + 1):
+    _idx = [j for j in range(NUM_JOINTS) if _depth[j] == _d]
+    _LEVELS.append((np.array(_idx), np.array([PARENTS[j] for j in _idx])))
+_END_PAR = None
+
+
+def _np_aa_to_matrix(aa):
+    th2 = (aa * aa).sum(-1)[..., None, None]
+    small = th2 < 1e-12
+    th = np.sqrt(np.where(small, 1.0, th2))
+    a = np.where(small, 1.0 - th2 / 6.0, np.sin(th) / th)
+    b = np.where(small, 0.5 - th2 / 24.0, (1.0 - np.cos(th)) / np.where(small, 1.0, th2))
+    x, y, z = aa[..., 0], aa[..., 1], aa[..., 2]
+    o = np.zeros_like(x)
+    k = np.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(aa.shape[:-1] + (3, 3))
+    return np.eye(3) + a * k + b * (k @ k)
+
+
+_QC = None
+
+
+def _np_matrix_to_aa(m):
+    global _QC
+    if _QC is None:
+        from .rotations import _QUAT_COEF
+
+        _QC = _QUAT_COEF.numpy()
+    c = (m.reshape(m.shape[:-2] + (9,)) @ _QC[:9] + _QC[9]).reshape(m.shape[:-2] + (4, 4))
+    best = np.argmax(np.diagonal(c, axis1=-2, axis2=-1), -1)
+    q = np.take_along_axis(c, best[..., None, None], -2)[..., 0, :]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    q = np.where(q[..., :1] < 0, -q, q)
+    v = q[..., 1:]
+    s = np.linalg.norm(v, axis=-1, keepdims=True)
+    ang = 2.0 * np.arctan2(s, q[..., :1])
+    return v * np.where(s < 1e-9, 2.0 / np.maximum(q[..., :1], 1e-12), ang / np.maximum(s, 1e-300))
+
+
+def _np_cross(a, b):
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
+
+
+def _np_skew(v):
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    o = np.zeros_like(x)
+    return np.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(v.shape[:-1] + (3, 3))
+
+
+def _np_fk(L, t, off, eo):
+    """Level-by-level FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3)."""
+    B = L.shape[0]
+    W = np.empty_like(L)
+    P = np.empty((B, NUM_JOINTS, 3))
+    W[:, 0] = L[:, 0]
+    P[:, 0] = t
+    for idx, par in _LEVELS:
+        Wp = W[:, par]
+        W[:, idx] = Wp @ L[:, idx]
+        P[:, idx] = P[:, par] + (Wp @ off[idx][..., None])[..., 0]
+    ep = list(_END_PARENTS_NP)
+    ends = P[:, ep] + (W[:, ep] @ eo[..., None])[..., 0]
+    return W, P, np.concatenate([P, ends], 1)
+
+
+from .skeleton import END_PARENTS as _END_PARENTS_NP  # noqa: E402
+
+
+def _np_orthonormalise(m):
+    a, b = m[..., :, 0], m[..., :, 1]
+    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b - (x * b).sum(-1, keepdims=True) * x
+    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    return np.stack([x, y, _np_cross(x, y)], -1)
+
+
+def _solve_spd(H, g):
+    """Solve ``H x = -g`` for symmetric positive definite ``H`` (B, n, n); returns (x, ok)."""
+    if H.shape[0] == 1 and _cho is not None:
+        # one frame: LAPACK through scipy is cheapest (numpy's cholesky and
+        # multi-threaded torch have a large fixed cost on tiny matrices)
+        try:
+            c = _cho[0](H[0], check_finite=False)
+            x = -_cho[1](c, g[0], check_finite=False)[None]
+            return x, np.isfinite(x).all(1)
+        except np.linalg.LinAlgError:
+            return np.zeros_like(g), np.zeros(1, dtype=bool)
+    chol, info = torch.linalg.cholesky_ex(torch.from_numpy(H))
+    x = torch.cholesky_solve(torch.from_numpy(-g[..., None]), chol)[..., 0].numpy()
+    return x, (info == 0).numpy() & np.isfinite(x).all(1)
+
+
+try:  # optional (not bundled with Blender's Python)
+    from scipy.linalg import cho_factor as _cf, cho_solve as _cs
+
+    _cho = (_cf, _cs)
+except Exception:  # pragma: no cover
+    _cho = None
+
+
+def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *, steps=DEFAULTS["steps"],
+                 orient_targets=None, orient_weights=None, orient_joints=None, prior=DEFAULTS["prior"],
+                 prior_trans=DEFAULTS["prior_trans"], damping=DEFAULTS["damping"], damping_decay=DEFAULTS["damping_decay"],
+                 damping_min=DEFAULTS["damping_min"], limits=True, limit_weight=DEFAULTS["limit_weight"],
+                 init_local=None, init_root=None, max_rot=0.6, max_trans=0.5):
+    """Float64 numpy twin of :func:`refine` for a few frames (same arguments, numpy arrays).
+
+    ``offsets`` / ``end_offsets`` must be shared by the batch: (22, 3) / (10, 3).
+    """
+    L = np.asarray(local_rot, dtype=np.float64)
+    t = np.asarray(root_pos, dtype=np.float64)
+    B = L.shape[0]
+    if steps <= 0 or B == 0:
+        return L, t
+    off = np.asarray(offsets, dtype=np.float64)
+    eo = np.asarray(end_offsets, dtype=np.float64)
+    w_all = np.asarray(weights, dtype=np.float64)
+    init_local = L if init_local is None else np.asarray(init_local, dtype=np.float64)
+    init_root = t if init_root is None else np.asarray(init_root, dtype=np.float64)
+    kp_active = (w_all > 0).any(0)
+    use_orient = orient_targets is not None and orient_weights is not None
+    if use_orient:
+        if orient_joints is None:
+            from .network import EFFECTOR_JOINTS
+
+            orient_joints = EFFECTOR_JOINTS
+        orient_joints = list(orient_joints)
+        o_active = (np.asarray(orient_weights) > 0).any(0)
+        use_orient = bool(o_active.any())
+    joint_active = _ANC[kp_active].any(0)
+    if use_orient:
+        oi = [int(i) for i in np.flatnonzero(o_active)]
+        oj = [orient_joints[i] for i in oi]
+        joint_active |= _ANC_INCL[oj].any(0)
+        o_tgt = np.asarray(orient_targets, dtype=np.float64)[:, oi]
+        wo = np.asarray(orient_weights, dtype=np.float64)[:, oi]
+        o_A = _ANC_INCL[np.ix_(oj, np.flatnonzero(joint_active))].astype(np.float64)
+    K = np.flatnonzero(kp_active)
+    J = np.flatnonzero(joint_active)
+    nk, nj = len(K), len(J)
+    if nk == 0 and not use_orient:
+        return L, t
+    n = 3 * nj + 3
+    A = _ANC[np.ix_(K, J)].astype(np.float64)
+    tgt = np.where(w_all[..., None] > 0, np.nan_to_num(np.asarray(targets, dtype=np.float64)), 0.0)[:, K]
+    w_k = w_all[:, K]
+    anc_incl = _ANC_INCL[np.ix_(J, J)]
+    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj)).reshape(-1)
+    prior_diag = np.full(n, prior)
+    prior_diag[-3:] = prior_trans
+    init_inv = np.swapaxes(init_local[:, J], -1, -2)
+    eye3 = np.eye(3)
+    if limits:
+        lo, hi = (x.numpy().astype(np.float64)[J] for x in limit_arrays(torch.float64))
+    par = np.array([max(p, 0) for p in PARENTS])
+    rows = np.arange(3 * nj)
+
+    def evaluate(L, t):
+        W, P, kp = _np_fk(L, t, off, eo)
+        pk = kp[:, K]
+        rk = pk - tgt
+        cost = (w_k * (rk * rk).sum(-1)).sum(1)
+        st = {"L": L, "t": t, "W": W, "P": P, "pk": pk, "rk": rk}
+        if use_orient:
+            err = _np_matrix_to_aa(W[:, oj] @ np.swapaxes(o_tgt, -1, -2))
+            st["oerr"] = err
+            cost = cost + (wo * (err * err).sum(-1)).sum(1)
+        LJ = L[:, J]
+        aa = _np_matrix_to_aa(np.concatenate([LJ @ init_inv, LJ], 1) if limits else LJ @ init_inv)
+        dev = aa[:, :nj]
+        st["dev"] = dev
+        cost = cost + prior * (dev * dev).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
+        if limits:
+            v = aa[:, nj:]
+            viol = np.maximum(v - hi, 0) - np.maximum(lo - v, 0)
+            st["viol"] = viol
+            cost = cost + limit_weight * (viol * viol).sum((1, 2))
+        st["cost"] = cost
+        return st
+
+    cur = evaluate(L, t)
+    mu = np.full(B, float(damping))
+    for _ in range(steps):
+        W, P, pk, rk = cur["W"], cur["P"], cur["pk"], cur["rk"]
+        wpk = pk * w_k[..., None]
+        wrk = rk * w_k[..., None]
+        feats = np.concatenate([w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk,
+                                _np_cross(pk, wrk)], -1)
+        T = A.T @ feats  # (B, nj, 19)
+        pj = P[:, J]
+        T0 = np.concatenate([T[..., :13], np.zeros((B, 1, 13))], 1)
+        Tg = T0[:, deeper].reshape(B, nj, nj, 13)
+        S, m, M = Tg[..., 0], Tg[..., 1:4], Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
+        pa, pb = pj[:, :, None, :], pj[:, None, :, :]
+        u = m - S[..., None] * pb
+        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
+        trq = np.trace(Q, axis1=-2, axis2=-1)
+        H = np.empty((B, n, n))
+        Hrr = -Q.transpose(0, 1, 4, 2, 3).reshape(B, 3 * nj, 3 * nj)
+        Hrr[:, rows, rows] += np.repeat(np.diagonal(trq, axis1=1, axis2=2), 3, axis=1)
+        # off-diagonal blocks also get tr(Q) on their diagonals
+        Hv = Hrr.reshape(B, nj, 3, nj, 3)
+        for a_ in range(3):
+            Hv[:, :, a_, :, a_] += trq - np.eye(nj) * trq
+        H[:, : 3 * nj, : 3 * nj] = Hrr
+        Hrt = _np_skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
+        H[:, : 3 * nj, 3 * nj:] = Hrt
+        H[:, 3 * nj:, : 3 * nj] = np.swapaxes(Hrt, 1, 2)
+        H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
+        g_rot = T[..., 16:19] - _np_cross(pj, T[..., 13:16])
+        g = np.concatenate([g_rot.reshape(B, -1), wrk.sum(1)], 1)
+        if use_orient:
+            pair = np.einsum("be,ei,ej->bij", wo, o_A, o_A)
+            H[:, : 3 * nj, : 3 * nj] += (pair[:, :, None, :, None] * eye3[None, None, :, None, :]).reshape(B, 3 * nj, 3 * nj)
+            g[:, : 3 * nj] += np.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
+        H[:, np.arange(n), np.arange(n)] += prior_diag[None] + mu[:, None]
+        Wpar = W[:, par]
+        Wpar[:, 0] = eye3
+        rpar = Wpar[:, J]
+        g[:, : 3 * nj] += ((rpar @ cur["dev"][..., None])[..., 0] * prior).reshape(B, -1)
+        g[:, 3 * nj:] += (cur["t"] - init_root) * prior_trans
+        if limits:
+            viol = cur["viol"]
+            act = (viol != 0).astype(np.float64)
+            Hl = (rpar * act[:, :, None, :]) @ np.swapaxes(rpar, -1, -2) * limit_weight
+            Hb = H[:, : 3 * nj, : 3 * nj].reshape(B, nj, 3, nj, 3)
+            jj = np.arange(nj)
+            Hb[:, jj, :, jj, :] += Hl.transpose(1, 0, 2, 3)
+            H[:, : 3 * nj, : 3 * nj] = Hb.reshape(B, 3 * nj, 3 * nj)
+            g[:, : 3 * nj] += ((rpar @ (viol * limit_weight)[..., None])[..., 0]).reshape(B, -1)
+        step, ok_solve = _solve_spd(H, g)
+        step = np.nan_to_num(step)
+        wj = step[:, : 3 * nj].reshape(B, nj, 3)
+        wj = wj * (max_rot / np.maximum(np.linalg.norm(wj, axis=-1, keepdims=True), max_rot))
+        dtr = step[:, 3 * nj:]
+        dtr = dtr * (max_trans / np.maximum(np.linalg.norm(dtr, axis=-1, keepdims=True), max_trans))
+        w = np.zeros((B, NUM_JOINTS, 3))
+        w[:, J] = wj
+        L_new = _np_orthonormalise(np.swapaxes(Wpar, -1, -2) @ _np_aa_to_matrix(w) @ W)
+        cand = evaluate(L_new, cur["t"] + dtr)
+        ok = (cand["cost"] <= cur["cost"]) & ok_solve
+        if ok.all():
+            cur = cand
+        else:
+            cur = {k: np.where(ok.reshape((B,) + (1,) * (v.ndim - 1)), v, cur[k]) for k, v in cand.items()}
+        mu = np.where(ok, np.maximum(mu * damping_decay, damping_min), mu * 10.0)
+    return cur["L"], cur["t"]
