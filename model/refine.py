@@ -232,14 +232,17 @@ def refine(
         pa = pj[:, :, None, :]  # p_i
         pb = pj[:, None, :, :]  # p_i'
         u = m - S[..., None] * pb
-        # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T
-        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
-        trq = Q.diagonal(dim1=-2, dim2=-1).sum(-1)  # (B, nj, nj)
+        # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T and
+        # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c).
+        # -Q is written straight into H through a permuted view (few passes
+        # over the large (B, nj, nj, 3, 3) arrays, no temporaries).
         H = torch.empty(B, n, n, dtype=dt, device=dev)
-        Hrr = H[:, : 3 * nj, : 3 * nj]
-        # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c)
-        Hrr.copy_(Q.permute(0, 1, 4, 2, 3).reshape(B, 3 * nj, 3 * nj)).neg_()
-        Hv = H.view(B, n, n)[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))
+        Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
+        Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
+        torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
+        Hq.addcmul_(pa[..., :, None].expand(B, nj, nj, 3, 1), u[..., None, :])
+        Hq.sub_(M)
+        trq = M.diagonal(dim1=-2, dim2=-1).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
         Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
         Sj = T[..., 0]  # (B, nj)
         mj = T[..., 1:4]  # (B, nj, 3)
