@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
+from ..retarget.solve import quats_to_euler_continuous
 
 __all__ = [
     "BakeOptions",
@@ -64,7 +65,6 @@ __all__ = [
     "store_mapping",
     "resolve_mapping",
     "rig_from_object",
-    "euler_continuous",
     "REQUIRED_KEYPOINTS",
     "SMOOTH_METHODS",
     "SMOOTH_TARGETS",
@@ -408,41 +408,6 @@ def _axis_angle_continuous(q):
     return out
 
 
-_EULER_LAYOUT: dict = {}
-
-
-def euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
-    """Quaternions (T, B, 4) to continuous Blender ``rotation_euler`` values (T, B, 3).
-
-    Uses :func:`..retarget.solve.quats_to_euler_continuous` and checks once
-    per order against ``mathutils`` whether its angles are stored by axis
-    (Blender's ``rotation_euler[0]`` is always the X angle) or by position
-    in the order; in the latter case the columns are permuted.
-    """
-    from ..retarget.solve import quats_to_euler_continuous
-
-    e = quats_to_euler_continuous(quats, order)
-    perm = _EULER_LAYOUT.get(order)
-    if perm is None:
-        import mathutils
-
-        q = np.array([0.8, 0.3, -0.4, 0.33])
-        q /= np.linalg.norm(q)
-        probe = quats_to_euler_continuous(q[None, None], order)[0, 0]
-        want = np.array(mathutils.Quaternion(q).to_matrix())
-        by_pos = np.empty(3)
-        for p, c in enumerate(order):
-            by_pos["XYZ".index(c)] = probe[p]
-        if np.allclose(np.array(mathutils.Euler(probe, order).to_matrix()), want, atol=1e-6):
-            perm = (0, 1, 2)
-        elif np.allclose(np.array(mathutils.Euler(by_pos, order).to_matrix()), want, atol=1e-6):
-            perm = tuple(order.index(c) for c in "XYZ")
-        else:
-            raise RuntimeError(f"Euler conversion for order {order} does not match Blender's")
-        _EULER_LAYOUT[order] = perm
-    return e[..., list(perm)]
-
-
 def _smooth_call(name, *args):
     try:
         from ..retarget import smoothing
@@ -676,7 +641,7 @@ class BakeJob:
                 out.append((name, "location", res.locations[:, b]))
         for order, bones in eulers.items():
             idx = [b for b, _ in bones]
-            e = euler_continuous(res.quaternions[:, idx], order)
+            e = quats_to_euler_continuous(res.quaternions[:, idx], order)
             for k, (_, name) in enumerate(bones):
                 out.append((name, "rotation_euler", e[:, k]))
         return out, mode_changes
@@ -830,7 +795,7 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
         elif mode == "AXIS_ANGLE":
             pb.rotation_axis_angle = _axis_angle_continuous(q[None, None])[0, 0]
         else:
-            pb.rotation_euler = euler_continuous(q[None, None], mode)[0, 0]
+            pb.rotation_euler = quats_to_euler_continuous(q[None, None], mode)[0, 0]
         if b == root:
             pb.location = locations[b]
 

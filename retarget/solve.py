@@ -635,18 +635,28 @@ def _axis_rot(axis, angle):
 def euler_to_matrix_blender(euler, order: str = "XYZ") -> np.ndarray:
     """Blender ``rotation_euler`` (radians) to matrices.
 
-    Blender's order names the axes in the order they are applied:
-    ``"XYZ"`` is ``Rz @ Ry @ Rx``.
+    Parameters
+    ----------
+    euler : array_like (..., 3)
+        Angles indexed by axis, ``(x, y, z)``, whatever the order: exactly
+        ``PoseBone.rotation_euler`` (``mathutils.Euler((x, y, z), order)``).
+    order : str
+        Blender's rotation order, naming the axes in the order they are
+        applied: ``"XYZ"`` is ``Rz @ Ry @ Rx``, ``"ZXY"`` is ``Ry @ Rx @ Rz``.
+
+    Returns
+    -------
+    ndarray (..., 3, 3)
     """
     e = np.asarray(euler, dtype=np.float64)
-    m = _axis_rot(_AX[order[0]], e[..., 0])
-    m = _axis_rot(_AX[order[1]], e[..., 1]) @ m
-    return _axis_rot(_AX[order[2]], e[..., 2]) @ m
+    i, j, k = (_AX[c] for c in order)
+    m = _axis_rot(i, e[..., i])
+    m = _axis_rot(j, e[..., j]) @ m
+    return _axis_rot(k, e[..., k]) @ m
 
 
-def matrix_to_euler_blender(mat, order: str = "XYZ") -> np.ndarray:
-    """Matrices to Blender Euler angles (radians), middle angle in [-pi/2, pi/2]."""
-    m = np.asarray(mat, dtype=np.float64)
+def _matrix_to_euler_by_position(m, order):
+    """Angles ``(a, b, c)`` of the first, second and third applied axis (see below)."""
     i, j, k = (_AX[c] for c in order)
     par = 1.0 if (j - i) % 3 == 1 else -1.0
     b = np.arcsin(np.clip(-par * m[..., k, i], -1.0, 1.0))
@@ -660,22 +670,49 @@ def matrix_to_euler_blender(mat, order: str = "XYZ") -> np.ndarray:
     return np.stack([a, b, c], axis=-1)
 
 
+def _by_axis(e_pos, order):
+    """Reorder angles given per applied axis (position in ``order``) to (x, y, z)."""
+    return e_pos[..., [order.index(c) for c in "XYZ"]]
+
+
+def matrix_to_euler_blender(mat, order: str = "XYZ") -> np.ndarray:
+    """Matrices to Blender Euler angles (radians).
+
+    Parameters
+    ----------
+    mat : array_like (..., 3, 3)
+    order : str
+        Blender rotation order (see :func:`euler_to_matrix_blender`).
+
+    Returns
+    -------
+    ndarray (..., 3)
+        Angles indexed by axis ``(x, y, z)`` (``PoseBone.rotation_euler``),
+        the middle applied axis' angle in [-pi/2, pi/2].
+    """
+    m = np.asarray(mat, dtype=np.float64)
+    return _by_axis(_matrix_to_euler_by_position(m, order), order)
+
+
 def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
     """Quaternions (T, B, 4) to Blender Euler angles (T, B, 3) without jumps.
 
-    Each frame takes, among the equivalent Euler triples (the two
-    Tait-Bryan branches ``(a, b, c)`` / ``(a+pi, pi-b, c+pi)`` plus any
-    multiples of 2 pi), the one nearest the previous frame. Vectorised over
-    frames: the branch switches where the other branch is nearer the previous
-    frame's (both branches move by the same amounts, so the choice is a
-    cumulative parity), then ``np.unwrap`` removes 2 pi jumps.
+    The angles are indexed by axis ``(x, y, z)`` whatever ``order`` is, as
+    ``PoseBone.rotation_euler`` stores them. Each frame takes, among the
+    equivalent Euler triples (the two Tait-Bryan branches ``(a, b, c)`` /
+    ``(a+pi, pi-b, c+pi)``, ``a, b, c`` the angles of the first, second and
+    third applied axis, plus any multiples of 2 pi), the one nearest the
+    previous frame. Vectorised over frames: the branch switches where the
+    other branch is nearer the previous frame's (both branches move by the
+    same amounts, so the choice is a cumulative parity), then ``np.unwrap``
+    removes 2 pi jumps.
     """
     q = np.asarray(quats, dtype=np.float64)
-    e1 = matrix_to_euler_blender(quat_to_matrix(q), order)
+    e1 = _matrix_to_euler_by_position(quat_to_matrix(q), order)
+    if e1.shape[0] < 2:
+        return _by_axis(e1, order)
     e2 = e1 + np.array([np.pi, 0.0, np.pi])
     e2[..., 1] = np.pi - e1[..., 1]
-    if e1.shape[0] < 2:
-        return e1
 
     def wrapdist(a, b):
         d = (a - b + np.pi) % (2 * np.pi) - np.pi
@@ -686,4 +723,4 @@ def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
     switch = (d_cross + 1e-12 < d_same).astype(np.int64)
     branch = np.concatenate([np.zeros((1,) + switch.shape[1:], np.int64), np.cumsum(switch, axis=0) % 2])
     e = np.where(branch[..., None] == 1, e2, e1)
-    return np.unwrap(e, axis=0)
+    return _by_axis(np.unwrap(e, axis=0), order)

@@ -284,6 +284,41 @@ def test_euler_roundtrip(order):
         assert np.allclose(m[0], rz @ ry @ rx)
 
 
+@pytest.mark.parametrize("order", ["XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX"])
+def test_euler_matches_mathutils(order):
+    """Angles are indexed by axis (x, y, z) for every order, as ``rotation_euler`` stores them."""
+    import bpy  # noqa: F401  (makes mathutils importable)
+    import mathutils
+
+    from neural_ik.model.rotations_np import matrix_to_quat
+    rng = np.random.default_rng(7)
+    e = rng.uniform(-1.4, 1.4, size=(20, 3))
+    m = euler_to_matrix_blender(e, order)
+    for k in range(len(e)):
+        want = np.array(mathutils.Euler(e[k].tolist(), order).to_matrix())
+        assert np.allclose(m[k], want, atol=1e-6)
+        q = mathutils.Euler(e[k].tolist(), order).to_quaternion()
+        assert np.allclose(np.array(q.to_matrix()), m[k], atol=1e-6)
+    # moderate angles: one Euler triple has its middle angle within +-pi/2 and
+    # Blender's to_euler picks that one too: compare the values themselves
+    small = rng.uniform(-1.0, 1.0, size=(20, 3))
+    qs = np.array([list(mathutils.Euler(x.tolist(), order).to_quaternion()) for x in small])
+    for got in (matrix_to_euler_blender(quat_to_matrix(qs), order),
+                quats_to_euler_continuous(qs[:, None], order)[:, 0]):
+        ref = np.array([list(mathutils.Quaternion(x.tolist()).to_euler(order)) for x in qs])
+        assert np.allclose(got, ref, atol=1e-5)
+        assert np.allclose(got, small, atol=1e-5)
+    # any rotation: Blender reads our values back as the same rotation
+    q = rng.normal(size=(20, 4))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    for got in (matrix_to_euler_blender(quat_to_matrix(q), order),
+                quats_to_euler_continuous(q[:, None], order)[:, 0]):
+        for k in range(len(q)):
+            back = np.array(mathutils.Euler(got[k].tolist(), order).to_matrix())
+            assert np.allclose(back, quat_to_matrix(q[k]), atol=1e-5)
+    assert np.allclose(quat_to_matrix(matrix_to_quat(m)), m)
+
+
 @pytest.mark.parametrize("order", ["XYZ", "ZXY", "YZX"])
 def test_euler_continuity(order):
     T = 400
