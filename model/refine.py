@@ -1,6 +1,6 @@
 """Batched Gauss-Newton / Levenberg-Marquardt refinement of a pose.
 
-Starting from an initial pose (the network's answer), a few GN steps pull
+Starting from an initial pose (the network's answer), a few (default 3) GN steps pull
 the given keypoints (and optionally effector orientations) onto their
 targets while a prior keeps every local rotation near the initial pose and
 soft joint limits keep it human.
@@ -39,7 +39,7 @@ from .skeleton import PARENTS
 __all__ = ["refine", "DEFAULTS"]
 
 #: Default weights of :func:`refine`.
-DEFAULTS = dict(steps=5, prior=1e-5, prior_trans=1e-5, damping=1e-3, damping_decay=0.2, damping_min=1e-5,
+DEFAULTS = dict(steps=3, prior=1e-5, prior_trans=1e-5, damping=1e-3, damping_decay=0.2, damping_min=1e-5,
                 orient_weight=0.01, limit_weight=1.0)
 
 _ANC = ancestor_matrix()  # (32, 22)
@@ -364,22 +364,29 @@ def _np_skew(v):
 
 
 def _np_fk(L, t, off, eo):
-    """Level-by-level FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3)."""
+    """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3).
+
+    A loop over the joints with basic (view) indexing: for the few frames this
+    path serves, that is much cheaper than fancy indexing per tree level.
+    """
     B = L.shape[0]
     W = np.empty_like(L)
     P = np.empty((B, NUM_JOINTS, 3))
     W[:, 0] = L[:, 0]
     P[:, 0] = t
-    for idx, par in _LEVELS:
-        Wp = W[:, par]
-        W[:, idx] = Wp @ L[:, idx]
-        P[:, idx] = P[:, par] + (Wp @ off[idx][..., None])[..., 0]
-    ep = list(_END_PARENTS_NP)
+    for j in range(1, NUM_JOINTS):
+        p = PARENTS[j]
+        Wp = W[:, p]
+        np.matmul(Wp, L[:, j], out=W[:, j])
+        P[:, j] = P[:, p] + Wp @ off[j]
+    ep = _END_PARENTS_LIST
     ends = P[:, ep] + (W[:, ep] @ eo[..., None])[..., 0]
     return W, P, np.concatenate([P, ends], 1)
 
 
 from .skeleton import END_PARENTS as _END_PARENTS_NP  # noqa: E402
+
+_END_PARENTS_LIST = list(_END_PARENTS_NP)
 
 
 def _np_orthonormalise(m):
@@ -414,6 +421,34 @@ except Exception:  # pragma: no cover
     _cho = None
 
 
+_NP_SETUP: dict = {}
+_PAR_NP = np.array([max(p, 0) for p in PARENTS])
+
+
+def _np_setup(kp_active, o_active, orient_joints, limits, prior, prior_trans):
+    """Index tables of one mask pattern (cached: interactive calls repeat it)."""
+    joint_active = _ANC[kp_active].any(0)
+    oi = oj = o_A = None
+    if o_active is not None:
+        oi = [int(i) for i in np.flatnonzero(o_active)]
+        oj = [orient_joints[i] for i in oi]
+        joint_active = joint_active | _ANC_INCL[oj].any(0)
+    K = np.flatnonzero(kp_active)
+    J = np.flatnonzero(joint_active)
+    nj = len(J)
+    if o_active is not None:
+        o_A = _ANC_INCL[np.ix_(oj, J)].astype(np.float64)
+    A = _ANC[np.ix_(K, J)].astype(np.float64)
+    anc_incl = _ANC_INCL[np.ix_(J, J)]
+    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj)).reshape(-1)
+    prior_diag = np.full(3 * nj + 3, float(prior))
+    prior_diag[-3:] = prior_trans
+    lo = hi = None
+    if limits:
+        lo, hi = (x.numpy().astype(np.float64)[J] for x in limit_arrays(torch.float64))
+    return K, J, A, deeper, prior_diag, lo, hi, oi, oj, o_A
+
+
 def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *, steps=DEFAULTS["steps"],
                  orient_targets=None, orient_weights=None, orient_joints=None, prior=DEFAULTS["prior"],
                  prior_trans=DEFAULTS["prior_trans"], damping=DEFAULTS["damping"], damping_decay=DEFAULTS["damping_decay"],
@@ -435,40 +470,36 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
     init_root = t if init_root is None else np.asarray(init_root, dtype=np.float64)
     kp_active = (w_all > 0).any(0)
     use_orient = orient_targets is not None and orient_weights is not None
+    o_active = None
     if use_orient:
         if orient_joints is None:
             from .network import EFFECTOR_JOINTS
 
             orient_joints = EFFECTOR_JOINTS
-        orient_joints = list(orient_joints)
+        orient_joints = tuple(orient_joints)
         o_active = (np.asarray(orient_weights) > 0).any(0)
         use_orient = bool(o_active.any())
-    joint_active = _ANC[kp_active].any(0)
-    if use_orient:
-        oi = [int(i) for i in np.flatnonzero(o_active)]
-        oj = [orient_joints[i] for i in oi]
-        joint_active |= _ANC_INCL[oj].any(0)
-        o_tgt = np.asarray(orient_targets, dtype=np.float64)[:, oi]
-        wo = np.asarray(orient_weights, dtype=np.float64)[:, oi]
-        o_A = _ANC_INCL[np.ix_(oj, np.flatnonzero(joint_active))].astype(np.float64)
-    K = np.flatnonzero(kp_active)
-    J = np.flatnonzero(joint_active)
+    key = (kp_active.tobytes(), None if not use_orient else (o_active.tobytes(), orient_joints), bool(limits),
+           float(prior), float(prior_trans))
+    setup = _NP_SETUP.get(key)
+    if setup is None:
+        setup = _np_setup(kp_active, o_active if use_orient else None, orient_joints, limits, prior, prior_trans)
+        if len(_NP_SETUP) > 64:
+            _NP_SETUP.clear()
+        _NP_SETUP[key] = setup
+    K, J, A, deeper, prior_diag, lo, hi, oi, oj, o_A = setup
     nk, nj = len(K), len(J)
     if nk == 0 and not use_orient:
         return L, t
     n = 3 * nj + 3
-    A = _ANC[np.ix_(K, J)].astype(np.float64)
+    if use_orient:
+        o_tgt = np.asarray(orient_targets, dtype=np.float64)[:, oi]
+        wo = np.asarray(orient_weights, dtype=np.float64)[:, oi]
     tgt = np.where(w_all[..., None] > 0, np.nan_to_num(np.asarray(targets, dtype=np.float64)), 0.0)[:, K]
     w_k = w_all[:, K]
-    anc_incl = _ANC_INCL[np.ix_(J, J)]
-    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj)).reshape(-1)
-    prior_diag = np.full(n, prior)
-    prior_diag[-3:] = prior_trans
     init_inv = np.swapaxes(init_local[:, J], -1, -2)
     eye3 = np.eye(3)
-    if limits:
-        lo, hi = (x.numpy().astype(np.float64)[J] for x in limit_arrays(torch.float64))
-    par = np.array([max(p, 0) for p in PARENTS])
+    par = _PAR_NP
     rows = np.arange(3 * nj)
 
     def evaluate(L, t):
