@@ -400,7 +400,7 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
             net.load_state_dict(st["model"])
             opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"])
-            gen.set_state(st["gen"])
+            gen.set_state(st["gen"].cpu())  # generator states are CPU byte tensors
             start = st["step"]
             t_used = st.get("extra", {}).get("seconds", 0.0)
             print(f"resumed from {ck} at step {start}", file=sys.stderr)
