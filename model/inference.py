@@ -43,13 +43,20 @@ Pipeline
 --------
 Frames go through in batches of ``batch_size`` (no Python loop over
 frames): the network predicts every joint's rotation and the root
-position; then (``refine=True``, the default) ``refine_steps`` batched
-Gauss-Newton steps (:mod:`.refine`) pull the given keypoints (and given
+position; then (``refine=True``, the default) ``refine_steps`` (default 3)
+batched Levenberg-Marquardt / Gauss-Newton steps (:mod:`.refine`) pull the given keypoints (and given
 orientations) onto their targets while a prior keeps the pose close to the
 network's answer and soft joint limits keep it human. ``refine=False`` returns
 the network's answer. A single frame on the CPU (an interactive "current
 pose" solve) is refined by the float64 numpy twin of the same algorithm
 (:func:`.refine.refine_numpy`), which avoids torch's per-operation overhead.
+
+Threads and devices
+-------------------
+``device="auto"`` uses CUDA when available. The solver does not change
+torch's thread count; a caller that shares the CPU (Blender) may call
+``torch.set_num_threads``. Results are float64 numpy arrays whatever the
+device.
 
 Errors
 ------
