@@ -478,6 +478,7 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     quats[..., 0] = 1.0
     locs = np.zeros((T, n, 3))
     driven = np.zeros(n, dtype=bool)
+    bases = {}
     delta = root_pos - np.asarray(src.offsets[0], dtype=np.float64)
     if in_place:
         delta = delta.copy()
@@ -490,7 +491,7 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
             base_pos = np.broadcast_to(plan.rel_pos[b], (T, 3))
         else:
             base_rot = W[:, p] @ plan.rel_rot[b]
-            base_pos = X[:, p] + np.einsum("tij,j->ti", W[:, p], plan.rel_pos[b])
+            base_pos = X[:, p] + W[:, p] @ plan.rel_pos[b]
         basis = None
         if b in plan.drivers:
             ja, jb, w = plan.drivers[b]
@@ -515,7 +516,7 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         else:
             driven[b] = True
             W[:, b] = base_rot @ basis
-            quats[:, b] = matrix_to_quat(basis)
+            bases[b] = basis
         if b == plan.root:
             H = plan.rest_head[b] + scale * (delta @ K.T)
             locs[:, b] = np.einsum("tji,tj->ti", base_rot, H - base_pos)
@@ -523,6 +524,9 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         else:
             X[:, b] = base_pos
     del eye
+    if bases:   # one conversion for all driven bones
+        idx = list(bases)
+        quats[:, idx] = matrix_to_quat(np.stack([bases[b] for b in idx], axis=1))
     quats = quat_continuity(quats)
     root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
     return RetargetResult(list(plan.bone_names), quats, locs, X, scale, driven, root_name)
@@ -548,23 +552,43 @@ def pose_rig(rig, quats, locations=None):
     """
     quats = np.asarray(quats, dtype=np.float64)
     T, n = quats.shape[:2]
-    basis = quat_to_matrix(quats)
-    locs = np.zeros((T, n, 3)) if locations is None else np.asarray(locations, dtype=np.float64)
+    basis = np.swapaxes(quat_to_matrix(quats), 0, 1)          # bone-major: contiguous per bone
+    locs = None if locations is None else np.swapaxes(np.asarray(locations, dtype=np.float64), 0, 1)
     Q = rig.rest_rotation()
     h = rig.head
-    W = np.empty((T, n, 3, 3))
-    X = np.empty((T, n, 3))
-    for b in rig.order:
-        p = rig.parents[b]
-        if p < 0:
-            base_rot = np.broadcast_to(Q[b], (T, 3, 3))
-            base_pos = np.broadcast_to(h[b], (T, 3))
+    W = np.empty((n, T, 3, 3))
+    X = np.empty((n, T, 3))
+    # one batch per depth level (a bone's parent is always one level up)
+    for idx, par in _levels(rig):
+        if par is None:
+            base_rot = Q[idx][:, None]
+            base_pos = h[idx][:, None]
         else:
-            base_rot = W[:, p] @ (Q[p].T @ Q[b])
-            base_pos = X[:, p] + np.einsum("tij,j->ti", W[:, p], Q[p].T @ (h[b] - h[p]))
-        W[:, b] = base_rot @ basis[:, b]
-        X[:, b] = base_pos + np.einsum("tij,tj->ti", base_rot, locs[:, b])
-    return W, X
+            rel_rot = (np.swapaxes(Q[par], -1, -2) @ Q[idx])[:, None]
+            rel_pos = (np.swapaxes(Q[par], -1, -2) @ (h[idx] - h[par])[..., None])[:, None]
+            Wp = W[par]
+            base_rot = Wp @ rel_rot
+            base_pos = X[par] + (Wp @ rel_pos)[..., 0]
+        W[idx] = base_rot @ basis[idx]
+        if locs is None:
+            X[idx] = base_pos
+        else:
+            X[idx] = base_pos + (base_rot @ locs[idx][..., None])[..., 0]
+    return np.swapaxes(W, 0, 1), np.swapaxes(X, 0, 1)
+
+
+def _levels(rig):
+    """Bones grouped by depth: list of ``(bones, parents)`` index arrays, roots first.
+
+    ``parents`` is ``None`` for the roots.
+    """
+    depth = np.asarray(rig.depth)
+    parents = np.asarray(rig.parents)
+    out = []
+    for d in range(int(depth.max()) + 1 if depth.size else 0):
+        idx = np.flatnonzero(depth == d)
+        out.append((idx, None if d == 0 else parents[idx]))
+    return out
 
 
 def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0) -> np.ndarray:
@@ -588,10 +612,14 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
     out = np.full((T, len(KEYPOINTS), 3), np.nan)
     Rc = {}
     ent = {j: rig.index(b) for j, b in plan.mapping.entries.items() if j in _J}
-    for j, b in ent.items():
-        out[:, _J[j]] = X[:, b] @ K
-        # G = K R K^T A  ->  R = K^T G A^T K
-        Rc[j] = np.einsum("ji,tjk,lk,lm->tim", K, W[:, b], plan.align[b], K)
+    if ent:
+        js = [_J[j] for j in ent]
+        bs = list(ent.values())
+        out[:, js] = X[:, bs] @ K
+    # G = K R K^T A  ->  R = K^T G A^T K (only the joints carrying end points)
+    for j in {JOINTS[e] for e in END_PARENTS} & set(ent):
+        b = ent[j]
+        Rc[j] = K.T @ W[:, b] @ (plan.align[b].T @ K)
     if plan.path:
         rest = plan.rest_head[plan.path]
         seg = np.linalg.norm(np.diff(rest, axis=0), axis=-1)
