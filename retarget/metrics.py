@@ -99,7 +99,8 @@ def _floor_height(points: np.ndarray) -> float:
 
 
 def foot_contacts(points, fps: float, *, floor: float | None = None,
-                  height: float = CONTACT_HEIGHT, speed: float = CONTACT_SPEED):
+                  height: float = CONTACT_HEIGHT, speed: float = CONTACT_SPEED,
+                  hysteresis: float = 1.0, min_frames: int = 1, vertical: bool = False):
     """Which foot points touch the floor on which frames.
 
     Parameters
@@ -115,6 +116,15 @@ def foot_contacts(points, fps: float, *, floor: float | None = None,
     speed : float
         Maximum horizontal speed for a contact (m/s), measured with central
         differences.
+    hysteresis : float
+        >= 1. A contact starts where both thresholds hold and lasts while
+        the point stays under ``hysteresis`` times them (no chattering
+        around a threshold); 1: plain thresholds.
+    min_frames : int
+        Contacts shorter than this many frames are dropped.
+    vertical : bool
+        Measure the speed in 3-D (a heel lifting off in place is not a
+        contact) instead of horizontally.
 
     Returns
     -------
@@ -123,12 +133,49 @@ def foot_contacts(points, fps: float, *, floor: float | None = None,
     p = np.asarray(points, dtype=np.float64)
     if floor is None:
         floor = _floor_height(p)
-    near = (p[..., 2] - floor) < height
+    rel = p[..., 2] - floor
+    near = rel < height
     if p.shape[0] < 2:
         return near & np.isfinite(p[..., 2])
-    vel = np.gradient(p[..., :2], axis=0) * float(fps)
-    still = np.linalg.norm(vel, axis=-1) < speed
-    return near & still
+    vel = np.linalg.norm(np.gradient(p[..., :3 if vertical else 2], axis=0) * float(fps), axis=-1)
+    contact = near & (vel < speed)
+    if hysteresis > 1.0:
+        loose = (rel < height * hysteresis) & (vel < speed * hysteresis)
+        contact = _grow(contact, loose)
+    if min_frames > 1:
+        contact = _drop_short(contact, int(min_frames))
+    return contact
+
+
+def _runs(mask):
+    """Start and end (exclusive) frames of the true runs of a 1-D bool array."""
+    d = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+
+
+def _grow(strict, loose):
+    """Runs of ``loose`` (T, P) that contain at least one ``strict`` frame."""
+    out = np.zeros_like(strict)
+    loose = loose | strict
+    for k in range(strict.shape[1]):
+        a, b = _runs(loose[:, k])
+        if not a.size:
+            continue
+        # strict implies loose: summing up to the next run's start counts this run only
+        hit = np.add.reduceat(strict[:, k].astype(np.int64), a)
+        for s, e in zip(a[hit > 0], b[hit > 0]):
+            out[s:e, k] = True
+    return out
+
+
+def _drop_short(mask, n):
+    out = mask.copy()
+    for k in range(mask.shape[1]):
+        a, b = _runs(mask[:, k])
+        for s, e in zip(a, b):
+            if e - s < n:
+                out[s:e, k] = False
+    return out
 
 
 def foot_sliding(keypoints, fps: float, *, floor: float | None = None,
