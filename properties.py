@@ -97,6 +97,10 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
     in_place: BoolProperty(
         name="In Place", default=False,
         description="Drop the horizontal root motion (the character walks on the spot)")
+    foot_lock: BoolProperty(
+        name="Foot Lock", default=True,
+        description="Keep the feet planted where the source's feet are planted: the legs are bent by "
+                    "two-bone IK so a rig with other proportions does not slide its feet")
     auto_scale: BoolProperty(
         name="Auto Scale", default=True,
         description="Scale the root motion by the ratio of the armature's leg length to the source's")
@@ -169,6 +173,7 @@ def bake_options(settings, *, clip_frames=None, device="auto"):
         refine=bool(settings.refine),
         rotation_mode=settings.rotation_mode,
         in_place=bool(settings.in_place),
+        foot_lock=bool(settings.foot_lock),
         scale=None if settings.auto_scale else float(settings.scale),
         device=device,
         mode=settings.mode,

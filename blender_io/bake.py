@@ -21,8 +21,9 @@ Stages
    by :class:`..model.inference.Solver`.
 3. **Retarget** (:meth:`BakeJob.retarget`, numpy): canonical rotations ->
    pose-bone rotations (each bone's ``matrix_basis``) and the root bone's
-   location; optional rotation smoothing; quality figures
-   (:mod:`..retarget.metrics`).
+   location; optional rotation smoothing; foot lock (``foot_lock``: the
+   feet planted in the source stay planted, :mod:`..retarget.footlock`);
+   quality figures (:mod:`..retarget.metrics`).
 4. **Write** (:meth:`BakeJob.write`, main thread): a NEW action named after
    the source (made unique) with a slot of the armature's own (Blender
    4.4+), one ``foreach_set`` per fcurve, assigned to the armature. The
@@ -119,6 +120,11 @@ class BakeOptions:
         Eulers and axis-angle made continuous).
     in_place : bool
         Drop the horizontal root motion.
+    foot_lock : bool
+        Keep the feet planted where the source's are (heel / toe contacts):
+        two-bone IK on the legs after rotation smoothing, see
+        :mod:`..retarget.footlock`. Fixes the sliding that scaled root motion
+        causes on a rig with other proportions.
     scale : float or None
         Armature units per source metre; ``None``: leg-length ratio.
     device : str
@@ -138,6 +144,7 @@ class BakeOptions:
     refine: bool = True
     rotation_mode: str = "QUATERNION"
     in_place: bool = False
+    foot_lock: bool = True
     scale: float | None = None
     device: str = "auto"
     mode: str = "auto"
@@ -162,7 +169,12 @@ class BakeResult:
         ``{"solve": s, "retarget": s, "write": s}``.
     keypoint_error_mm : tuple of float
         Mean and max distance between the baked joints and the input
-        keypoints, at the target's size (mm).
+        keypoints scaled by the leg-length ratio (mm). Includes the
+        proportion differences: a perfect retarget onto a rig with other
+        proportions does not score 0 (see ``bone_direction_error_deg``).
+    bone_direction_error_deg : float
+        Mean angle between the baked bones' directions and the input's
+        (degrees): proportion-independent retarget fidelity.
     jitter : float
         Mean acceleration of the baked joints (m/s^2).
     foot_sliding_mm : float
@@ -187,6 +199,7 @@ class BakeResult:
     mapping: object
     solve_error_mm: float = float("nan")
     retarget: object = None
+    bone_direction_error_deg: float = float("nan")
 
 
 # -----------------------------------------------------------------------------
@@ -594,11 +607,14 @@ class BakeJob:
                                float(o.smooth_strength), self.fps)
             res.locations[:, r] = np.asarray(loc)[:, 0]
             _, res.heads = pose_rig(plan.rig, res.quaternions, res.locations)
+        if o.foot_lock and self.n_frames >= 3:
+            res = self._foot_lock(res, sol, skel)
         self.scale = scale
         tk = target_keypoints(plan, res.quaternions, res.locations) * self.unit   # metres, body axes
         expected = self.kp_body * (scale * self.unit)
         J = len(JOINTS)
         self.keypoint_error_mm = metrics.keypoint_error(tk[:, :J], expected[:, :J], self.mask[:, :J])
+        self.bone_direction_error_deg = metrics.bone_direction_error(tk, self.kp_body, self.mask)
         self.jitter = metrics.jitter(tk[:, :J], self.fps)
         self.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
         self.target_keypoints = tk
@@ -607,6 +623,21 @@ class BakeJob:
         self.result = res
         self.seconds["retarget"] = time.perf_counter() - t0
         return res
+
+    def _foot_lock(self, res, sol, skel):
+        """Apply :func:`..retarget.footlock.foot_lock` with contacts from the solved motion."""
+        from ..model.skeleton import keypoints_from_fk_np
+        from ..retarget.footlock import foot_lock
+
+        root = np.asarray(sol.root_pos, dtype=np.float64)
+        src = keypoints_from_fk_np(np.asarray(sol.local_rot, dtype=np.float64), root, skel)
+        if self.options.in_place:   # as baked: feet walking under a fixed pelvis are not planted
+            src[..., :2] -= (root[:, :2] - root[:1, :2])[:, None]
+        out = foot_lock(self.plan, res, src, self.fps)
+        rep = out.foot_lock
+        if rep.limited_frames:
+            self.warnings.append(f"foot lock: {rep.limited_frames} leg-frames out of reach (feet may slide there)")
+        return out
 
     # -- stage 4 ---------------------------------------------------------------
     def _channels(self):
@@ -712,6 +743,7 @@ class BakeJob:
             keypoint_error_mm=tuple(float(x) for x in self.keypoint_error_mm),
             jitter=float(self.jitter),
             foot_sliding_mm=float(self.foot_sliding_mm),
+            bone_direction_error_deg=float(self.bone_direction_error_deg),
             warnings=list(self.warnings),
             mapping=self.mapping,
             solve_error_mm=self.solve_error_mm,
@@ -820,6 +852,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     -------
     dict
         ``keypoint_error_mm`` (mean, max at the target's size),
+        ``bone_direction_error_deg``,
         ``solve_error_mm`` and ``seconds``.
     """
     options = options or BakeOptions()
@@ -846,6 +879,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     _set_pose(obj, names, res.quaternions[0], res.locations[0], job.plan.root, single.rotation_mode)
     return {
         "keypoint_error_mm": tuple(float(x) for x in job.keypoint_error_mm),
+        "bone_direction_error_deg": float(job.bone_direction_error_deg),
         "solve_error_mm": job.solve_error_mm,
         "seconds": time.perf_counter() - t0,
         "warnings": job.warnings,

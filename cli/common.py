@@ -198,6 +198,9 @@ def add_bake_arguments(parser):
     g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
                    help="refine the network's solve by optimisation (default: on)")
     g.add_argument("--in-place", action="store_true", help="remove the root's horizontal travel")
+    g.add_argument("--foot-lock", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep the feet planted where the source's are (two-bone IK on the legs; "
+                        "default: on)")
     g.add_argument("--rotation-mode", default="QUATERNION", choices=("QUATERNION", "BONE"),
                    help="rotation channels written: QUATERNION (bones switched to quaternions) or BONE "
                         "(each bone's own rotation mode); default QUATERNION")
@@ -235,6 +238,7 @@ def bake_options(args, action_name=None, fps=None):
         refine=args.refine,
         rotation_mode=args.rotation_mode,
         in_place=args.in_place,
+        foot_lock=args.foot_lock,
         device=device_choice(args),
         action_name=action_name,
     )
@@ -561,6 +565,7 @@ def result_row(result, clip, source, target, seconds):
         "seconds_total": round(total, 4),
         "frames_per_second": round(frames / total, 2) if total > 0 else None,
         "keypoint_error_mm": {"mean": _rounded(err[0], 2), "max": _rounded(err[1], 2)},
+        "bone_direction_error_deg": _rounded(getattr(result, "bone_direction_error_deg", None), 3),
         "jitter": _rounded(getattr(result, "jitter", None), 4),
         "foot_sliding_mm": _rounded(getattr(result, "foot_sliding_mm", None), 3),
         "warnings": warnings,
@@ -624,6 +629,7 @@ def summary(rows, seconds, **extra):
             stages[key] = round(stages.get(key, 0.0) + float(value), 4)
     errs = [r["keypoint_error_mm"]["mean"] for r in done if (r.get("keypoint_error_mm") or {}).get("mean") is not None]
     maxs = [r["keypoint_error_mm"]["max"] for r in done if (r.get("keypoint_error_mm") or {}).get("max") is not None]
+    dirs = [r["bone_direction_error_deg"] for r in done if r.get("bone_direction_error_deg") is not None]
     out = {
         "clips": len(rows),
         "done": len(done),
@@ -638,6 +644,7 @@ def summary(rows, seconds, **extra):
             "mean": round(sum(errs) / len(errs), 2) if errs else None,
             "max": round(max(maxs), 2) if maxs else None,
         },
+        "bone_direction_error_deg": round(sum(dirs) / len(dirs), 3) if dirs else None,
     }
     out.update(extra)
     return out

@@ -126,7 +126,8 @@ def _target(context):
 def _summary(result):
     mean, mx = result.keypoint_error_mm
     return (f"Baked {result.frames} frames into {result.action.name!r}: keypoint error {mean:.1f} mm "
-            f"(max {mx:.1f}), jitter {result.jitter:.2f} m/s², foot sliding {result.foot_sliding_mm:.1f} mm/frame")
+            f"(max {mx:.1f}), bone directions {getattr(result, 'bone_direction_error_deg', float('nan')):.1f}°, "
+            f"jitter {result.jitter:.2f} m/s², foot sliding {result.foot_sliding_mm:.1f} mm/frame")
 
 
 class NEURAL_IK_OT_solve_frame(bpy.types.Operator):

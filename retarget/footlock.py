@@ -199,10 +199,10 @@ def _foot_correction(points, contacts, blend_frames):
     Notes
     -----
     Inside a foot segment (heel or toe planted) the correction cancels the
-    movement of the planted point(s) since the segment's start (cumulated
-    frame steps; the mean step when both are planted, so switching from heel
-    to toe is continuous), minus its mean over the segment (smallest
-    corrections). Before and after a segment the correction at its first /
+    movement of the planted point since the segment's start (cumulated frame
+    steps, so switching the pivot from heel to toe is continuous; with both
+    in contact the pivot is the one moving least), minus its mean over the
+    segment (smallest corrections). Before and after a segment the correction at its first /
     last frame fades out with :func:`contact_weights` (a constant offset: a
     fast foot next to a contact is not dragged along).
     """
@@ -214,12 +214,17 @@ def _foot_correction(points, contacts, blend_frames):
     nseg = int(max(seg_prev.max(initial=-1), seg_next.max(initial=-1)) + 1)
     if nseg == 0:
         return np.zeros((T, 3)), np.zeros(T), 0
-    # planted displacement of each step t-1 -> t inside a segment
+    # displacement of the planted point over each step t-1 -> t inside a
+    # segment: of the point(s) in contact on both frames (else on frame t),
+    # the one moving least (the pivot: the heel while the toe comes down,
+    # the toe while the heel lifts)
     both = C[1:] & C[:-1]
-    w = np.where(both.any(1, keepdims=True), both, C[1:]).astype(np.float64)
+    cand = np.where(both.any(1, keepdims=True), both, C[1:])
     dp = np.diff(P, axis=0)
-    step = np.sum(w[..., None] * dp, 1) / np.maximum(w.sum(1), 1.0)[:, None]
-    step = np.where((u[1:] & u[:-1])[:, None], step, 0.0)
+    size = np.where(cand, np.linalg.norm(dp, axis=-1), np.inf)
+    pick = np.argmin(size, axis=1)
+    step = np.take_along_axis(dp, pick[:, None, None], axis=1)[:, 0]
+    step = np.where((u[1:] & u[:-1] & cand.any(1))[:, None], step, 0.0)
     c = -np.concatenate([np.zeros((1, 3)), np.cumsum(step, 0)], 0)
     frames = np.flatnonzero(u)
     lab = seg_prev[u]

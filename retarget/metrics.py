@@ -6,6 +6,10 @@ All inputs are world positions in metres, Z up, with the time axis first.
   sets of keypoints, ignoring missing (NaN or masked) points.
 - :func:`jitter`: mean magnitude of the joints' acceleration (m/s^2), from
   second differences; a smooth motion scores low, noisy motion high.
+- :func:`bone_direction_error`: mean angle (degrees) between corresponding
+  bone directions (joint -> child keypoint) of two keypoint sets; unlike
+  :func:`keypoint_error` it does not depend on the proportions, so it says
+  how faithfully a rig with other proportions follows the source.
 - :func:`foot_contacts` / :func:`foot_sliding`: a heel or toe point is *in
   contact* on a frame when it is near the floor (height) and nearly still
   (horizontal speed); sliding is its mean horizontal movement per frame
@@ -16,11 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.skeleton import KEYPOINTS
+from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS
 
 __all__ = [
     "keypoint_error",
     "jitter",
+    "bone_direction_error",
     "foot_contacts",
     "foot_sliding",
     "FOOT_POINTS",
@@ -63,6 +68,44 @@ def keypoint_error(pred, target, mask=None) -> tuple:
         return float("nan"), float("nan")
     d = d[valid] * 1000.0
     return float(d.mean()), float(d.max())
+
+
+def bone_direction_error(pred, target, mask=None) -> float:
+    """Mean angle between corresponding bone directions, in degrees.
+
+    A bone is a canonical joint -> its child keypoint (``BONE_CHILD``: the
+    next joint down the chain, or the end point of an end joint). The figure
+    does not depend on bone lengths: a retarget onto a rig with other
+    proportions scores 0 when every bone points the same way as the source.
+
+    Parameters
+    ----------
+    pred, target : array_like, shape (T, 32, 3)
+        Canonical keypoints (any units, same axes); NaN marks a missing point.
+    mask : array_like of bool, shape (T, 32), optional
+        Known points of ``target``; a bone counts where both ends are known.
+
+    Returns
+    -------
+    float
+        Mean over bones and frames; NaN when no bone is comparable.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    a = np.arange(len(JOINTS))
+    b = np.asarray(BONE_CHILD)
+    dp = pred[:, b] - pred[:, a]
+    dt = target[:, b] - target[:, a]
+    npn = np.linalg.norm(dp, axis=-1)
+    ntn = np.linalg.norm(dt, axis=-1)
+    valid = np.isfinite(npn) & np.isfinite(ntn) & (npn > 1e-9) & (ntn > 1e-9)
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool).reshape(target.shape[:2])
+        valid &= m[:, a] & m[:, b]
+    if not valid.any():
+        return float("nan")
+    cos = np.sum(dp[valid] * dt[valid], -1) / (npn[valid] * ntn[valid])
+    return float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))).mean())
 
 
 def jitter(positions, fps: float) -> float:
