@@ -1,0 +1,227 @@
+"""Foot lock (retarget/footlock.py): planted feet stay planted on rigs with other
+proportions, without changing the foot's orientation, popping or touching the
+swing (plain numpy), and through a real bake in Blender (``ext``)."""
+
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pkg import pkg  # noqa: E402
+
+pkg()
+from neural_ik.cli.demo_motion import walk_keypoints, walk_rotations  # noqa: E402
+from neural_ik.model.skeleton import KEYPOINTS, keypoints_from_fk_np  # noqa: E402
+from neural_ik.retarget import metrics  # noqa: E402
+from neural_ik.retarget.footlock import contact_weights, foot_lock, source_contacts  # noqa: E402
+from neural_ik.retarget.mapping import auto_map  # noqa: E402
+from neural_ik.retarget.metrics import FOOT_POINTS  # noqa: E402
+from neural_ik.retarget.solve import plan_retarget, pose_rig, retarget, target_keypoints  # noqa: E402
+from rigs import humanoid  # noqa: E402
+
+FPS = 30.0
+BLEND = 4
+FOOT_IDX = [KEYPOINTS.index(n) for n in FOOT_POINTS]
+
+
+@pytest.fixture(scope="module")
+def walk():
+    T = 300
+    rot = walk_rotations(T / FPS, FPS)
+    kp = walk_keypoints(T / FPS, FPS)
+    root = kp[:, 0] - keypoints_from_fk_np(rot, np.zeros((T, 3)))[:, 0]
+    return rot, root, kp
+
+
+RIGS = {
+    "long_legs": lambda: humanoid("mixamo", proportions=1.3),
+    "short_legs_A_rolls": lambda: humanoid("unreal", proportions=0.8, pose="A", axes="random", seed=5),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RIGS))
+def locked(request, walk):
+    rot, root, kp = walk
+    rig = RIGS[request.param]()
+    plan = plan_retarget(rig, auto_map(rig))
+    res = retarget(plan, rot, root)
+    out = foot_lock(plan, res, kp, FPS, blend_frames=BLEND)
+    return SimpleNamespace(rig=rig, plan=plan, res=res, out=out, contacts=source_contacts(kp, FPS), kp=kp)
+
+
+def _contact_slide(plan, r, contacts):
+    """Mean horizontal step (mm of the source's size) of heel/toe points on source-contact steps."""
+    tk = target_keypoints(plan, r.quaternions, r.locations) / r.scale
+    step = np.linalg.norm(np.diff(tk[:, FOOT_IDX, :2], axis=0), axis=-1) * 1000.0
+    return step[contacts[1:] & contacts[:-1]].mean(), tk
+
+
+def test_contacts_hysteresis_and_min_length():
+    T = 60
+    p = np.zeros((T, 1, 3))
+    p[:, 0, 2] = 0.2
+    p[10:30, 0, 2] = 0.045 + 0.01 * (np.arange(20) % 2)     # chatters around the 5 cm threshold
+    p[40:42, 0, 2] = 0.0                                      # a 2-frame blip
+    plain = metrics.foot_contacts(p, FPS, floor=0.0)
+    assert np.abs(np.diff(plain[10:30, 0].astype(int))).sum() > 10
+    c = metrics.foot_contacts(p, FPS, floor=0.0, hysteresis=1.5, min_frames=3)[:, 0]
+    assert c[10:30].all() and not c[:10].any() and not c[30:].any()
+    # the vertical speed counts when asked: a point rising fast near the floor is not planted
+    q = np.zeros((T, 1, 3))
+    q[:, 0, 2] = np.linspace(0.0, 0.04, T)
+    assert metrics.foot_contacts(q, 1000.0, floor=0.0).all()
+    assert not metrics.foot_contacts(q, 1000.0, floor=0.0, vertical=True).any()
+
+
+def test_contact_weights_ramp():
+    c = np.zeros(40, dtype=bool)
+    c[10:20] = True
+    sp, sn, wp, wn = contact_weights(c, 4)
+    w = np.minimum(wp + wn, 1.0)
+    assert (w[10:20] == 1.0).all() and (sp[10:20] == 0).all()
+    assert (w[:5] == 0).all() and (w[25:] == 0).all()
+    assert np.all(np.diff(w[4:11]) >= 0) and np.all(np.diff(w[19:26]) <= 0)
+    assert 0 < w[8] < 1 and 0 < w[22] < 1
+
+
+def test_sliding_drops(locked):
+    before, _ = _contact_slide(locked.plan, locked.res, locked.contacts)
+    after, tk = _contact_slide(locked.plan, locked.out, locked.contacts)
+    assert before > 1.0          # the proportions make the feet slide
+    assert after < 1.0 and after * 5 < before, (before, after)
+    # the bake's figure (its own contact detection on the target) improves too
+    m0 = metrics.foot_sliding(target_keypoints(locked.plan, locked.res.quaternions, locked.res.locations)
+                              / locked.res.scale, FPS)
+    assert metrics.foot_sliding(tk, FPS) < m0
+    rep = locked.out.foot_lock
+    assert rep.legs == ["l", "r"] and rep.segments > 0 and rep.limited_frames == 0
+
+
+def test_foot_world_orientation_and_consistency(locked):
+    plan, res, out, rig = locked.plan, locked.res, locked.out, locked.rig
+    W0, _ = pose_rig(rig, res.quaternions, res.locations)
+    W1, X1 = pose_rig(rig, out.quaternions, out.locations)
+    assert np.allclose(X1, out.heads, atol=1e-9)                       # heads from pose_rig
+    assert np.allclose(np.linalg.norm(out.quaternions, axis=-1), 1.0)
+    assert (np.sum(out.quaternions[1:] * out.quaternions[:-1], -1) > 0).all()   # sign-continuous
+    for side in "lr":
+        for j in (f"foot_{side}", f"toe_{side}"):
+            b = rig.index(plan.mapping.entries[j])
+            rel = np.swapaxes(W0[:, b], -1, -2) @ W1[:, b]
+            ang = np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
+            assert ang.max() < 0.5, j
+    # the legs really moved, nothing else did (but the pelvis height when lowered)
+    legs = {rig.index(plan.mapping.entries[f"{x}_{s}"]) for x in ("thigh", "calf", "foot") for s in "lr"}
+    moved = np.flatnonzero(np.abs(out.quaternions - res.quaternions).max(axis=(0, 2)) > 1e-9)
+    assert set(moved) <= legs and set(moved) & legs
+
+
+def test_no_pops(locked):
+    plan, rig = locked.plan, locked.rig
+    for side in "lr":
+        b = rig.index(plan.mapping.entries[f"foot_{side}"])
+        acc = [np.linalg.norm(np.diff(r.heads[:, b], 2, axis=0), axis=-1).max() for r in (locked.res, locked.out)]
+        assert acc[1] <= 1.2 * acc[0], acc
+        # and the knees do not snap either
+        k = rig.index(plan.mapping.entries[f"calf_{side}"])
+        acck = [np.linalg.norm(np.diff(r.heads[:, k], 2, axis=0), axis=-1).max() for r in (locked.res, locked.out)]
+        assert acck[1] <= 1.5 * acck[0] + 0.005 * locked.res.scale, acck
+
+
+def test_swing_untouched(locked):
+    """A leg far from its contacts keeps its rotations (and its positions where the pelvis is not lowered)."""
+    c, plan, rig, res, out = locked.contacts, locked.plan, locked.rig, locked.res, locked.out
+    T = c.shape[0]
+    same_root = np.all(out.locations == res.locations, axis=(1, 2))
+    for side, s in enumerate("lr"):
+        near = np.zeros(T, dtype=bool)
+        for t in np.flatnonzero(c[:, 2 * side] | c[:, 2 * side + 1]):
+            near[max(t - BLEND - 1, 0): t + BLEND + 2] = True
+        far = ~near
+        assert far.sum() > 30
+        bones = [rig.index(plan.mapping.entries[f"{x}_{s}"]) for x in ("thigh", "calf", "foot", "toe")]
+        np.testing.assert_array_equal(out.quaternions[far][:, bones], res.quaternions[far][:, bones])
+        # positions relative to the pelvis (which may be lowered a little for the other leg)
+        r = plan.root
+        rel = lambda x: x[far][:, bones] - x[far][:, r:r + 1]   # noqa: E731
+        np.testing.assert_allclose(rel(out.heads), rel(res.heads), atol=1e-9)
+    drop = np.linalg.norm(out.heads[:, plan.root] - res.heads[:, plan.root], axis=-1)
+    assert drop.max() <= out.foot_lock.pelvis_drop + 1e-9
+    assert np.allclose(drop[same_root], 0.0)
+
+
+def test_in_place(walk):
+    rot, root, kp = walk
+    rig = humanoid("mixamo", proportions=1.3)
+    plan = plan_retarget(rig, auto_map(rig))
+    res = retarget(plan, rot, root, in_place=True)
+    src = kp.copy()
+    src[..., :2] -= (root[:, :2] - root[:1, :2])[:, None]       # the source as baked in place
+    out = foot_lock(plan, res, src, FPS)
+    r = plan.root
+    # the pelvis stays over its rest position horizontally (canonical X, Y)
+    h = out.heads[:, r] @ plan.K
+    assert np.allclose(h[:, :2], h[:1, :2], atol=1e-9)
+    assert np.isfinite(out.quaternions).all()
+    W, X = pose_rig(rig, out.quaternions, out.locations)
+    assert np.allclose(X, out.heads, atol=1e-9)
+    # the feet walk backwards under the pelvis: nothing is planted long enough to lock much
+    assert out.foot_lock.frames < len(rot)
+
+
+def test_no_contacts_is_identity(walk):
+    rot, root, kp = walk
+    rig = humanoid("mixamo", proportions=1.3)
+    plan = plan_retarget(rig, auto_map(rig))
+    res = retarget(plan, rot, root)
+    out = foot_lock(plan, res, kp, FPS, contacts=np.zeros((len(rot), 4), dtype=bool))
+    assert out.foot_lock.frames == 0
+    np.testing.assert_array_equal(out.quaternions, res.quaternions)
+    np.testing.assert_array_equal(out.heads, res.heads)
+
+
+class _ExactSolver:
+    def __init__(self, local_rot, root_pos, skeleton):
+        self.local_rot, self.root_pos, self.skeleton = local_rot, root_pos, skeleton
+
+    def solve(self, keypoints, mask=None, *, mode="auto", refine=True, progress=None, **kw):
+        T = len(keypoints)
+        return SimpleNamespace(local_rot=self.local_rot[:T], root_pos=self.root_pos[:T], keypoints=keypoints,
+                               skeleton=self.skeleton, error_mm=np.zeros(T), seconds=0.0)
+
+
+def test_bake_foot_lock_in_blender(ext, walk):
+    """A bake onto a long-legged armature: less sliding with the lock, and Blender plays it back."""
+    import bpy
+    import rigs
+
+    bake = importlib.import_module(ext.__name__ + ".blender_io.bake")
+    sk = importlib.import_module(ext.__name__ + ".model.skeleton")
+    rot, root, kp = walk
+    rot, root, kp = rot[:120], root[:120], kp[:120]
+    obj = rigs.build_blender_armature(humanoid("mixamo", proportions=1.3), name="LongLegs")
+    results = {}
+    for lock in (False, True):
+        results[lock] = bake.bake_keypoints(obj, kp, None, FPS, bake.BakeOptions(fps=FPS, foot_lock=lock),
+                                            source_name=f"walk_{lock}",
+                                            solver=_ExactSolver(rot, root, sk.CANONICAL))
+    off, on = results[False], results[True]
+    assert on.foot_sliding_mm < off.foot_sliding_mm
+    assert on.retarget.foot_lock is not None and off.retarget.foot_lock is None
+    # proportions: the keypoint error is large, the bone directions still match
+    assert off.keypoint_error_mm[0] > 10.0 and off.bone_direction_error_deg < 0.5
+    assert on.bone_direction_error_deg < 3.0
+    # the baked action plays back the locked pose
+    scene = bpy.context.scene
+    mw = np.array(obj.matrix_world)
+    for f in (0, 40, 80, 119):
+        scene.frame_set(on.frame_start + f)
+        for j in ("foot_l", "foot_r", "calf_l"):
+            name = on.mapping.entries[j]
+            b = on.retarget.bone_names.index(name)
+            got = mw[:3, :3] @ np.array(obj.pose.bones[name].head) + mw[:3, 3]
+            np.testing.assert_allclose(got, mw[:3, :3] @ on.retarget.heads[f, b] + mw[:3, 3], atol=2e-4)
