@@ -315,7 +315,10 @@ def foot_lock(plan, result: RetargetResult, source_keypoints, fps: float, *, con
     rig, K = plan.rig, plan.K
     report = FootLockReport(legs=[])
     locs = np.array(result.locations, dtype=np.float64, copy=True)
-    W, X = pose_rig(rig, q, locs)
+    leg_bones = [b for side in "lr" if _leg_bones(plan, side) is not None
+                 for b in _leg_bones(plan, side) if b is not None]
+    chain = sorted({a for b in leg_bones for a in rig.ancestors(b)} | set(leg_bones))
+    W, X = pose_rig(rig, q, locs, bones=chain)     # the legs and their ancestors only
     s = plan.leg_length / _leg_length(CANONICAL) if plan.leg_length > 0 else 1.0
     fwd = -K[:, 1]                                   # the body's forward, armature axes
     up = K[:, 2]
@@ -350,6 +353,7 @@ def foot_lock(plan, result: RetargetResult, source_keypoints, fps: float, *, con
         return out
     # pelvis: lowered (smoothly) where a goal is beyond the leg's reach
     drop = np.zeros(T)
+    moved = []
     for th, ca, fo, f, goal in legs:
         H, N, A = X[f, th], X[f, ca], X[f, fo]
         r = np.linalg.norm(N - H, axis=-1) + np.linalg.norm(A - N, axis=-1)
@@ -365,7 +369,9 @@ def foot_lock(plan, result: RetargetResult, source_keypoints, fps: float, *, con
         r = plan.root
         base = W[:, r] @ np.swapaxes(quat_to_matrix(q[:, r]), -1, -2)   # root's parent frame
         locs[:, r] -= (np.swapaxes(base, -1, -2) @ up) * drop[:, None]
-        W, X = pose_rig(rig, q, locs)
+        moved = [r] + list(rig.descendants(r))           # rotations unchanged: a translation
+        X = X.copy()
+        X[:, moved] -= drop[:, None, None] * up
     # pass 2: two-bone IK on each leg
     changed = drop > 0
     for th, ca, fo, f, goal in legs:
@@ -408,7 +414,12 @@ def foot_lock(plan, result: RetargetResult, source_keypoints, fps: float, *, con
     cols = sorted({b for th, ca, fo, _, _ in legs for b in (th, ca, fo)})
     q[:, cols] = quat_continuity(q[:, cols])
     fr = np.flatnonzero(changed)
-    _, heads[fr] = pose_rig(rig, q[fr], locs[fr])
+    if drop.max() > 0:                               # the root's subtree moved down
+        heads[:, moved] -= drop[:, None, None] * up
+    # re-pose the changed legs' subtrees (their parents' poses are known)
+    sub = sorted({d for th, _, _, _, _ in legs for d in [th] + list(rig.descendants(th))})
+    _, Xs = pose_rig(rig, q[fr], locs[fr], bones=sorted(set(sub) | set(chain)))
+    heads[np.ix_(fr, sub)] = Xs[:, sub]
     out = replace(result, quaternions=q, locations=locs, heads=heads)
     out.foot_lock = report
     return out

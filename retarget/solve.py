@@ -535,7 +535,7 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     return RetargetResult(list(plan.bone_names), quats, locs, X, scale, driven, root_name)
 
 
-def pose_rig(rig, quats, locations=None):
+def pose_rig(rig, quats, locations=None, *, bones=None):
     """Forward kinematics of a rig from pose-bone values.
 
     Parameters
@@ -545,6 +545,10 @@ def pose_rig(rig, quats, locations=None):
         ``rotation_quaternion`` (w, x, y, z) per bone.
     locations : ndarray (T, B, 3), optional
         ``location`` per bone.
+    bones : sequence of int, optional
+        Pose only these bones (closed under parents: every ancestor of a bone
+        listed must be listed); the other entries of the outputs are
+        undefined.
 
     Returns
     -------
@@ -555,14 +559,24 @@ def pose_rig(rig, quats, locations=None):
     """
     quats = np.asarray(quats, dtype=np.float64)
     T, n = quats.shape[:2]
-    basis = np.swapaxes(quat_to_matrix(quats), 0, 1)          # bone-major: contiguous per bone
-    locs = None if locations is None else np.swapaxes(np.asarray(locations, dtype=np.float64), 0, 1)
+    sel = np.arange(n) if bones is None else np.unique(np.asarray(bones, dtype=np.int64))
+    basis = np.swapaxes(quat_to_matrix(quats[:, sel]), 0, 1)   # bone-major: contiguous per bone
+    slot = np.full(n, -1)
+    slot[sel] = np.arange(len(sel))
+    locs = None if locations is None else np.swapaxes(np.asarray(locations, dtype=np.float64)[:, sel], 0, 1)
     Q = rig.rest_rotation()
     h = rig.head
     W = np.empty((n, T, 3, 3))
     X = np.empty((n, T, 3))
     # one batch per depth level (a bone's parent is always one level up)
     for idx, par in _levels(rig):
+        if bones is not None:
+            keep = slot[idx] >= 0
+            if not keep.any():
+                continue
+            idx = idx[keep]
+            par = None if par is None else par[keep]
+        k = slot[idx]
         if par is None:
             base_rot = Q[idx][:, None]
             base_pos = h[idx][:, None]
@@ -572,11 +586,11 @@ def pose_rig(rig, quats, locations=None):
             Wp = W[par]
             base_rot = Wp @ rel_rot
             base_pos = X[par] + (Wp @ rel_pos)[..., 0]
-        W[idx] = base_rot @ basis[idx]
+        W[idx] = base_rot @ basis[k]
         if locs is None:
             X[idx] = base_pos
         else:
-            X[idx] = base_pos + (base_rot @ locs[idx][..., None])[..., 0]
+            X[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
     return np.swapaxes(W, 0, 1), np.swapaxes(X, 0, 1)
 
 
