@@ -4,7 +4,11 @@
    (:mod:`neural_ik.cli.demo_motion`) onto Rigify's human meta-rig with
    :func:`neural_ik.blender_io.bake.bake_keypoints` and prints frames/s split
    into inference (network + refinement, with and without refinement),
-   retarget maths and keyframe writing. Without ``weights/neural_ik.pt`` the
+   retarget maths (foot lock included; one more row bakes without it) and
+   keyframe writing, with the quality figures: keypoint error (at the
+   leg-length scale: includes the meta-rig's other proportions), mean
+   bone-direction error (degrees, proportion-independent), jitter and foot
+   sliding (mm/frame). Without ``weights/neural_ik.pt`` the
    inference rows say so and the rest runs with an exact stand-in solver.
 2. Keys a ``--key-frames`` (default 10,000) frame, 33-point keypoint object
    (MediaPipe layout) with
@@ -88,16 +92,19 @@ def bench_bake(frames, fps=30.0, weights=None, label=""):
     if weights.exists():
         solver = bake.get_solver("cpu", weights=str(weights))
         solver.solve(kp[:64])                                  # warm-up
-        solvers += [(label + "network + refinement", solver, True), (label + "network only", solver, False)]
+        solvers += [(label + "network + refinement", solver, True, True),
+                    (label + "network + refinement, no foot lock", solver, True, False),
+                    (label + "network only", solver, False, True)]
     else:
         rot = walk_rotations(seconds, fps)[:frames]
         rel = keypoints_from_fk_np(rot, np.zeros((frames, 3)))
         root = kp[:, 0] - rel[:, 0]
-        solvers.append(("exact stand-in (no weights)", _ExactSolver(rot, root), True))
-    for label, solver, refine in solvers:
+        solvers += [("exact stand-in (no weights)", _ExactSolver(rot, root), True, True),
+                    ("exact stand-in, no foot lock", _ExactSolver(rot, root), True, False)]
+    for label, solver, refine, lock in solvers:
         obj = _metarig()
         t0 = time.perf_counter()
-        res = bake.bake_keypoints(obj, kp, None, fps, bake.BakeOptions(refine=refine, fps=fps),
+        res = bake.bake_keypoints(obj, kp, None, fps, bake.BakeOptions(refine=refine, fps=fps, foot_lock=lock),
                                   source_name="walk", solver=solver)
         total = time.perf_counter() - t0
         rows.append((label, res, total))
@@ -143,12 +150,13 @@ def main(argv=None):
     print(f"\nBake: {args.frames} frames onto Rigify's meta-rig, {args.threads} CPU threads "
           f"(torch {torch.__version__})")
     print(f"{'solver':40s} {'total fps':>10s} {'inference':>16s} {'retarget':>16s} {'write':>16s} "
-          f"{'kp err mm':>10s} {'jitter':>8s} {'slide mm':>8s}")
+          f"{'kp err mm':>10s} {'bone deg':>8s} {'jitter':>8s} {'slide mm':>8s}")
     for label, res, total in rows:
         s = res.seconds
         cells = [f"{res.frames / s[k]:8.0f} f/s {s[k]:5.2f}s" if s[k] > 0 else "-" for k in ("solve", "retarget", "write")]
         print(f"{label:40s} {res.frames / total:10.0f} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s} "
-              f"{res.keypoint_error_mm[0]:10.1f} {res.jitter:8.2f} {res.foot_sliding_mm:8.2f}")
+              f"{res.keypoint_error_mm[0]:10.1f} {res.bone_direction_error_deg:8.2f} {res.jitter:8.2f} "
+              f"{res.foot_sliding_mm:8.2f}")
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
     dt, joints = bench_keying(args.key_frames)
     print(f"\nKeypoint object: {args.key_frames} frames x {joints} points keyed in {dt:.2f} s "

@@ -225,3 +225,16 @@ def test_bake_foot_lock_in_blender(ext, walk):
             b = on.retarget.bone_names.index(name)
             got = mw[:3, :3] @ np.array(obj.pose.bones[name].head) + mw[:3, 3]
             np.testing.assert_allclose(got, mw[:3, :3] @ on.retarget.heads[f, b] + mw[:3, 3], atol=2e-4)
+
+
+def test_cli_flag_pair():
+    import argparse
+
+    from neural_ik.cli import common
+
+    parser = argparse.ArgumentParser()
+    common.add_bake_arguments(parser)
+    for argv, want in (([], True), (["--foot-lock"], True), (["--no-foot-lock"], False)):
+        args = parser.parse_args(["clip.npz", "--target", "rigify"] + argv)
+        assert args.foot_lock is want
+        assert common.bake_options(args).foot_lock is want
