@@ -235,6 +235,6 @@ def test_cli_flag_pair():
     parser = argparse.ArgumentParser()
     common.add_bake_arguments(parser)
     for argv, want in (([], True), (["--foot-lock"], True), (["--no-foot-lock"], False)):
-        args = parser.parse_args(["clip.npz", "--target", "rigify"] + argv)
+        args = parser.parse_args(["--target", "rigify"] + argv)
         assert args.foot_lock is want
         assert common.bake_options(args).foot_lock is want
