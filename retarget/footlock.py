@@ -19,13 +19,15 @@ one place, using analytic two-bone IK on the thigh and calf:
    keypoints (heel and toe tip of each foot: near the floor and slow, see
    :func:`.metrics.foot_contacts`) with hysteresis and a minimum length, so
    they do not chatter.
-2. **Lock targets**: for each contact segment of a point (heel or toe tip)
-   the target position is the segment's mean of that point on the target
-   (smallest corrections). The ankle correction of a point is
-   ``lock - point(t)`` (the foot's orientation is kept, so moving the
-   ankle by it puts the point on its lock). Outside a segment the correction
-   fades out over ``blend_frames`` frames with a smoothstep (no pops); a
-   heel and a toe tip in contact together share the correction.
+2. **Ankle goals** (:func:`_foot_correction`): a foot's contact segments
+   are its heel's and toe's contacts merged. Inside one, the correction
+   cancels the target's movement of the planted point (the heel or the toe
+   tip, whichever moves least: the pivot) since the segment's start,
+   re-centred on its mean over the segment (smallest corrections, i.e. the
+   point held at its mean position). The foot's orientation is kept, so
+   adding the correction to the ankle moves the planted point by it.
+   Before and after a segment the correction at its first / last frame
+   fades out over ``blend_frames`` frames with a smoothstep (no pops).
 3. **Two-bone IK** (armature space): hip ``H`` (thigh head), knee ``N``
    (calf head), ankle ``A`` (foot head). The knee stays in the plane of
    ``H``, the new ankle target and the current knee (the current knee is
@@ -33,17 +35,20 @@ one place, using analytic two-bone IK on the thigh and calf:
    the smallest world rotations taking them onto the new knee and ankle,
    and the foot's local rotation is recomputed so that its WORLD
    orientation (hence the toes') is unchanged.
-4. **Reach** (choice: stretch limit, no pelvis motion): the hip-to-target
-   distance is softly limited to the leg's length (it starts compressing at
-   ``reach`` = 97 % of thigh + calf, never reaches 100 %), so an
-   unreachable lock leaves the ankle short of it along the hip-target line
-   instead of snapping the knee straight; the root is never moved (in-place
-   bakes keep their root). With the leg-length scale the locks are a few
-   centimetres from the unlocked ankle and normally reachable; the report
-   counts the frames that were limited.
+4. **Reach** (choice: lower the pelvis, then stretch-limit): where an
+   ankle goal is farther from the hip than the leg allows (more than
+   ``reach`` = 97 % of thigh + calf, or than the leg's current extension
+   when it is straighter than that), the pelvis (root bone) is lowered
+   vertically by the shortfall, spread smoothly over time (moving maximum
+   then moving mean, ``blend_frames`` wide, so it is never less than
+   needed). What remains out of reach is softly limited (a tanh that never
+   reaches full extension, no knee snapping): the ankle stops short along
+   the hip-goal line and the report counts those leg-frames. The root's
+   horizontal motion is never changed (in-place bakes stay in place).
 
-Only the thigh, calf and foot rotations of the locked legs change, and only
-on frames within ``blend_frames`` of a contact; ``heads`` are recomputed with
+Only the thigh, calf and foot rotations of the locked legs change, on
+frames within ``blend_frames`` of a contact, plus the root's location where
+the pelvis is lowered; ``heads`` are recomputed with
 :func:`.solve.pose_rig` on those frames; quaternions stay sign-continuous.
 
 In-place bakes: pass source keypoints with the same horizontal root motion
@@ -85,6 +90,9 @@ class FootLockReport:
         soft reach limit after lowering the pelvis).
     pelvis_drop : float
         Largest lowering of the pelvis (armature units) to reach the locks.
+        Note: a leg that is nearly straight bends a lot at the knee for a
+        few millimetres of ankle correction (the knee moves by about the
+        correction divided by twice the tangent of the half knee angle).
     """
 
     legs: list
