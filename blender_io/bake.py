@@ -124,7 +124,9 @@ class BakeOptions:
         Keep the feet planted where the source's are (heel / toe contacts):
         two-bone IK on the legs after rotation smoothing, see
         :mod:`..retarget.footlock`. Fixes the sliding that scaled root motion
-        causes on a rig with other proportions.
+        causes on a rig with other proportions; only removes the target
+        foot's drift (nothing under 3 mm), with soft IK near full extension
+        and a small vertical pelvis move instead of a sharply bent knee.
     scale : float or None
         Armature units per source metre; ``None``: leg-length ratio.
     device : str
@@ -636,7 +638,8 @@ class BakeJob:
         out = foot_lock(self.plan, res, src, self.fps)
         rep = out.foot_lock
         if rep.limited_frames:
-            self.warnings.append(f"foot lock: {rep.limited_frames} leg-frames out of reach (feet may slide there)")
+            self.warnings.append(f"foot lock: {rep.limited_frames} leg-frames more than 3 mm short of their lock "
+                                 "(nearly straight legs; feet may slide there)")
         return out
 
     # -- stage 4 ---------------------------------------------------------------

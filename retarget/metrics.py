@@ -143,7 +143,8 @@ def _floor_height(points: np.ndarray) -> float:
 
 def foot_contacts(points, fps: float, *, floor: float | None = None,
                   height: float = CONTACT_HEIGHT, speed: float = CONTACT_SPEED,
-                  hysteresis: float = 1.0, min_frames: int = 1, vertical: bool = False):
+                  hysteresis: float = 1.0, min_frames: int = 1, vertical: bool = False,
+                  vspeed: float | None = None):
     """Which foot points touch the floor on which frames.
 
     Parameters
@@ -168,6 +169,10 @@ def foot_contacts(points, fps: float, *, floor: float | None = None,
     vertical : bool
         Measure the speed in 3-D (a heel lifting off in place is not a
         contact) instead of horizontally.
+    vspeed : float, optional
+        Also require a vertical speed (absolute, m/s) below this; the
+        hysteresis applies to it too. Default: no vertical limit (the
+        sliding metric's definition).
 
     Returns
     -------
@@ -182,8 +187,13 @@ def foot_contacts(points, fps: float, *, floor: float | None = None,
         return near & np.isfinite(p[..., 2])
     vel = np.linalg.norm(np.gradient(p[..., :3 if vertical else 2], axis=0) * float(fps), axis=-1)
     contact = near & (vel < speed)
+    if vspeed is not None:
+        vz = np.abs(np.gradient(p[..., 2], axis=0) * float(fps))
+        contact &= vz < vspeed
     if hysteresis > 1.0:
         loose = (rel < height * hysteresis) & (vel < speed * hysteresis)
+        if vspeed is not None:
+            loose &= vz < vspeed * hysteresis
         contact = _grow(contact, loose)
     if min_frames > 1:
         contact = _drop_short(contact, int(min_frames))

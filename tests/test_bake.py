@@ -320,9 +320,9 @@ def test_round_trip_real_solver(ext, bake, sk, rnp, capsys):
     plan = solve_mod.plan_retarget(rig, mapping)
     truth = solve_mod.retarget(plan, local, root, scale=1.0)
     kp_rig = solve_mod.target_keypoints(plan, truth.quaternions, truth.locations)
-    # the solver's accuracy is measured: no foot lock (it would fix the solve's
-    # small contact sliding by bending the nearly straight stance knees)
-    res = bake.bake_keypoints(obj, kp_rig, None, 30.0, bake.BakeOptions(fps=30.0, refine=True, foot_lock=False),
+    # foot lock on (the default): a same-proportion bake whose feet already stay
+    # planted must come back unchanged (no knee pops on the straight stance legs)
+    res = bake.bake_keypoints(obj, kp_rig, None, 30.0, bake.BakeOptions(fps=30.0, refine=True),
                               source_name="rt", solver=bake.get_solver("cpu", weights=str(WEIGHTS)))
     heads = pose_heads(obj, range(res.frame_start, res.frame_start + res.frames))
     rows = []

@@ -230,7 +230,7 @@ def test_bake_bvh_onto_bvh_target(run_cli, tmp_path):
     write_walk_bvh(target, seconds=0.2)
     out_bvh = tmp_path / "out.bvh"
     result = run_cli("bake", src, "--target", target, "--export", out_bvh, "--out", tmp_path / "out.blend",
-                     "--report", "-", "--quiet", "--no-foot-lock", *weights_args())
+                     "--report", "-", "--quiet", *weights_args())
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "" or "Traceback" not in result.stderr
     report = json.loads(result.stdout)

@@ -17,7 +17,8 @@ pkg()
 from neural_ik.cli.demo_motion import walk_keypoints, walk_rotations  # noqa: E402
 from neural_ik.model.skeleton import KEYPOINTS, keypoints_from_fk_np  # noqa: E402
 from neural_ik.retarget import metrics  # noqa: E402
-from neural_ik.retarget.footlock import contact_weights, foot_lock, source_contacts  # noqa: E402
+from neural_ik.retarget.footlock import (contact_weights, foot_lock, soft_extension,  # noqa: E402
+                                        source_contacts)
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.metrics import FOOT_POINTS  # noqa: E402
 from neural_ik.retarget.solve import plan_retarget, pose_rig, retarget, target_keypoints  # noqa: E402
@@ -182,6 +183,73 @@ def test_no_contacts_is_identity(walk):
     assert out.foot_lock.frames == 0
     np.testing.assert_array_equal(out.quaternions, res.quaternions)
     np.testing.assert_array_equal(out.heads, res.heads)
+
+
+@pytest.mark.parametrize("kind", ["mixamo_T", "unreal_A_rolls"])
+def test_same_proportions_nearly_no_op(walk, kind):
+    """A same-proportion retarget of a clean walk already keeps its feet planted: the lock moves no joint
+    by 5 mm or more (it used to bend the nearly straight stance knees by a centimetre for 1-3 mm of drift)."""
+    rot, root, kp = walk
+    rig = humanoid("mixamo") if kind == "mixamo_T" else humanoid("unreal", pose="A", axes="random", seed=5)
+    plan = plan_retarget(rig, auto_map(rig))
+    res = retarget(plan, rot, root)
+    assert res.scale == pytest.approx(1.0, abs=1e-6)
+    out = foot_lock(plan, res, kp, FPS)
+    assert out.foot_lock.segments > 0
+    moved = np.linalg.norm(out.heads - res.heads, axis=-1) / res.scale
+    assert moved.max() < 0.005, moved.max()
+    # and with the drift tolerance off, soft IK still keeps the knees from popping
+    strict = foot_lock(plan, res, kp, FPS, drift_tol=0.0)
+    assert np.linalg.norm(strict.heads - res.heads, axis=-1).max() / res.scale < 0.005
+
+
+def test_soft_extension_bounds_the_knee():
+    """Wilson's falloff on the extension change: identity for no change, never straight, and on a nearly
+    straight leg the knee moves about 2x the asked change instead of ~20x with hard IK."""
+    a = b = 0.45
+    L, soft = a + b, 0.03 * (a + b)
+
+    def knee(d):        # knee distance from the hip-ankle line
+        return np.sqrt(np.maximum(a * a - (d / 2) ** 2, 0.0))
+
+    d0 = np.array([0.6, 0.85, L - 0.002, L - 0.0005])
+    np.testing.assert_allclose(soft_extension(d0, 0.0, L, soft), d0, atol=1e-12)
+    assert soft_extension(0.6, 0.01, L, soft) == pytest.approx(0.61)             # bent leg: exact
+    assert (soft_extension(d0, 0.5, L, soft) < L).all()                            # never full extension
+    delta = np.linspace(-0.002, 0.002, 41)
+    assert np.all(np.diff(soft_extension(L - 0.002, delta, L, soft)) > 0)
+    for start in d0[2:]:
+        for dd in (-0.002, 0.002):                 # 2 mm of ankle target
+            gain = abs(knee(soft_extension(start, dd, L, soft)) - knee(start)) / 0.002
+            hard = abs(knee(min(start + dd, L)) - knee(start)) / 0.002
+            assert gain < 2.5, (start, dd, gain)
+            assert hard > 5.0, (start, dd, hard)
+
+
+def test_knee_moves_are_bounded(locked):
+    rep = locked.out.foot_lock
+    assert 0 < rep.locked_segments <= rep.segments
+    assert rep.max_knee_move <= 3.0 * rep.max_correction, (rep.max_knee_move, rep.max_correction)
+
+
+def test_lock_contacts_are_strict():
+    """A foot gliding at 0.2 m/s on the floor is sliding (the metric counts it) but not planted (not locked);
+    one below 0.1 m/s is; the thresholds have hysteresis."""
+    T = 60
+    kp = np.zeros((T, len(KEYPOINTS), 3))
+    kp[..., 2] = 0.5
+    t = np.arange(T) / FPS
+    for j, v in ((FOOT_IDX[0], 0.2), (FOOT_IDX[1], 0.05)):
+        kp[:, j, 0] = v * t
+        kp[:, j, 2] = 0.0
+    c = source_contacts(kp, FPS)
+    assert not c[:, 0].any() and c[:, 1].all()
+    assert metrics.foot_contacts(kp[:, FOOT_IDX[:2]], FPS, floor=0.0)[:, 0].all()
+    # released only past 1.5x the speed
+    kp[:, FOOT_IDX[1], 0] = np.cumsum(np.where(np.arange(T) < 30, 0.05, 0.14)) / FPS
+    assert source_contacts(kp, FPS)[:, 1].all()
+    kp[:, FOOT_IDX[1], 0] = np.cumsum(np.where(np.arange(T) < 30, 0.05, 0.16)) / FPS
+    assert not source_contacts(kp, FPS)[35:, 1].any()
 
 
 class _ExactSolver:
