@@ -374,10 +374,34 @@ class Solver:
         out_L = np.empty((T, NUM_JOINTS, 3, 3))
         out_root = np.empty((T, 3))
         out_kp = np.empty((T, NUM_KEYPOINTS, 3))
-        t_net = t_ref = 0.0
+        timers = [0.0, 0.0]
+        dev = self.device
+        bs = max(int(batch_size), 1)
+        # a single frame on the CPU: one torch thread (thread hand-off costs more than it saves)
+        n_threads = torch.get_num_threads()
+        one_thread = dev.type == "cpu" and T <= SMALL_BATCH and n_threads > 1
+        if one_thread:
+            torch.set_num_threads(1)
+        try:
+            self._run_batches(kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
+                              out_L, out_root, out_kp, timers)
+        finally:
+            if one_thread:
+                torch.set_num_threads(n_threads)
+        t_net, t_ref = timers
+        err = np.linalg.norm(out_kp - np.where(m[..., None], kp, np.nan), axis=-1)
+        cnt = m.sum(1)
+        with np.errstate(invalid="ignore"):
+            err_mm = np.where(cnt > 0, np.nansum(np.where(m, err, 0.0), axis=1) / np.maximum(cnt, 1) * 1000.0, np.nan)
+        return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
+                           {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})
+
+    def _run_batches(self, kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
+                     out_L, out_root, out_kp, timers):
+        T = kp0.shape[0]
         dev = self.device
         sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        bs = max(int(batch_size), 1)
+        t_net = t_ref = 0.0
         with torch.inference_mode():
             for a in range(0, T, bs):
                 b = min(a + bs, T)
@@ -418,9 +442,4 @@ class Solver:
                     out_kp[a:b] = kpo.double().cpu().numpy()
                 if progress is not None:
                     progress(b, T)
-        err = np.linalg.norm(out_kp - np.where(m[..., None], kp, np.nan), axis=-1)
-        cnt = m.sum(1)
-        with np.errstate(invalid="ignore"):
-            err_mm = np.where(cnt > 0, np.nansum(np.where(m, err, 0.0), axis=1) / np.maximum(cnt, 1) * 1000.0, np.nan)
-        return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
-                           {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})
+        timers[0], timers[1] = t_net, t_ref
