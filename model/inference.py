@@ -366,10 +366,12 @@ class Solver:
                 raise ValueError(f"orientations must have shape ({T}, {NUM_EFF}, 3, 3), got {ori.shape}")
             omask = np.isfinite(ori).all((-2, -1))
             ori = np.where(omask[..., None, None], ori, np.eye(3))
+        kp0 = np.where(m[..., None], kp, 0.0)
         if skeleton is None:
             skeleton = fit_skeleton(kp, m)
+            if mode == "dense" and T > 1:
+                skeleton = self._refit_directions(kp0, m, ori, omask, skeleton, batch_size)
         off, eo = self._skeleton_tensors(skeleton)
-        kp0 = np.where(m[..., None], kp, 0.0)
 
         out_L = np.empty((T, NUM_JOINTS, 3, 3))
         out_root = np.empty((T, 3))
@@ -395,6 +397,40 @@ class Solver:
             err_mm = np.where(cnt > 0, np.nansum(np.where(m, err, 0.0), axis=1) / np.maximum(cnt, 1) * 1000.0, np.nan)
         return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
                            {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})
+
+    def _refit_directions(self, kp0, m, ori, omask, skeleton, batch_size, rounds=2):
+        """Bone directions of a fitted skeleton from the solved poses.
+
+        :func:`fit_skeleton` measures lengths only. Here each keypoint's offset
+        is re-measured in its parent joint's frame (median over frames) using
+        the world rotations of a network + refinement solve, ``rounds`` times.
+        """
+        T = kp0.shape[0]
+        sk = skeleton
+        for _ in range(rounds):
+            off, eo = self._skeleton_tensors(sk)
+            L = np.empty((T, NUM_JOINTS, 3, 3))
+            R0 = np.empty((T, 3))
+            KP = np.empty((T, NUM_KEYPOINTS, 3))
+            self._run_batches(kp0, m, ori, omask, off, eo, sk, True, REFINE_DEFAULTS["steps"], True,
+                              max(int(batch_size), 1), None, L, R0, KP, [0.0, 0.0])
+            W, P, _ = _np_fk(L, R0, np.asarray(sk.offsets, dtype=np.float64), np.asarray(sk.end_offsets, dtype=np.float64))
+            carrier = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # frame each keypoint's offset lives in
+            base = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # joint the offset starts at
+            rel = kp0 - kp0[:, base]  # (T, 32, 3) world offsets from the start joint
+            loc = np.einsum("tkji,tkj->tki", W[:, carrier], rel)  # into the carrier's frame
+            ok = m & m[:, base]
+            new_off = np.array(sk.offsets, dtype=np.float64)
+            new_end = np.array(sk.end_offsets, dtype=np.float64)
+            for k in range(1, NUM_KEYPOINTS):
+                if ok[:, k].sum() >= 3:
+                    v = np.median(loc[ok[:, k], k], axis=0)
+                    if k < NUM_JOINTS:
+                        new_off[k] = v
+                    else:
+                        new_end[k - NUM_JOINTS] = v
+            sk = Skeleton(new_off, new_end)
+        return sk
 
     def _run_batches(self, kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
                      out_L, out_root, out_kp, timers):
