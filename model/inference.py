@@ -152,9 +152,9 @@ def fit_skeleton(keypoints: np.ndarray, mask: np.ndarray | None = None) -> Skele
     keypoint and its parent joint where both are given; bones never observed
     take the canonical length times the overall scale, itself the median
     ratio of the observed lengths to the canonical ones or, when no bone is
-    observed (sparse effectors only), the ratio of the typical
-    pelvis-to-head and pelvis-to-foot distances (95th percentile over frames)
-    to the canonical ones. Directions are canonical; the root's rest height
+    observed (sparse effectors only), per body part: the torso from the
+    pelvis-to-head distance, the legs from the pelvis-to-foot distances (95th
+    percentile over frames, over the canonical ones), the arms from both. Directions are canonical; the root's rest height
     puts the rest pose on the floor.
 
     Parameters
@@ -187,8 +187,8 @@ def fit_skeleton(keypoints: np.ndarray, mask: np.ndarray | None = None) -> Skele
     ok = np.isfinite(med) & (med > 1e-4)
     if ok.any():
         scale = float(np.median(med[ok] / canon[ok]))
-    else:
-        scale = _scale_from_effectors(kp, mask)
+    else:  # effectors only: torso and legs scaled separately, arms by their geometric mean
+        scale = _segment_scales(kp, mask)
     lengths = np.where(ok, med, canon * scale)
     dirs_j = CANONICAL.offsets[1:] / ln0[1:, None]
     dirs_e = CANONICAL.end_offsets / le0[:, None]
@@ -202,17 +202,51 @@ def fit_skeleton(keypoints: np.ndarray, mask: np.ndarray | None = None) -> Skele
     return Skeleton(off, end)
 
 
-def _scale_from_effectors(kp, mask) -> float:
+_SEGMENT = None
+
+
+def _segment_of_keypoints():
+    """0 = torso/head, 1 = legs, 2 = arms, for keypoints 1..31 (the bone ending there)."""
+    out = []
+    for name in KEYPOINTS[1:]:
+        if name.startswith(("calf", "foot", "toe", "heel")):
+            out.append(1)
+        elif name.startswith(("clavicle", "upperarm", "forearm", "hand", "thumb")):
+            out.append(2)
+        else:
+            out.append(0)
+    return np.array(out)
+
+
+def _segment_scales(kp, mask) -> np.ndarray:
+    """Per-bone scale (31,) from effector distances when no bone is observed.
+
+    Torso: 95th percentile over frames of the pelvis-head distance over the
+    canonical one; legs: the same for pelvis-foot (legs are straight at some
+    point of most motions); arms: the geometric mean of both. Missing
+    measurements fall back to the other one, or to 1.
+    """
+    global _SEGMENT
+    if _SEGMENT is None:
+        _SEGMENT = _segment_of_keypoints()
     rest = CANONICAL.rest_keypoints()
     pel, head = KEYPOINTS.index("pelvis"), KEYPOINTS.index("head")
-    ratios = []
-    pairs = [(pel, head)] + [(pel, KEYPOINTS.index(f)) for f in ("foot_l", "foot_r")]
-    for a, b in pairs:
-        ok = mask[:, a] & mask[:, b]
-        if ok.any():
-            dist = np.linalg.norm(kp[ok, a] - kp[ok, b], axis=-1)
-            ratios.append(np.percentile(dist, 95) / np.linalg.norm(rest[a] - rest[b]))
-    return float(np.median(ratios)) if ratios else 1.0
+
+    def ratio(pairs):
+        vals = []
+        for a, b in pairs:
+            ok = mask[:, a] & mask[:, b]
+            if ok.any():
+                dist = np.linalg.norm(kp[ok, a] - kp[ok, b], axis=-1)
+                vals.append(np.percentile(dist, 95) / np.linalg.norm(rest[a] - rest[b]))
+        return float(np.mean(vals)) if vals else None
+
+    torso = ratio([(pel, head)])
+    legs = ratio([(pel, KEYPOINTS.index(f)) for f in ("foot_l", "foot_r")])
+    torso = torso if torso is not None else (legs if legs is not None else 1.0)
+    legs = legs if legs is not None else torso
+    arms = float(np.sqrt(torso * legs))
+    return np.array([torso, legs, arms])[_SEGMENT]
 
 
 def _resolve_device(device) -> torch.device:
