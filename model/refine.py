@@ -500,7 +500,6 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
     init_inv = np.swapaxes(init_local[:, J], -1, -2)
     eye3 = np.eye(3)
     par = _PAR_NP
-    rows = np.arange(3 * nj)
 
     def evaluate(L, t):
         W, P, kp = _np_fk(L, t, off, eo)
@@ -543,13 +542,9 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
         trq = np.trace(Q, axis1=-2, axis2=-1)
         H = np.empty((B, n, n))
-        Hrr = -Q.transpose(0, 1, 4, 2, 3).reshape(B, 3 * nj, 3 * nj)
-        Hrr[:, rows, rows] += np.repeat(np.diagonal(trq, axis1=1, axis2=2), 3, axis=1)
-        # off-diagonal blocks also get tr(Q) on their diagonals
-        Hv = Hrr.reshape(B, nj, 3, nj, 3)
-        for a_ in range(3):
-            Hv[:, :, a_, :, a_] += trq - np.eye(nj) * trq
-        H[:, : 3 * nj, : 3 * nj] = Hrr
+        # H_ii' = tr(Q) I - Q^T, rows (i, a), columns (i', c)
+        H[:, : 3 * nj, : 3 * nj] = (trq[:, :, None, :, None] * eye3[None, None, :, None, :]
+                                    - Q.transpose(0, 1, 4, 2, 3)).reshape(B, 3 * nj, 3 * nj)
         Hrt = _np_skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
         H[:, : 3 * nj, 3 * nj:] = Hrt
         H[:, 3 * nj:, : 3 * nj] = np.swapaxes(Hrt, 1, 2)
