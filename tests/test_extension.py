@@ -149,9 +149,15 @@ def test_register_unregister_register(ext, capfd):
     path_before = list(sys.path)
     assert all(_registered(classes).values())
 
+    props = ((bpy.types.Scene, "neural_ik"), (bpy.types.Object, "neural_ik_mapping"),
+             (bpy.types.Object, "neural_ik_mapping_index"))
+    import_menu = len(bpy.types.TOPBAR_MT_file_import._dyn_ui_initialize())
     for _ in range(2):
         addon_utils.disable(MODULE_NAME, default_set=True)
         assert not any(_registered(classes).values()), _registered(classes)
+        for owner, prop in props:
+            assert not hasattr(owner, prop), "leftover property " + prop
+        assert len(bpy.types.TOPBAR_MT_file_import._dyn_ui_initialize()) == import_menu - 1, "import menu entry left"
         for idname in PANEL_IDNAMES:
             assert not hasattr(bpy.types, idname), "leftover panel " + idname
         for idname in OPERATOR_IDNAMES:
@@ -170,6 +176,8 @@ def test_register_unregister_register(ext, capfd):
         assert _handler_lengths() == handlers
         assert _cli_name_taken(capfd)
         assert sys.path == path_before
+        assert all(hasattr(owner, prop) for owner, prop in props)
+        assert len(bpy.types.TOPBAR_MT_file_import._dyn_ui_initialize()) == import_menu
 
 
 def test_direct_register_cycle(ext):
