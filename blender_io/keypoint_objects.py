@@ -27,6 +27,8 @@ __all__ = [
 #: Custom property that marks a keypoint root empty.
 ROOT_TAG = "neural_ik_keypoints"
 _JOINT_TAG = "neural_ik_joint"
+#: Custom property on a joint empty: scene-frame runs [first, last, ...] without a source point.
+_MISSING_TAG = "neural_ik_missing"
 
 
 def is_keypoint_root(obj) -> bool:
@@ -105,6 +107,9 @@ def create_keypoint_object(
         coll.objects.link(empty)
         track = positions[:, j, :]
         finite = np.isfinite(track).all(axis=1)
+        runs = _missing_runs(finite, frame_start)
+        if runs:
+            empty[_MISSING_TAG] = runs
         if finite.any():
             empty.location = track[np.argmax(finite)]
             writer = ActionWriter(empty, f"{name}:{joint}")
@@ -115,6 +120,41 @@ def create_keypoint_object(
         if progress is not None:
             progress(j + 1, n_joints)
     return root
+
+
+def _missing_runs(finite, frame_start):
+    """Scene-frame runs ``[first, last]`` where a joint has no point (flat list of pairs)."""
+    missing = np.flatnonzero(~finite)
+    if missing.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(missing) > 1)
+    starts = np.concatenate([missing[:1], missing[breaks + 1]])
+    ends = np.concatenate([missing[breaks], missing[-1:]])
+    return [int(v) + int(frame_start) for pair in zip(starts, ends) for v in pair]
+
+
+def _mask_missing(values, child, frames, fcurves_by_index):
+    """NaN where the clip had no point and the animator has not keyed one since.
+
+    The fcurves interpolate across a gap (and hold their value before the first
+    key), which would invent points the source never had; frames inside a
+    stored missing run stay missing unless a key now sits on them.
+    """
+    runs = list(child.get(_MISSING_TAG, []))
+    if not runs:
+        return values
+    keyed = set()
+    for fc in fcurves_by_index.values():
+        n = len(fc.keyframe_points)
+        co = np.empty(n * 2, dtype=np.float32)
+        fc.keyframe_points.foreach_get("co", co)
+        keyed.update(np.round(co[0::2]).astype(int).tolist())
+    for first, last in zip(runs[0::2], runs[1::2]):
+        inside = (frames >= first) & (frames <= last)
+        if keyed:
+            inside &= ~np.isin(np.round(frames).astype(int), list(keyed))
+        values[inside] = np.nan
+    return values
 
 
 def _fcurve_samples(fcurves_by_index, frames):
@@ -166,7 +206,7 @@ def read_keypoint_object(root, frames=None):
                 local[:, j] = np.asarray(child.location)
             continue
         curves = {fc.array_index: fc for fc in action_fcurves(ad.action, child) if fc.data_path == "location"}
-        local[:, j] = _fcurve_samples(curves, frames)
+        local[:, j] = _mask_missing(_fcurve_samples(curves, frames), child, frames, curves)
     # children are parented with an identity parent inverse: world = root @ local
     m = np.array(root.matrix_world)
     world = local @ m[:3, :3].T + m[:3, 3]

@@ -404,3 +404,35 @@ def test_panels_draw(ext, bake, sk, rnp, tmp_path):
     bpy.context.scene.neural_ik.source = 'EFFECTORS'
     draw_all()
     assert ("operator", "neural_ik.live_solve") in logs["VIEW3D_PT_neural_ik_input"]
+
+
+def test_bake_respects_edited_empties_and_keeps_gaps_masked(ext, bake, sk, exact_solver, tmp_path):
+    """Solve/bake read the keypoint object: a moved key reaches the solver; a long gap
+    of the source stays missing (the fcurves would otherwise invent points across it)."""
+    solver, kp = exact_solver
+    kp = kp.copy()
+    tip = sk.KEYPOINTS.index("hand_tip_l")
+    kp[4:12, tip] = np.nan                        # 8 frames: longer than the readers fill
+    _import_clip(sk, kp, tmp_path)
+    root = bpy.context.scene.neural_ik.keypoint_object
+    kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
+    pos, names, _fps, _layout = kpo.read_keypoint_object(root)
+    assert np.isnan(pos[4:12, tip]).all() and np.isfinite(pos[:4, tip]).all() and np.isfinite(pos[12:, tip]).all()
+    # the animator keys the missing tip on one frame and drags the left hand on another
+    start = int(root["frame_start"])
+    tip_empty = next(c for c in root.children if c.get("neural_ik_joint") == "hand_tip_l")
+    tip_empty.location = (0.5, 0.0, 1.2)
+    tip_empty.keyframe_insert("location", frame=start + 6)
+    hand = next(c for c in root.children if c.get("neural_ik_joint") == "hand_l")
+    hand.location = (0.7, -0.1, 1.0)
+    hand.keyframe_insert("location", frame=start + 2)
+    pos, _n, _f, _l = kpo.read_keypoint_object(root)
+    np.testing.assert_allclose(pos[6, tip], (0.5, 0.0, 1.2), atol=1e-6)
+    assert np.isnan(pos[[4, 5, 7, 8, 9, 10, 11], tip]).all()
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    bpy.context.scene.neural_ik.target = obj
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    seen = solver.calls[-1]["keypoints"]
+    np.testing.assert_allclose(seen[2, sk.KEYPOINTS.index("hand_l")], (0.7, -0.1, 1.0), atol=1e-5)
+    np.testing.assert_allclose(seen[6, tip], (0.5, 0.0, 1.2), atol=1e-5)
+    assert np.isnan(seen[8, tip]).all()
