@@ -195,6 +195,14 @@ def add_bake_arguments(parser):
     g.add_argument("--smooth", choices=SMOOTH_CHOICES, default="none", help="temporal smoothing (default: none)")
     g.add_argument("--smooth-strength", type=_unit_float, default=0.5, metavar="X",
                    help="smoothing strength between 0 and 1 (default: 0.5)")
+    g.add_argument("--smooth-target", default="both", choices=("keypoints", "rotations", "both"),
+                   help="what --smooth filters: the input keypoints, the baked rotations or both (default: both)")
+    g.add_argument("--mode", default="auto", choices=("auto", "dense", "sparse"),
+                   help="solve mode: dense (most keypoints), sparse (pelvis, head, hands, feet) or auto "
+                        "(sparse when the source holds only effectors; default)")
+    g.add_argument("--scale", type=_positive_float, default=None, metavar="X",
+                   help="armature units per source metre for the root motion (default: the ratio of the "
+                        "target's leg length to the source's)")
     g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
                    help="refine the network's solve by optimisation (default: on)")
     g.add_argument("--in-place", action="store_true", help="remove the root's horizontal travel")
@@ -235,6 +243,9 @@ def bake_options(args, action_name=None, fps=None):
         fps=fps if fps is not None else args.fps,
         smooth=args.smooth,
         smooth_strength=args.smooth_strength,
+        smooth_target=args.smooth_target,
+        mode=args.mode,
+        scale=args.scale,
         refine=args.refine,
         rotation_mode=args.rotation_mode,
         in_place=args.in_place,

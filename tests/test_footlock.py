@@ -306,3 +306,22 @@ def test_cli_flag_pair():
         args = parser.parse_args(["--target", "rigify"] + argv)
         assert args.foot_lock is want
         assert common.bake_options(args).foot_lock is want
+
+
+def test_cli_options_match_the_sidebar():
+    """Every bake setting of the sidebar has its flag: smoothing target, solve mode, scale."""
+    import argparse
+
+    from neural_ik.cli import common
+
+    parser = argparse.ArgumentParser()
+    common.add_bake_arguments(parser)
+    opts = common.bake_options(parser.parse_args(["--target", "rigify"]))
+    assert (opts.smooth_target, opts.mode, opts.scale) == ("both", "auto", None)
+    args = parser.parse_args(["--target", "rigify", "--smooth", "savgol", "--smooth-target", "rotations",
+                              "--mode", "sparse", "--scale", "0.5"])
+    opts = common.bake_options(args)
+    assert (opts.smooth, opts.smooth_target, opts.mode, opts.scale) == ("savgol", "rotations", "sparse", 0.5)
+    for bad in (["--smooth-target", "filter"], ["--mode", "x"], ["--scale", "-1"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--target", "rigify"] + bad)
