@@ -432,14 +432,28 @@ class Solver:
         return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
                            {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})
 
-    def _refit_directions(self, kp0, m, ori, omask, skeleton, batch_size, rounds=2):
+    #: At most this many frames (evenly spread over the clip) are solved to re-measure bone directions.
+    REFIT_FRAMES = 256
+
+    def _refit_directions(self, kp0, m, ori, omask, skeleton, batch_size, rounds=2, max_frames=None):
         """Bone directions of a fitted skeleton from the solved poses.
 
         :func:`fit_skeleton` measures lengths only. Here each keypoint's offset
         is re-measured in its parent joint's frame (median over frames) using
         the world rotations of a network + refinement solve, ``rounds`` times.
+        Long clips are subsampled: at most ``max_frames`` (default
+        :attr:`REFIT_FRAMES`) evenly spread frames are solved (a median over a
+        few hundred frames is as good as over thousands, and this pre-pass
+        would otherwise cost two full solves with refinement).
         """
         T = kp0.shape[0]
+        n_max = int(self.REFIT_FRAMES if max_frames is None else max_frames)
+        if T > n_max:
+            idx = np.unique(np.linspace(0, T - 1, n_max).round().astype(np.int64))
+            kp0, m = kp0[idx], m[idx]
+            if ori is not None:
+                ori, omask = ori[idx], omask[idx]
+            T = len(idx)
         sk = skeleton
         for _ in range(rounds):
             off, eo = self._skeleton_tensors(sk)
