@@ -93,7 +93,7 @@ def pose_errors(local_rot, root_pos, gt_local, gt_root, offsets, end_offsets, gi
         "mpjpe_mm": d[:, :NUM_JOINTS].mean(1).numpy(),
     }
     if given_mask is not None:
-        m = torch.as_tensor(np.asarray(given_mask))
+        m = torch.as_tensor(np.array(given_mask))
         out["given_mm"] = ((d * m).sum(1) / m.sum(1).clamp_min(1)).numpy()
     return out
 

@@ -247,3 +247,27 @@ def test_real_cmu_subject7():
         hands = np.linalg.norm(kp[0, sk.keypoint_index("hand_l")] - kp[0, sk.keypoint_index("hand_r")])
         jump = np.abs(kp[1] - kp[0]).max()
         assert not (hands > 1.2 and jump > 0.2)  # leading T-pose dropped
+
+
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
+
+
+@pytest.mark.skipif(not WEIGHTS.is_file(), reason="weights/neural_ik.pt missing")
+def test_evaluate_prints_the_table(tmp_path, monkeypatch, capsys):
+    """model/evaluate.py on a held-out subject 6 clip: every configuration, one table."""
+    from neural_ik.model import evaluate
+
+    rng = np.random.default_rng(3)
+    write_fake_cc(tmp_path / "006_01.bvh", rng, frames=30)
+    write_fake_cc(tmp_path / "009_01.bvh", rng, frames=30)      # other subjects are not evaluated
+    monkeypatch.setattr(ds, "_cache_dir", lambda: tmp_path / "cache")
+    assert evaluate.main(["--data", str(tmp_path), "--steps", "1", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Held-out subject(s) 6:")
+    assert "| configuration | rot err (deg, all 22) | rot err (deg, leaf) | MPJPE (mm)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "configuration" not in line]
+    names = [r.split("|")[1].strip() for r in rows]
+    assert "dense, network alone" in names and "sparse 6 effectors, network + refinement" in names
+    assert any("optimisation only" in n for n in names) and len(rows) == 10
+    for r in rows:
+        assert all(np.isfinite(float(v)) for v in r.split("|")[2:-1])
