@@ -130,3 +130,23 @@ def test_same_parser_in_blender_and_launcher(ext):
         flags_b = sorted(opt for action in sub_b[name]._actions for opt in action.option_strings)
         flags_l = sorted(opt for action in sub_l[name]._actions for opt in action.option_strings)
         assert flags_b == flags_l
+
+
+def test_ci_run_fails_on_failed_or_no_tests(repo_root, tmp_path):
+    """.ci/run: pytest's exit code is the job's; 5 (no tests collected) is a failure, not a pass."""
+    import shutil
+    import subprocess
+
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(repo_root / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text('#!/bin/sh\nexit "$FAKE_PYTEST_STATUS"\n')
+    for f in (".ci/run", "setup.sh", ".venv/bin/python"):
+        (tmp_path / f).chmod(0o755)
+    for status, want in ((0, 0), (1, 1), (2, 2), (5, 1)):
+        r = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, FAKE_PYTEST_STATUS=str(status)))
+        assert r.returncode == want, (status, r.stdout, r.stderr)
+        if status == 5:
+            assert "no tests" in r.stderr
