@@ -59,6 +59,104 @@ def _world_parent(world_rot: torch.Tensor) -> torch.Tensor:
     return torch.cat([eye, wp[:, 1:]], dim=1)
 
 
+_TREE_PLANS: dict = {}
+
+
+def _tree_plan(J, dev):
+    """Elimination plan of the normal matrix for the active joints ``J``.
+
+    A joint's rotation block is coupled only to its ancestors' and
+    descendants' blocks (and to the root translation), so eliminating the
+    deepest joints first produces no fill-in: every column of the Cholesky
+    factor has at most ~20 non-zeros instead of up to 68. Returns the
+    elimination order and, per column, the (permuted) rows below the
+    diagonal that are non-zero, as index tensors.
+    """
+    key = (tuple(J), str(dev))
+    plan = _TREE_PLANS.get(key)
+    if plan is not None:
+        return plan
+    nj = len(J)
+    n = 3 * nj + 3
+    depth = [0] * NUM_JOINTS
+    for j in range(1, NUM_JOINTS):
+        depth[j] = depth[PARENTS[j]] + 1
+    anc = _ANC_INCL[np.ix_(J, J)]
+    rel = anc | anc.T
+    pat = np.ones((n, n), dtype=bool)
+    pat[: 3 * nj, : 3 * nj] = np.kron(rel, np.ones((3, 3), dtype=bool))
+    order = sorted(range(nj), key=lambda i: (-depth[J[i]], i))
+    perm = np.concatenate([np.arange(3 * i, 3 * i + 3) for i in order] + [np.arange(3 * nj, n)])
+    P = pat[np.ix_(perm, perm)].copy()
+    cols = []
+    for c in range(n):  # symbolic factorisation (fill-in included, if any)
+        rows = c + 1 + np.flatnonzero(P[c + 1:, c])
+        P[np.ix_(rows, rows)] = True
+        cols.append(rows)
+    # compact storage: the structurally non-zero lower triangle, one row of B values per entry
+    pos = {}
+    src = []
+    for c in range(n):
+        for i in [c] + list(cols[c]):
+            pos[(int(i), c)] = len(src)
+            src.append(int(perm[i]) * n + int(perm[c]))
+    lt = lambda *a: torch.as_tensor(np.asarray(a[0], dtype=np.int64), device=dev)  # noqa: E731
+    flat = []
+    for c, rows in enumerate(cols):
+        ii, jj = np.tril_indices(len(rows))
+        rr = [pos[(int(rows[i]), int(rows[j]))] for i, j in zip(ii, jj)]
+        flat.append((c, pos[(c, c)], lt(rows), lt([pos[(int(r), c)] for r in rows]), lt(rr), lt(ii), lt(jj)))
+    plan = (lt(perm), lt(src), flat, n)
+    if len(_TREE_PLANS) > 64:
+        _TREE_PLANS.clear()
+    _TREE_PLANS[key] = plan
+    return plan
+
+
+def _tree_cholesky_solve(H, g, J):
+    """Solve ``H x = -g`` (batched, symmetric positive definite) with the sparse tree factorisation.
+
+    Same role as ``cholesky_ex`` + ``cholesky_solve`` (returns ``(x, info)``,
+    ``info != 0`` where a pivot was not positive or not finite) but touches
+    only the structurally non-zero entries of the lower triangle: for large
+    batches on the CPU this is several times faster than LAPACK's dense
+    per-matrix factorisation.
+    """
+    perm, src, cols, n = _tree_plan(J, H.device)
+    B = H.shape[0]
+    # batch last: each matrix entry is a contiguous row of B values, so the
+    # gathers / scatters below move whole rows
+    A = H.reshape(B, n * n).index_select(1, src).t().contiguous()
+    b = (-g.index_select(1, perm)).t().contiguous()
+    diag = torch.empty(n, B, dtype=H.dtype, device=H.device)
+    tiny = torch.finfo(H.dtype).tiny
+    bad = ~torch.isfinite(A).all(0)
+    for c, dc, r, rc, rr, ii, jj in cols:
+        piv = A[dc]
+        bad |= ~(piv > 0)
+        d = piv.clamp_min(tiny).sqrt()
+        diag[c] = d
+        if len(r):
+            col = A.index_select(0, rc) / d
+            A.index_copy_(0, rc, col)
+            A.index_add_(0, rr, col.index_select(0, ii) * col.index_select(0, jj), alpha=-1.0)
+    for c, dc, r, rc, rr, ii, jj in cols:  # forward: L y = b (in place)
+        b[c] /= diag[c]
+        if len(r):
+            b.index_add_(0, r, A.index_select(0, rc) * b[c], alpha=-1.0)
+    for c, dc, r, rc, rr, ii, jj in reversed(cols):  # backward: L^T x = y (in place)
+        if len(r):
+            b[c] -= (A.index_select(0, rc) * b.index_select(0, r)).sum(0)
+        b[c] /= diag[c]
+    out = torch.empty_like(g)
+    out[:, perm] = b.t()
+    return out, bad.to(torch.int32)
+
+
+#: Batches at least this large use :func:`_tree_cholesky_solve` (smaller ones LAPACK).
+TREE_SOLVE_MIN_BATCH = 128
+
+
 @torch.no_grad()
 def refine(
     local_rot: torch.Tensor,
@@ -274,8 +372,11 @@ def refine(
             gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
             H.view(B, n * n)[:, diag_idx] += Hl.reshape(B, -1)
             g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-        chol, info = torch.linalg.cholesky_ex(H)
-        step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
+        if B >= TREE_SOLVE_MIN_BATCH:
+            step, info = _tree_cholesky_solve(H, g, J)
+        else:
+            chol, info = torch.linalg.cholesky_ex(H)
+            step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
         step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
         # trust region: at most max_rot radians per joint and max_trans metres per step
         wj = step[:, : 3 * nj].reshape(B, nj, 3)

@@ -123,3 +123,30 @@ def test_numpy_twin_matches_torch():
     c = RF.refine_numpy(init[:1].numpy(), r0[:1].numpy(), target[:1].numpy(), w[:1].numpy(), off.numpy(), eo.numpy(), steps=4,
                         orient_targets=ot[:1].numpy(), orient_weights=ow[:1].numpy())  # single frame (scipy path)
     np.testing.assert_allclose(c[0], b[0][:1], atol=1e-8)
+
+
+def test_tree_solver_matches_dense_cholesky():
+    # the sparse (tree-ordered) factorisation used for large batches
+    g = torch.Generator().manual_seed(7)
+    for J in (list(range(22)), [0, 1, 2, 3, 4, 5, 13, 14, 15, 16, 17]):
+        nj = len(J)
+        n = 3 * nj + 3
+        anc = RF._ANC_INCL[np.ix_(J, J)]
+        pat = np.ones((n, n), dtype=bool)
+        pat[: 3 * nj, : 3 * nj] = np.kron(anc | anc.T, np.ones((3, 3), dtype=bool))
+        X = torch.randn(8, n, 2 * n, generator=g, dtype=torch.float64)
+        H = (X @ X.mT / n) * torch.as_tensor(pat, dtype=torch.float64) + 0.5 * torch.eye(n, dtype=torch.float64)
+        rhs = torch.randn(8, n, generator=g, dtype=torch.float64)
+        x, info = RF._tree_cholesky_solve(H, rhs, J)
+        ref = torch.linalg.solve(H, -rhs[..., None])[..., 0]
+        assert torch.allclose(x, ref, atol=1e-9) and not info.any()
+        H[3] = -H[3]  # not positive definite: flagged
+        assert RF._tree_cholesky_solve(H, rhs, J)[1][3] != 0
+
+
+def test_large_batch_refinement_matches_small_batches():
+    gt, root, init, r0, target, off, eo = _problem(n=RF.TREE_SOLVE_MIN_BATCH, seed=5)
+    w = torch.ones(target.shape[:2], dtype=target.dtype)
+    L, t = RF.refine(init, r0, target, w, off, eo, steps=4)  # tree solver
+    L2, t2 = RF.refine(init[:8], r0[:8], target[:8], w[:8], off, eo, steps=4)  # LAPACK
+    assert torch.allclose(L[:8], L2, atol=1e-8) and torch.allclose(t[:8], t2, atol=1e-8)
