@@ -142,7 +142,7 @@ def matrix_to_quat(rot: torch.Tensor) -> torch.Tensor:
     # linear in the matrix entries: one matmul builds them all
     coef = _QUAT_COEF.to(dtype=rot.dtype, device=rot.device)
     cands = (rot.reshape(rot.shape[:-2] + (9,)) @ coef[:9] + coef[9]).unflatten(-1, (4, 4))
-    best = cands.diagonal(dim1=-2, dim2=-1).argmax(-1)
+    best = cands.diagonal(dim1=-2, dim2=-1).contiguous().argmax(-1)  # argmax over a strided view is slow
     q = torch.gather(cands, -2, best[..., None, None].expand(best.shape + (1, 4))).squeeze(-2)
     q = q / q.norm(dim=-1, keepdim=True).clamp_min(_EPS)
     return torch.where(q[..., :1] < 0, -q, q)
