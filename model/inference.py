@@ -48,8 +48,10 @@ batched Levenberg-Marquardt / Gauss-Newton steps (:mod:`.refine`) pull the given
 orientations) onto their targets while a prior keeps the pose close to the
 network's answer and soft joint limits keep it human. ``refine=False`` returns
 the network's answer. A single frame on the CPU (an interactive "current
-pose" solve) is refined by the float64 numpy twin of the same algorithm
-(:func:`.refine.refine_numpy`), which avoids torch's per-operation overhead.
+pose" solve) never touches torch: a float32 numpy twin of the network
+(weights cached as numpy arrays at load) predicts it and the float64 numpy
+twin of the refinement (:func:`.refine.refine_numpy`) refines it, which
+avoids torch's per-operation overhead (about 2.5 ms in all on 2 CPU cores).
 
 Threads and devices
 -------------------
@@ -301,6 +303,109 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
     return net.to(device).eval(), blob
 
 
+class _NumpyNet:
+    """Float32 numpy twin of ``IKNet.predict`` for one frame (interactive "current pose" solves).
+
+    For a single sample the torch network spends most of its time in
+    per-operation overhead (the encoding alone is ~80 small tensor ops); the
+    same arithmetic on small numpy arrays, with the weight matrices cached as
+    contiguous float32 arrays, is several times faster. Geometry (heading,
+    centre, decoding) runs in float64, the layers in float32 like the torch
+    network.
+    """
+
+    def __init__(self, net: IKNet):
+        from .network import _PAIRS_L, _PAIRS_R, _PAIRS_W, _PELVIS, _REST_END_LEN, _REST_LEN
+
+        sd = {k: v.detach().cpu().float().numpy() for k, v in net.state_dict().items()}
+        c = np.ascontiguousarray
+        self.mean, self.inv_std = c(sd["feat_mean"]), c(1.0 / sd["feat_std"])
+        self.inp = (c(sd["inp.weight"]), c(sd["inp.bias"]))
+        self.blocks = []
+        for i in range(len(net.blocks)):
+            p = f"blocks.{i}."
+            self.blocks.append((c(sd[p + "norm.weight"]), c(sd[p + "norm.bias"]), c(sd[p + "fc1.weight"]), c(sd[p + "fc1.bias"]),
+                                c(sd[p + "fc2.weight"]), c(sd[p + "fc2.bias"]), float(net.blocks[i].norm.eps)))
+        self.norm = (c(sd["norm.weight"]), c(sd["norm.bias"]), float(net.norm.eps))
+        self.out = (c(sd["out.weight"]), c(sd["out.bias"]))
+        self.pl, self.pr = np.array(_PAIRS_L), np.array(_PAIRS_R)
+        self.pw = np.array(_PAIRS_W, dtype=np.float64)
+        self.pelvis = _PELVIS
+        self.rest_len, self.rest_end_len = _REST_LEN[1:], _REST_END_LEN
+        self._sk_key = None
+        self._sk = None
+
+    def _skeleton(self, sk: Skeleton):
+        off = np.asarray(sk.offsets, dtype=np.float64)
+        eo = np.asarray(sk.end_offsets, dtype=np.float64)
+        key = (off.tobytes(), eo.tobytes())
+        if key != self._sk_key:
+            from .network import skeleton_scale
+
+            scale = float(skeleton_scale(torch.as_tensor(off, dtype=torch.float32), torch.as_tensor(eo, dtype=torch.float32)))
+            bl = np.linalg.norm(off[1:], axis=-1) / self.rest_len / scale - 1.0
+            el = np.linalg.norm(eo, axis=-1) / self.rest_end_len / scale - 1.0
+            self._sk = (scale, np.concatenate([bl, el]))
+            self._sk_key = key
+        return self._sk
+
+    @staticmethod
+    def _ln(x, w, b, eps):
+        mu = x.mean()
+        d = x - mu
+        return d * (w / np.sqrt((d * d).mean() + eps)) + b
+
+    @staticmethod
+    def _silu(x):
+        return x / (1.0 + np.exp(-x))
+
+    def predict(self, kp, mask, sk: Skeleton, orient=None, orient_mask=None):
+        """One frame: ``kp`` (32, 3), ``mask`` (32,) bool -> local rotations (22, 3, 3), root position (3,), float64."""
+        scale, lens = self._skeleton(sk)
+        m = mask.astype(np.float64)
+        kp = np.where(mask[:, None], kp, 0.0)
+        cnt = m.sum()
+        centre = kp[self.pelvis] if mask[self.pelvis] else kp.sum(0) / max(cnt, 1.0)
+        both = m[self.pl] * m[self.pr] * self.pw
+        vec = both @ (kp[self.pl, :2] - kp[self.pr, :2])
+        if orient is None or orient_mask is None:
+            om = np.zeros(NUM_EFF)
+            ori = None
+        else:
+            om = orient_mask.astype(np.float64)
+            ori = np.where(orient_mask[:, None, None], orient, np.eye(3))
+            vec = vec + 10.0 * om[0] * ori[0, :2, 0]
+        ang = np.arctan2(vec[1], vec[0]) if np.hypot(vec[0], vec[1]) >= 1e-6 else 0.0
+        ca, sa = np.cos(ang), np.sin(ang)
+        rot_h = np.array([[ca, -sa, 0.0], [sa, ca, 0.0], [0.0, 0.0, 1.0]])
+        rel = ((kp - centre) @ rot_h) * (m[:, None] / scale)
+        if ori is None:
+            o6 = np.zeros(NUM_EFF * 6)
+        else:
+            ro = rot_h.T @ ori  # (6, 3, 3)
+            o6 = (np.concatenate([ro[:, :, 0], ro[:, :, 1]], -1) * om[:, None]).reshape(-1)
+        feats = np.concatenate([rel.reshape(-1), m, o6, om, lens]).astype(np.float32)
+        x = (feats - self.mean) * self.inv_std
+        w, b = self.inp
+        x = w @ x + b
+        for nw, nb, w1, b1, w2, b2, eps in self.blocks:
+            x = x + (w2 @ self._silu(w1 @ self._ln(x, nw, nb, eps) + b1) + b2)
+        nw, nb, eps = self.norm
+        w, b = self.out
+        out = (w @ self._silu(self._ln(x, nw, nb, eps)) + b).astype(np.float64)
+        r6 = out[: NUM_JOINTS * 6].reshape(NUM_JOINTS, 6)
+        a1 = r6[:, :3] + (1.0, 0.0, 0.0)
+        a2 = r6[:, 3:] + (0.0, 1.0, 0.0)
+        b1 = a1 / np.maximum(np.linalg.norm(a1, axis=-1, keepdims=True), 1e-8)
+        a2 = a2 - (b1 * a2).sum(-1, keepdims=True) * b1
+        b2 = a2 / np.maximum(np.linalg.norm(a2, axis=-1, keepdims=True), 1e-8)
+        b3 = np.cross(b1, b2)
+        local = np.stack([b1, b2, b3], -1)
+        local[0] = rot_h @ local[0]
+        root = centre + (rot_h @ out[NUM_JOINTS * 6:]) * scale
+        return local, root
+
+
 class Solver:
     """Neural IK solver (network + optional Gauss-Newton refinement).
 
@@ -326,6 +431,8 @@ class Solver:
         self.info = blob.get("train", {})
         self._sk_key = None
         self._sk_t = None
+        # single CPU frames: numpy float32 twin of the network (weights cached here)
+        self._np_net = _NumpyNet(self.net) if self.device.type == "cpu" else None
 
     def _skeleton_tensors(self, sk: Skeleton):
         key = (np.asarray(sk.offsets, dtype=np.float64).tobytes(), np.asarray(sk.end_offsets, dtype=np.float64).tobytes())
@@ -415,7 +522,7 @@ class Solver:
         bs = max(int(batch_size), 1)
         # a single frame on the CPU: one torch thread (thread hand-off costs more than it saves)
         n_threads = torch.get_num_threads()
-        one_thread = dev.type == "cpu" and T <= SMALL_BATCH and n_threads > 1
+        one_thread = dev.type == "cpu" and T <= SMALL_BATCH and n_threads > 1 and self._np_net is None
         if one_thread:
             torch.set_num_threads(1)
         try:
@@ -480,6 +587,29 @@ class Solver:
             sk = Skeleton(new_off, new_end)
         return sk
 
+    def _single_numpy(self, kp0, m, ori, omask, skeleton, refine, refine_steps, limits, a, out_L, out_root, out_kp):
+        """Frame ``a`` with the numpy network and the numpy LM refinement; returns (network s, refine s)."""
+        t0 = time.perf_counter()
+        o = om = None
+        if ori is not None:
+            o, om = ori[a], omask[a]
+        Ln, rn = self._np_net.predict(kp0[a], m[a], skeleton, o, om)
+        Ln, rn = Ln[None], rn[None]
+        t1 = time.perf_counter()
+        off = np.asarray(skeleton.offsets, dtype=np.float64)
+        eo = np.asarray(skeleton.end_offsets, dtype=np.float64)
+        kpo = None
+        if refine and refine_steps > 0:
+            Ln, rn, kpo = refine_numpy(
+                Ln, rn, kp0[a:a + 1], m[a:a + 1].astype(np.float64), off, eo,
+                steps=int(refine_steps), orient_targets=None if ori is None else ori[a:a + 1],
+                orient_weights=None if omask is None else omask[a:a + 1] * REFINE_DEFAULTS["orient_weight"],
+                orient_joints=EFFECTOR_JOINTS, limits=limits, return_keypoints=True)
+        t2 = time.perf_counter()
+        out_L[a], out_root[a] = Ln[0], rn[0]
+        out_kp[a] = (kpo if kpo is not None else _np_fk(Ln, rn, off, eo)[2])[0]
+        return t1 - t0, t2 - t1
+
     def _run_batches(self, kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
                      out_L, out_root, out_kp, timers):
         T = kp0.shape[0]
@@ -490,6 +620,14 @@ class Solver:
             for a in range(0, T, bs):
                 b = min(a + bs, T)
                 t0 = time.perf_counter()
+                if b - a == 1 and self._np_net is not None:  # one CPU frame: all numpy
+                    t_n, t_r = self._single_numpy(kp0, m, ori, omask, skeleton, refine, refine_steps, limits, a,
+                                                  out_L, out_root, out_kp)
+                    t_net += t_n
+                    t_ref += t_r
+                    if progress is not None:
+                        progress(b, T)
+                    continue
                 kt = torch.as_tensor(kp0[a:b], dtype=torch.float32, device=dev)
                 mt = torch.as_tensor(m[a:b], device=dev)
                 ot = omt = None

@@ -554,16 +554,19 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
                  orient_targets=None, orient_weights=None, orient_joints=None, prior=DEFAULTS["prior"],
                  prior_trans=DEFAULTS["prior_trans"], damping=DEFAULTS["damping"], damping_decay=DEFAULTS["damping_decay"],
                  damping_min=DEFAULTS["damping_min"], limits=True, limit_weight=DEFAULTS["limit_weight"],
-                 init_local=None, init_root=None, max_rot=0.6, max_trans=0.5):
+                 init_local=None, init_root=None, max_rot=0.6, max_trans=0.5, return_keypoints=False):
     """Float64 numpy twin of :func:`refine` for a few frames (same arguments, numpy arrays).
 
     ``offsets`` / ``end_offsets`` must be shared by the batch: (22, 3) / (10, 3).
+    With ``return_keypoints`` a third value is returned: the (B, 32, 3)
+    keypoints of the result (already computed by the last cost evaluation).
     """
     L = np.asarray(local_rot, dtype=np.float64)
     t = np.asarray(root_pos, dtype=np.float64)
     B = L.shape[0]
     if steps <= 0 or B == 0:
-        return L, t
+        return (L, t, _np_fk(L, t, np.asarray(offsets, dtype=np.float64), np.asarray(end_offsets, dtype=np.float64))[2]) \
+            if return_keypoints else (L, t)
     off = np.asarray(offsets, dtype=np.float64)
     eo = np.asarray(end_offsets, dtype=np.float64)
     w_all = np.asarray(weights, dtype=np.float64)
@@ -591,7 +594,7 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
     K, J, A, deeper, prior_diag, lo, hi, oi, oj, o_A = setup
     nk, nj = len(K), len(J)
     if nk == 0 and not use_orient:
-        return L, t
+        return (L, t, _np_fk(L, t, off, eo)[2]) if return_keypoints else (L, t)
     n = 3 * nj + 3
     if use_orient:
         o_tgt = np.asarray(orient_targets, dtype=np.float64)[:, oi]
@@ -607,7 +610,7 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         pk = kp[:, K]
         rk = pk - tgt
         cost = (w_k * (rk * rk).sum(-1)).sum(1)
-        st = {"L": L, "t": t, "W": W, "P": P, "pk": pk, "rk": rk}
+        st = {"L": L, "t": t, "W": W, "P": P, "pk": pk, "rk": rk, "kp": kp}
         if use_orient:
             err = _np_matrix_to_aa(W[:, oj] @ np.swapaxes(o_tgt, -1, -2))
             st["oerr"] = err
@@ -687,4 +690,6 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         else:
             cur = {k: np.where(ok.reshape((B,) + (1,) * (v.ndim - 1)), v, cur[k]) for k, v in cand.items()}
         mu = np.where(ok, np.maximum(mu * damping_decay, damping_min), mu * 10.0)
+    if return_keypoints:
+        return cur["L"], cur["t"], cur["kp"]
     return cur["L"], cur["t"]

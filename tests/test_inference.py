@@ -144,3 +144,22 @@ def test_shipped_weights(poses):
     sp[:, eff] = kp[:, eff]
     rs = s.solve(sp, skeleton=sk)
     assert rs.mode == "sparse" and np.median(rs.error_mm) < 1.0
+
+
+def test_single_frame_numpy_path_matches_torch(weights, poses):
+    # one CPU frame runs the numpy twin of the network (+ numpy refinement)
+    kp, sk = poses
+    s = I.Solver(weights, device="cpu")
+    assert s._np_net is not None
+    ori = np.full((len(kp), 6, 3, 3), np.nan)
+    ori[:, 0] = np.eye(3)
+    for x, o in ((kp, None), (np.where(np.arange(32)[None, :, None] % 3 == 0, np.nan, kp), None), (kp, ori)):
+        batch = s.solve(x[:2], skeleton=sk, refine=False, orientations=None if o is None else o[:2])
+        one = s.solve(x[0], skeleton=sk, refine=False, orientations=None if o is None else o[0])
+        np.testing.assert_allclose(one.local_rot[0], batch.local_rot[0], atol=2e-5)
+        np.testing.assert_allclose(one.root_pos[0], batch.root_pos[0], atol=2e-5)
+        np.testing.assert_allclose(one.keypoints[0], batch.keypoints[0], atol=2e-5)
+        ref1 = s.solve(x[0], skeleton=sk, refine_steps=3, orientations=None if o is None else o[0])
+        ref2 = s.solve(x[:2], skeleton=sk, refine_steps=3, orientations=None if o is None else o[:2])
+        np.testing.assert_allclose(ref1.keypoints[0], ref2.keypoints[0], atol=2e-4)
+        assert np.isfinite(ref1.error_mm).all()
