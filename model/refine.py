@@ -93,20 +93,43 @@ def _tree_plan(J, dev):
         rows = c + 1 + np.flatnonzero(P[c + 1:, c])
         P[np.ix_(rows, rows)] = True
         cols.append(rows)
-    # compact storage: the structurally non-zero lower triangle, one row of B values per entry
+    # compact storage: the structurally non-zero lower triangle, one row of B values per entry.
+    # src: its flat index in the dense (n, n) matrix; vsrc: its row in the "virtual" source
+    # stack of _tree_normal_solve (rotation blocks of related joint pairs, then the
+    # rotation-translation entries, then the translation block)
+    pairs = [(i, k) for i in range(nj) for k in range(nj) if rel[i, k]]
+    pair_of = {pk: q for q, pk in enumerate(pairs)}
+    base_rt, base_tt = 9 * len(pairs), 9 * len(pairs) + 9 * nj
+
+    def virtual(vr, vc):
+        if vr < 3 * nj and vc < 3 * nj:
+            return pair_of[(vr // 3, vc // 3)] * 9 + (vr % 3) * 3 + vc % 3
+        if vr < 3 * nj:
+            return base_rt + vr * 3 + (vc - 3 * nj)
+        if vc < 3 * nj:
+            return base_rt + vc * 3 + (vr - 3 * nj)
+        return base_tt + (vr - 3 * nj) * 3 + (vc - 3 * nj)
+
     pos = {}
-    src = []
+    src, vsrc = [], []
     for c in range(n):
         for i in [c] + list(cols[c]):
             pos[(int(i), c)] = len(src)
             src.append(int(perm[i]) * n + int(perm[c]))
+            vsrc.append(virtual(int(perm[i]), int(perm[c])))
     lt = lambda *a: torch.as_tensor(np.asarray(a[0], dtype=np.int64), device=dev)  # noqa: E731
     flat = []
     for c, rows in enumerate(cols):
         ii, jj = np.tril_indices(len(rows))
         rr = [pos[(int(rows[i]), int(rows[j]))] for i, j in zip(ii, jj)]
         flat.append((c, pos[(c, c)], lt(rows), lt([pos[(int(r), c)] for r in rows]), lt(rr), lt(ii), lt(jj)))
-    plan = (lt(perm), lt(src), flat, n)
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    pi, pk = (lt([q[0] for q in pairs]), lt([q[1] for q in pairs]))
+    dp = lt([int(np.where(anc[i, k], i, k)) for i, k in pairs])  # the deeper joint of each pair
+    diag_pairs = lt([pair_of[(i, i)] for i in range(nj)])
+    diag_pos = lt([pos[(int(inv[v]), int(inv[v]))] for v in range(n)])
+    plan = (lt(perm), lt(src), flat, n, (lt(vsrc), pi, pk, dp, diag_pairs, diag_pos))
     if len(_TREE_PLANS) > 64:
         _TREE_PLANS.clear()
     _TREE_PLANS[key] = plan
@@ -122,14 +145,20 @@ def _tree_cholesky_solve(H, g, J):
     batches on the CPU this is several times faster than LAPACK's dense
     per-matrix factorisation.
     """
-    perm, src, cols, n = _tree_plan(J, H.device)
+    perm, src, cols, n, _ = _tree_plan(J, H.device)
     B = H.shape[0]
     # batch last: each matrix entry is a contiguous row of B values, so the
     # gathers / scatters below move whole rows
     A = H.reshape(B, n * n).index_select(1, src).t().contiguous()
+    return _tree_factor_solve(A, g, perm, cols, n)
+
+
+def _tree_factor_solve(A, g, perm, cols, n):
+    """Factorise the compact lower triangle ``A`` (nnz, B) in place and solve for ``-g`` (B, n)."""
+    B = A.shape[1]
     b = (-g.index_select(1, perm)).t().contiguous()
-    diag = torch.empty(n, B, dtype=H.dtype, device=H.device)
-    tiny = torch.finfo(H.dtype).tiny
+    diag = torch.empty(n, B, dtype=A.dtype, device=A.device)
+    tiny = torch.finfo(A.dtype).tiny
     bad = ~torch.isfinite(A).all(0)
     for c, dc, r, rc, rr, ii, jj in cols:
         piv = A[dc]
@@ -153,8 +182,104 @@ def _tree_cholesky_solve(H, g, J):
     return out, bad.to(torch.int32)
 
 
+def _tree_normal_solve(T, pj, w_sum, g, diag_add, J, orient_pair=None, Hl=None):
+    """Build only the structurally non-zero entries of the normal matrix (batch last) and solve.
+
+    Same matrix as the dense construction in :func:`_dense_step`: rotation
+    blocks ``tr(Q) I - Q^T`` of related joint pairs, rotation-translation
+    blocks ``[m_i - S_i p_i]_x``, the translation block ``sum(w) I``; plus
+    the orientation pair terms, the joint-limit blocks and ``diag_add``
+    (prior + damping, (B, n)) on the diagonal.
+    """
+    perm, _, cols, n, (vsrc, pi, pk, dp, diag_pairs, diag_pos) = _tree_plan(J, T.device)
+    B = T.shape[0]
+    Tt = T[..., :13].permute(1, 2, 0).contiguous()  # (nj, 13, B)
+    Pt = pj.permute(1, 2, 0).contiguous()  # (nj, 3, B)
+    Tg = Tt.index_select(0, dp)  # (np, 13, B): sums over the keypoints both joints move
+    S, m, M = Tg[:, 0], Tg[:, 1:4], Tg[:, 4:13].unflatten(1, (3, 3))
+    pa, pb = Pt.index_select(0, pi), Pt.index_select(0, pk)
+    u = m - S[:, None] * pb
+    Q = M - m[:, :, None] * pb[:, None, :] - pa[:, :, None] * u[:, None, :]  # (np, 3, 3, B)
+    blk = -Q.transpose(1, 2)
+    blk.diagonal(dim1=1, dim2=2).add_((Q[:, 0, 0] + Q[:, 1, 1] + Q[:, 2, 2])[..., None])
+    if orient_pair is not None:  # (B, nj, nj)
+        op = orient_pair.permute(1, 2, 0)[pi, pk]  # (np, B)
+        blk.diagonal(dim1=1, dim2=2).add_(op[..., None])
+    if Hl is not None:  # (B, nj, 3, 3) on the diagonal blocks
+        blk.index_add_(0, diag_pairs, Hl.permute(1, 2, 3, 0))
+    v = Tt[:, 1:4] - Tt[:, 0:1] * Pt  # (nj, 3, B)
+    x, y, z = v[:, 0], v[:, 1], v[:, 2]
+    o = torch.zeros_like(x)
+    rt = torch.stack([o, -z, y, z, o, -x, -y, x, o], 1)  # (nj, 9, B): [v]_x
+    tt = torch.zeros(9, B, dtype=T.dtype, device=T.device)
+    tt[0::4] = w_sum
+    src = torch.cat([blk.reshape(-1, B), rt.reshape(-1, B), tt], 0)
+    A = src.index_select(0, vsrc)
+    A.index_add_(0, diag_pos, diag_add.t())
+    return _tree_factor_solve(A, g, perm, cols, n)
+
+
 #: Batches at least this large use :func:`_tree_cholesky_solve` (smaller ones LAPACK).
 TREE_SOLVE_MIN_BATCH = 128
+
+
+def _dense_step(B, n, nj, T, pj, w_k, wrk, deeper_flat, use_orient, o_sw, o_A, cur, prior_diag, mu, wr, J, prior, t,
+                init_root, prior_trans, limits, limit_weight, diag_idx, eye3):
+    """Dense normal equations and LAPACK Cholesky (small batches): ``(step, info, rpar_all)``."""
+    dt, dev = T.dtype, T.device
+    T0 = torch.cat([T[..., :13], torch.zeros(B, 1, 13, dtype=dt, device=dev)], dim=1)
+    Tg = T0[:, deeper_flat].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
+    S = Tg[..., 0]
+    m = Tg[..., 1:4]
+    M = Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
+    pa = pj[:, :, None, :]  # p_i
+    pb = pj[:, None, :, :]  # p_i'
+    u = m - S[..., None] * pb
+    # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T and
+    # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c).
+    # -Q is written straight into H through a permuted view (few passes
+    # over the large (B, nj, nj, 3, 3) arrays, no temporaries).
+    H = torch.empty(B, n, n, dtype=dt, device=dev)
+    Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
+    Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
+    torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
+    Hq.addcmul_(pa[..., :, None].expand(B, nj, nj, 3, 1), u[..., None, :])
+    Hq.sub_(M)
+    trq = M.diagonal(dim1=-2, dim2=-1).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
+    Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
+    Sj = T[..., 0]  # (B, nj)
+    mj = T[..., 1:4]  # (B, nj, 3)
+    Hrt = skew(mj - Sj[..., None] * pj).reshape(B, 3 * nj, 3)
+    H[:, : 3 * nj, 3 * nj:] = Hrt
+    H[:, 3 * nj:, : 3 * nj] = Hrt.transpose(1, 2)
+    H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
+    g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
+    g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
+    if use_orient:
+        wo = o_sw ** 2  # (B, no)
+        # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
+        pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
+        Ho = (pair[..., None, None] * eye3).permute(0, 1, 3, 2, 4).reshape(B, 3 * nj, 3 * nj)
+        H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
+        go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
+        g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+    H.diagonal(dim1=1, dim2=2).add_(prior_diag[None] + mu[:, None])
+    # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
+    rpar_all = _world_parent(wr)
+    rpar = rpar_all[:, J]  # (B, nj, 3, 3)
+    gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
+    g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
+    if limits:
+        viol = cur["viol"]
+        act = (viol != 0).to(dt)  # (B, nj, 3)
+        # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
+        Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
+        gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
+        H.view(B, n * n)[:, diag_idx] += Hl.reshape(B, -1)
+        g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+    chol, info = torch.linalg.cholesky_ex(H)
+    step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
+    return step, info, rpar_all
 
 
 @torch.no_grad()
@@ -322,61 +447,31 @@ def refine(
         )  # (B, nk, 19)
         T = A_t @ feats  # (B, nj, 19): sums over the keypoints each joint moves
         pj = wp[:, J]  # (B, nj, 3)
-        T0 = torch.cat([T[..., :13], torch.zeros(B, 1, 13, dtype=dt, device=dev)], dim=1)
-        Tg = T0[:, deeper_flat].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
-        S = Tg[..., 0]
-        m = Tg[..., 1:4]
-        M = Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
-        pa = pj[:, :, None, :]  # p_i
-        pb = pj[:, None, :, :]  # p_i'
-        u = m - S[..., None] * pb
-        # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T and
-        # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c).
-        # -Q is written straight into H through a permuted view (few passes
-        # over the large (B, nj, nj, 3, 3) arrays, no temporaries).
-        H = torch.empty(B, n, n, dtype=dt, device=dev)
-        Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
-        Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
-        torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
-        Hq.addcmul_(pa[..., :, None].expand(B, nj, nj, 3, 1), u[..., None, :])
-        Hq.sub_(M)
-        trq = M.diagonal(dim1=-2, dim2=-1).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
-        Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
-        Sj = T[..., 0]  # (B, nj)
-        mj = T[..., 1:4]  # (B, nj, 3)
-        Hrt = skew(mj - Sj[..., None] * pj).reshape(B, 3 * nj, 3)
-        H[:, : 3 * nj, 3 * nj:] = Hrt
-        H[:, 3 * nj:, : 3 * nj] = Hrt.transpose(1, 2)
-        H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
-        g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
-        g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
-        if use_orient:
-            wo = o_sw ** 2  # (B, no)
-            # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
-            pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
-            Ho = (pair[..., None, None] * eye3).permute(0, 1, 3, 2, 4).reshape(B, 3 * nj, 3 * nj)
-            H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
-            go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
-            g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-        H.diagonal(dim1=1, dim2=2).add_(prior_diag[None] + mu[:, None])
-        # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
-        rpar_all = _world_parent(wr)
-        rpar = rpar_all[:, J]  # (B, nj, 3, 3)
-        gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
-        g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
-        if limits:
-            viol = cur["viol"]
-            act = (viol != 0).to(dt)  # (B, nj, 3)
-            # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
-            Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
-            gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
-            H.view(B, n * n)[:, diag_idx] += Hl.reshape(B, -1)
-            g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-        if B >= TREE_SOLVE_MIN_BATCH:
-            step, info = _tree_cholesky_solve(H, g, J)
+        if B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
+            g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
+            g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
+            pair = None
+            if use_orient:
+                wo = o_sw ** 2
+                pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
+                go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
+                g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+            rpar_all = _world_parent(wr)
+            rpar = rpar_all[:, J]
+            gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
+            g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
+            Hl = None
+            if limits:
+                viol = cur["viol"]
+                act = (viol != 0).to(dt)
+                Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
+                gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
+                g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
+            step, info = _tree_normal_solve(T, pj, w_k.sum(1), g, prior_diag[None] + mu[:, None], J, pair, Hl)
         else:
-            chol, info = torch.linalg.cholesky_ex(H)
-            step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
+            step, info, rpar_all = _dense_step(B, n, nj, T, pj, w_k, wrk, deeper_flat, use_orient, o_sw if use_orient else None,
+                                               o_A if use_orient else None, cur, prior_diag, mu, wr, J, prior, t, init_root,
+                                               prior_trans, limits, limit_weight, diag_idx if limits else None, eye3)
         step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
         # trust region: at most max_rot radians per joint and max_trans metres per step
         wj = step[:, : 3 * nj].reshape(B, nj, 3)

@@ -150,3 +150,13 @@ def test_large_batch_refinement_matches_small_batches():
     L, t = RF.refine(init, r0, target, w, off, eo, steps=4)  # tree solver
     L2, t2 = RF.refine(init[:8], r0[:8], target[:8], w[:8], off, eo, steps=4)  # LAPACK
     assert torch.allclose(L[:8], L2, atol=1e-8) and torch.allclose(t[:8], t2, atol=1e-8)
+    # sparse effectors with orientation targets (pair terms of the normal matrix)
+    w = torch.zeros(target.shape[:2], dtype=target.dtype)
+    w[:, list(N.EFFECTOR_KP)] = 1.0
+    wr_gt, _ = fk.forward_kinematics(gt, root, off)
+    ot = wr_gt[:, list(N.EFFECTOR_JOINTS)]
+    ow = torch.full((gt.shape[0], 6), 0.01, dtype=gt.dtype)
+    ow[::3, 2] = 0.0
+    L, t = RF.refine(init, r0, target, w, off, eo, steps=4, orient_targets=ot, orient_weights=ow)
+    L2, t2 = RF.refine(init[:8], r0[:8], target[:8], w[:8], off, eo, steps=4, orient_targets=ot[:8], orient_weights=ow[:8])
+    assert torch.allclose(L[:8], L2, atol=1e-8) and torch.allclose(t[:8], t2, atol=1e-8)
