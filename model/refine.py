@@ -537,14 +537,19 @@ def _np_matrix_to_aa(m):
 
         _QC = _QUAT_COEF.numpy()
     c = (m.reshape(m.shape[:-2] + (9,)) @ _QC[:9] + _QC[9]).reshape(m.shape[:-2] + (4, 4))
-    best = np.argmax(np.diagonal(c, axis1=-2, axis2=-1), -1)
-    q = np.take_along_axis(c, best[..., None, None], -2)[..., 0, :]
-    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    cf = c.reshape(-1, 4, 4)
+    q = cf[np.arange(cf.shape[0]), np.argmax(cf.reshape(-1, 16)[:, ::5], -1)].reshape(c.shape[:-1])
+    q = q / _np_norm(q)
     q = np.where(q[..., :1] < 0, -q, q)
     v = q[..., 1:]
-    s = np.linalg.norm(v, axis=-1, keepdims=True)
+    s = _np_norm(v)
     ang = 2.0 * np.arctan2(s, q[..., :1])
     return v * np.where(s < 1e-9, 2.0 / np.maximum(q[..., :1], 1e-12), ang / np.maximum(s, 1e-300))
+
+
+def _np_norm(x):
+    """Euclidean norm over the last axis, kept (cheaper than np.linalg.norm on small arrays)."""
+    return np.sqrt((x * x).sum(-1, keepdims=True))
 
 
 def _np_cross(a, b):
@@ -587,9 +592,9 @@ _END_PARENTS_LIST = list(_END_PARENTS_NP)
 
 def _np_orthonormalise(m):
     a, b = m[..., :, 0], m[..., :, 1]
-    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    x = a / _np_norm(a)
     b = b - (x * b).sum(-1, keepdims=True) * x
-    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    y = b / _np_norm(b)
     return np.stack([x, y, _np_cross(x, y)], -1)
 
 
@@ -598,19 +603,19 @@ def _solve_spd(H, g):
     if H.shape[0] == 1 and _cho is not None:
         # one frame: LAPACK through scipy is cheapest (numpy's cholesky and
         # multi-threaded torch have a large fixed cost on tiny matrices)
-        try:
-            c = _cho[0](H[0], check_finite=False)
-            x = -_cho[1](c, g[0], check_finite=False)[None]
-            return x, np.isfinite(x).all(1)
-        except np.linalg.LinAlgError:
+        c, info = _cho[0](H[0], lower=1)  # LAPACK dpotrf/dpotrs directly (no wrapper checks)
+        if info != 0:
             return np.zeros_like(g), np.zeros(1, dtype=bool)
+        x, info = _cho[1](c, g[0], lower=1)
+        x = -x[None]
+        return x, np.isfinite(x).all(1) & (info == 0)
     chol, info = torch.linalg.cholesky_ex(torch.from_numpy(H))
     x = torch.cholesky_solve(torch.from_numpy(-g[..., None]), chol)[..., 0].numpy()
     return x, (info == 0).numpy() & np.isfinite(x).all(1)
 
 
 try:  # optional (not bundled with Blender's Python)
-    from scipy.linalg import cho_factor as _cf, cho_solve as _cs
+    from scipy.linalg.lapack import dpotrf as _cf, dpotrs as _cs
 
     _cho = (_cf, _cs)
 except Exception:  # pragma: no cover
@@ -770,11 +775,12 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
             H[:, : 3 * nj, : 3 * nj] = Hb.reshape(B, 3 * nj, 3 * nj)
             g[:, : 3 * nj] += ((rpar @ (viol * limit_weight)[..., None])[..., 0]).reshape(B, -1)
         step, ok_solve = _solve_spd(H, g)
-        step = np.nan_to_num(step)
+        if not np.isfinite(step).all():
+            step = np.nan_to_num(step)
         wj = step[:, : 3 * nj].reshape(B, nj, 3)
-        wj = wj * (max_rot / np.maximum(np.linalg.norm(wj, axis=-1, keepdims=True), max_rot))
+        wj = wj * (max_rot / np.maximum(_np_norm(wj), max_rot))
         dtr = step[:, 3 * nj:]
-        dtr = dtr * (max_trans / np.maximum(np.linalg.norm(dtr, axis=-1, keepdims=True), max_trans))
+        dtr = dtr * (max_trans / np.maximum(_np_norm(dtr), max_trans))
         w = np.zeros((B, NUM_JOINTS, 3))
         w[:, J] = wj
         L_new = _np_orthonormalise(np.swapaxes(Wpar, -1, -2) @ _np_aa_to_matrix(w) @ W)
