@@ -23,7 +23,12 @@ Residuals (stacked, weighted):
 The normal equations ``(J^T J + prior + damping) dx = -J^T r`` are solved
 with a batched Cholesky factorisation, entirely on the input's device. Only
 keypoints given in at least one frame and joints that move them are
-included, so sparse problems are cheap.
+included, so sparse problems are cheap. For batches of at least
+``TREE_SOLVE_MIN_BATCH`` frames only the structurally non-zero entries of the
+normal matrix are built (a joint's rotation couples only with its ancestors,
+its descendants and the root translation), batch-last, and factorised in tree
+order (deepest joints first: no fill-in); smaller batches use LAPACK's dense
+batched Cholesky.
 """
 
 from __future__ import annotations
