@@ -144,9 +144,11 @@ def run(args):
                                                        "height": size[1], "frames": frames})}
     common.emit_report(paths["report"], report)
     err = row["keypoint_error_mm"]
-    print("Neural IK demo: {} frames of walking at {:g} fps baked onto Rigify's meta-rig "
-          "(keypoint error {} mm mean, {} mm max; {:.1f} s)".format(
-              row["frames"], args.fps, err["mean"], err["max"], time.perf_counter() - started))
+    print("Neural IK demo: {} frames of walking at {:g} fps baked onto Rigify's meta-rig in {:.1f} s: "
+          "bone-direction error {}\u00b0; keypoint error {} mm mean, {} mm max "
+          "(the meta-rig's proportions differ from the walker's)".format(
+              row["frames"], args.fps, time.perf_counter() - started,
+              row.get("bone_direction_error_deg"), err["mean"], err["max"]))
     print("  input keypoints  {}".format(paths["input"]))
     print("  blend            {}  (action {!r})".format(paths["blend"], row["action"]))
     print("  bvh              {}".format(paths["bvh"]))
