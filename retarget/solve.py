@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_slerp, quat_to_matrix, \
+from ..model.rotations_np import axis_angle_to_matrix, axis_rotation, matrix_to_quat, quat_slerp, quat_to_matrix, \
     rotation_between
 from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
@@ -665,18 +665,6 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
 _AX = {"X": 0, "Y": 1, "Z": 2}
 
 
-def _axis_rot(axis, angle):
-    c, s = np.cos(angle), np.sin(angle)
-    out = np.zeros(np.shape(angle) + (3, 3))
-    i, j = [(1, 2), (2, 0), (0, 1)][axis]
-    out[..., axis, axis] = 1.0
-    out[..., i, i] = c
-    out[..., j, j] = c
-    out[..., i, j] = -s
-    out[..., j, i] = s
-    return out
-
-
 def euler_to_matrix_blender(euler, order: str = "XYZ") -> np.ndarray:
     """Blender ``rotation_euler`` (radians) to matrices.
 
@@ -695,9 +683,9 @@ def euler_to_matrix_blender(euler, order: str = "XYZ") -> np.ndarray:
     """
     e = np.asarray(euler, dtype=np.float64)
     i, j, k = (_AX[c] for c in order)
-    m = _axis_rot(i, e[..., i])
-    m = _axis_rot(j, e[..., j]) @ m
-    return _axis_rot(k, e[..., k]) @ m
+    m = axis_rotation(i, e[..., i])
+    m = axis_rotation(j, e[..., j]) @ m
+    return axis_rotation(k, e[..., k]) @ m
 
 
 def _matrix_to_euler_by_position(m, order):
