@@ -47,5 +47,8 @@ def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
             names.append(n)
         pos = np.concatenate([pos, ends], axis=1)
     file_fps = bvh.fps if bvh.fps > 0 else None
+    if file_fps is not None and abs(file_fps - round(file_fps)) < 1e-4 * file_fps:
+        # "Frame Time: 0.016667" means 60 fps, not 59.9988
+        file_fps = float(round(file_fps))
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
                        up_axis=up_axis, file_up_axis="Y", max_gap=max_gap)

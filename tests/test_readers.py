@@ -581,3 +581,20 @@ def test_csv_empty_cells_at_line_ends(tmp_path):
     clip = read_keypoints(f, units="m", up_axis="Z", max_gap=0)
     np.testing.assert_array_equal(np.isnan(clip.positions), np.isnan(pos))
     np.testing.assert_allclose(clip.positions[0], pos[0], atol=1e-6)
+
+
+def test_bvh_frame_time_rounded_to_whole_rate(tmp_path):
+    """``Frame Time: 0.016667`` reads as 60 fps, not 59.9988."""
+    from neural_ik.model.bvh import write_bvh
+    from neural_ik.readers import read_keypoints
+
+    names = ["Hips", "Spine", "Head"]
+    path = tmp_path / "rate.bvh"
+    motion = np.zeros((3, 6 + 3 + 3))
+    motion[:, 1] = 100.0
+    write_bvh(path, names, [-1, 0, 1], np.array([[0, 100.0, 0], [0, 20.0, 0], [0, 50.0, 0]]),
+              [["Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation"],
+               ["Zrotation", "Xrotation", "Yrotation"], ["Zrotation", "Xrotation", "Yrotation"]],
+              motion, 0.016667)
+    clip = read_keypoints(path, layout={"Hips": "pelvis", "Spine": "spine2", "Head": "head"}, units="cm")
+    assert clip.fps == 60.0
