@@ -97,6 +97,10 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
     in_place: BoolProperty(
         name="In Place", default=False,
         description="Drop the horizontal root motion (the character walks on the spot)")
+    ground: BoolProperty(
+        name="Ground", default=False,
+        description="Move the whole clip up or down so that its lowest foot point touches the floor "
+                    "(for sources whose floor is not at zero); the pose is unchanged")
     foot_lock: BoolProperty(
         name="Foot Lock", default=True,
         description="Keep the feet planted where the source's feet are planted: the legs are bent by "
@@ -173,6 +177,7 @@ def bake_options(settings, *, clip_frames=None, device="auto"):
         refine=bool(settings.refine),
         rotation_mode=settings.rotation_mode,
         in_place=bool(settings.in_place),
+        ground=bool(settings.ground),
         foot_lock=bool(settings.foot_lock),
         scale=None if settings.auto_scale else float(settings.scale),
         device=device,

@@ -120,6 +120,11 @@ class BakeOptions:
         Eulers and axis-angle made continuous).
     in_place : bool
         Drop the horizontal root motion.
+    ground : bool
+        Shift the whole clip vertically so that its lowest foot point
+        touches the floor (z = 0): for sources whose floor is elsewhere
+        (a BVH whose root channels replace the OFFSET, a camera-space
+        capture). The pose is unchanged; the shift is reported.
     foot_lock : bool
         Keep the feet planted where the source's are (heel / toe contacts):
         two-bone IK on the legs after rotation smoothing, see
@@ -146,6 +151,7 @@ class BakeOptions:
     refine: bool = True
     rotation_mode: str = "QUATERNION"
     in_place: bool = False
+    ground: bool = False
     foot_lock: bool = True
     scale: float | None = None
     device: str = "auto"
@@ -332,6 +338,37 @@ def _check_options(options: BakeOptions):
         raise BakeError("the action name is empty")
 
 
+#: Foot keypoints and their height above the floor in the canonical rest pose.
+_GROUND_POINTS = (("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0),
+                  ("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))
+
+
+def _ground(kp, valid):
+    """Shift ``kp`` vertically so its lowest foot point is on the floor.
+
+    Uses heels and toe tips where the source has them, else toes and ankles
+    less their rest height. The 1st percentile, not the minimum, so a single
+    bad sample does not decide the floor.
+
+    Returns
+    -------
+    kp : ndarray (T, 32, 3)
+    shift : float or None
+        Metres added to every z (``None`` when the source has no foot points).
+    """
+    for names in (_GROUND_POINTS[:4], _GROUND_POINTS[4:]):
+        idx = [KEYPOINTS.index(n) for n, _ in names]
+        rest = np.array([h for _, h in names])
+        z = kp[:, idx, 2] - rest
+        z = z[valid[:, idx] & np.isfinite(z)]
+        if z.size:
+            shift = -float(np.percentile(z, 1.0))
+            out = kp.copy()
+            out[..., 2] += shift
+            return out, shift
+    return kp, None
+
+
 def _scene_fps(scene) -> float:
     return float(scene.render.fps) / float(scene.render.fps_base or 1.0)
 
@@ -476,6 +513,11 @@ class BakeJob:
                 raise BakeError(f"frame range {a}:{b} is outside the input (source frames 0:{total})")
         kp, valid = kp[a:b], valid[a:b]
         _check_required(kp, valid, a, options.mode)
+        if options.ground:
+            kp, shift = _ground(kp, valid)
+            if shift is not None:
+                self.warnings.append(f"grounded: the motion was moved {shift * 100.0:+.1f} cm vertically "
+                                     "so that the feet touch the floor")
         self.fps = float(options.fps) if options.fps is not None else _scene_fps(scene)
         self.frame_start = int(options.frame_start if options.frame_start is not None else scene.frame_start)
         self.source_fps = float(source_fps)

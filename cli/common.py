@@ -206,6 +206,8 @@ def add_bake_arguments(parser):
     g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
                    help="refine the network's solve by optimisation (default: on)")
     g.add_argument("--in-place", action="store_true", help="remove the root's horizontal travel")
+    g.add_argument("--ground", action="store_true",
+                   help="move the clip vertically so its lowest foot point touches the floor (z = 0)")
     g.add_argument("--foot-lock", action=argparse.BooleanOptionalAction, default=True,
                    help="keep the feet planted where the source's are (two-bone IK on the legs; "
                         "default: on)")
@@ -249,6 +251,7 @@ def bake_options(args, action_name=None, fps=None):
         refine=args.refine,
         rotation_mode=args.rotation_mode,
         in_place=args.in_place,
+        ground=args.ground,
         foot_lock=args.foot_lock,
         device=device_choice(args),
         action_name=action_name,

@@ -159,6 +159,7 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         col = layout.column()
         col.prop(s, "rotation_mode")
         col.prop(s, "in_place")
+        col.prop(s, "ground")
         col.prop(s, "foot_lock")
         col.prop(s, "auto_scale")
         sub = col.column()

@@ -395,3 +395,23 @@ def test_smoothing_lowers_jitter(ext, bake, sk, rnp, method):
     assert smooth.jitter < 0.7 * raw.jitter, (raw.jitter, smooth.jitter)
     q = smooth.retarget.quaternions
     np.testing.assert_allclose(np.linalg.norm(q, axis=-1), 1.0, atol=1e-6)
+
+
+def test_ground_puts_the_feet_on_the_floor(ext, bake, sk, rnp):
+    """A clip 1 m below the floor bakes onto the floor with ``ground``; the pose is unchanged."""
+    local, root, kp = motion(sk, rnp)
+    low = kp - np.array([0.0, 0.0, 1.0])
+    obj = make_rig("mixamo")
+    solver = ExactSolver(local, root, sk.CANONICAL)
+    res = bake.bake_keypoints(obj, low, None, 24.0, bake.BakeOptions(fps=24.0, ground=True),
+                              source_name="low", solver=solver)
+    seen = solver.calls[0]["keypoints"]
+    heel_toe = [sk.keypoint_index(n) for n in ("heel_l", "heel_r", "toe_tip_l", "toe_tip_r")]
+    floor = np.percentile(kp[:, heel_toe, 2], 1.0)
+    np.testing.assert_allclose(seen, kp - [0.0, 0.0, floor], atol=1e-9)
+    assert any("grounded" in w and "+" in w for w in res.warnings)
+    # without it the clip stays where the source put it, and nothing is said
+    solver = ExactSolver(local, root, sk.CANONICAL)
+    res = bake.bake_keypoints(obj, low, None, 24.0, bake.BakeOptions(fps=24.0), source_name="low", solver=solver)
+    np.testing.assert_allclose(solver.calls[0]["keypoints"], low, atol=1e-9)
+    assert not any("grounded" in w for w in res.warnings)
