@@ -93,7 +93,7 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
             ('QUATERNION', "Quaternion", "Key quaternions (baked bones are set to quaternion mode)"),
             ('BONE', "Bone's Own", "Key each bone's own rotation mode (Euler orders, axis-angle), made continuous"),
         ),
-        default='QUATERNION')
+        default='BONE')
     in_place: BoolProperty(
         name="In Place", default=False,
         description="Drop the horizontal root motion (the character walks on the spot)")

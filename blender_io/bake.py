@@ -115,9 +115,10 @@ class BakeOptions:
     refine : bool
         Run the solver's optimisation refinement.
     rotation_mode : str
-        ``"QUATERNION"`` (keys ``rotation_quaternion`` and sets the baked
-        bones to quaternion mode) or ``"BONE"`` (each bone's own mode;
-        Eulers and axis-angle made continuous).
+        ``"BONE"`` (default: each bone's own mode, Eulers and axis-angle
+        made continuous, nothing about the rig changes) or ``"QUATERNION"``
+        (keys ``rotation_quaternion`` and switches the baked bones to
+        quaternion mode, which the user's Euler actions then no longer drive).
     in_place : bool
         Drop the horizontal root motion.
     ground : bool
@@ -149,7 +150,7 @@ class BakeOptions:
     smooth_strength: float = 0.5
     smooth_target: str = "both"
     refine: bool = True
-    rotation_mode: str = "QUATERNION"
+    rotation_mode: str = "BONE"
     in_place: bool = False
     ground: bool = False
     foot_lock: bool = True

@@ -211,9 +211,9 @@ def add_bake_arguments(parser):
     g.add_argument("--foot-lock", action=argparse.BooleanOptionalAction, default=True,
                    help="keep the feet planted where the source's are (two-bone IK on the legs; "
                         "default: on)")
-    g.add_argument("--rotation-mode", default="QUATERNION", choices=("QUATERNION", "BONE"),
+    g.add_argument("--rotation-mode", default="BONE", choices=("QUATERNION", "BONE"),
                    help="rotation channels written: QUATERNION (bones switched to quaternions) or BONE "
-                        "(each bone's own rotation mode); default QUATERNION")
+                        "(each bone's own rotation mode, the rig's settings untouched); default BONE")
     add_device_argument(g)
     g.add_argument("--weights", metavar="PATH", default=None,
                    help="network weights file (default: weights/neural_ik.pt in the package)")
