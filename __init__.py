@@ -9,6 +9,7 @@ Registration only, in two phases:
 """
 
 import importlib
+import importlib.util
 
 #: UI packages registered in phase 2, in order; each exports ``classes`` and ``modules``.
 _DEPENDENT_PACKAGES = ("operators", "panels")
@@ -22,12 +23,23 @@ missing_reason = ""
 
 
 def _dependencies_error():
-    """Return ``""`` when the phase-2 dependencies import, else a short reason."""
-    for name in ("numpy", "torch"):
-        try:
-            importlib.import_module(name)
-        except Exception as ex:  # a broken install may raise anything
-            return "{} does not import ({}: {})".format(name, type(ex).__name__, ex)
+    """Return ``""`` when the phase-2 dependencies are there, else a short reason.
+
+    numpy is imported (Blender ships it, so it costs nothing). torch is only
+    looked up, not imported: importing it would add about 1.5 s to every
+    Blender start; the solver imports it on first use and reports a broken
+    install there (:func:`.blender_io.bake.get_solver`).
+    """
+    try:
+        importlib.import_module("numpy")
+    except Exception as ex:  # a broken install may raise anything
+        return "numpy does not import ({}: {})".format(type(ex).__name__, ex)
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "torch does not import (no module named 'torch')"
     return ""
 
 

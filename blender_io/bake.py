@@ -226,8 +226,11 @@ def get_solver(device: str = "auto", weights=None):
         When the weights are missing or do not load.
     """
     from .. import device as _device
-    from ..model import inference
 
+    try:
+        from ..model import inference
+    except ImportError as ex:  # torch found at registration but broken
+        raise BakeError(f"PyTorch does not import ({ex}); reinstall it from the add-on preferences") from None
     try:
         resolved = _device.resolve_device(device)
     except ValueError as ex:
