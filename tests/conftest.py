@@ -24,6 +24,7 @@ blender_ext
 """
 
 import atexit
+import importlib
 import importlib.util
 import os
 import pathlib
@@ -99,6 +100,28 @@ def ext(ext_zip):
     module = sys.modules[MODULE_NAME]
     assert pathlib.Path(module.__file__).resolve().is_relative_to(_USER_ROOT.resolve())
     return module
+
+
+def _ext_module(ext, name):
+    return importlib.import_module(ext.__name__ + "." + name)
+
+
+@pytest.fixture(scope="session")
+def bake(ext):
+    """The installed extension's ``blender_io.bake`` module."""
+    return _ext_module(ext, "blender_io.bake")
+
+
+@pytest.fixture(scope="session")
+def sk(ext):
+    """The installed extension's ``model.skeleton`` module."""
+    return _ext_module(ext, "model.skeleton")
+
+
+@pytest.fixture(scope="session")
+def rnp(ext):
+    """The installed extension's ``model.rotations_np`` module."""
+    return _ext_module(ext, "model.rotations_np")
 
 
 def _reset_preferences():

@@ -26,21 +26,6 @@ WEIGHTS = pathlib.Path(os.environ.get("NEURAL_IK_TEST_WEIGHTS")
                        or pathlib.Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt")
 
 
-@pytest.fixture(scope="module")
-def bake(ext):
-    return importlib.import_module(ext.__name__ + ".blender_io.bake")
-
-
-@pytest.fixture(scope="module")
-def sk(ext):
-    return importlib.import_module(ext.__name__ + ".model.skeleton")
-
-
-@pytest.fixture(scope="module")
-def rnp(ext):
-    return importlib.import_module(ext.__name__ + ".model.rotations_np")
-
-
 class ExactSolver:
     """Stands in for model.inference.Solver: returns the known motion."""
 

@@ -18,21 +18,6 @@ import rigs  # noqa: E402
 from test_bake import ExactSolver, fcurve_arrays, motion, pose_heads  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def bake(ext):
-    return importlib.import_module(ext.__name__ + ".blender_io.bake")
-
-
-@pytest.fixture(scope="module")
-def sk(ext):
-    return importlib.import_module(ext.__name__ + ".model.skeleton")
-
-
-@pytest.fixture(scope="module")
-def rnp(ext):
-    return importlib.import_module(ext.__name__ + ".model.rotations_np")
-
-
 def _select(obj):
     for o in bpy.context.view_layer.objects:
         o.select_set(False)
