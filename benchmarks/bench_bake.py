@@ -26,25 +26,13 @@ Run (CPU threads follow ``--threads``, default 2)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _import_package():
-    if "neural_ik" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("neural_ik", REPO / "__init__.py",
-                                                      submodule_search_locations=[str(REPO)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["neural_ik"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["neural_ik"]
+from _pkg import REPO, import_package  # the script's folder is on sys.path
 
 
 class _ExactSolver:
@@ -139,7 +127,7 @@ def main(argv=None):
     import torch
     torch.set_num_threads(args.threads)
     import bpy
-    _import_package()
+    import_package()
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
     weights, label = args.weights, ""
     if args.untrained:

@@ -14,24 +14,18 @@ needed); the timings do not depend on the pose content.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from _pkg import import_package  # the script's folder is on sys.path
 
 
 def _pkg():
-    if "neural_ik" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("neural_ik", REPO / "__init__.py", submodule_search_locations=[str(REPO)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["neural_ik"] = mod
-        spec.loader.exec_module(mod)
+    import_package()
     from neural_ik.model import inference, train
     from neural_ik.model.skeleton import CANONICAL, keypoints_from_fk_np
 

@@ -15,25 +15,17 @@ Run::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+from _pkg import import_package  # the script's folder is on sys.path
 
 
 def _import_package():
-    if "neural_ik" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("neural_ik", REPO / "__init__.py",
-                                                      submodule_search_locations=[str(REPO)])
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["neural_ik"] = mod
-        spec.loader.exec_module(mod)
+    import_package()
     from neural_ik import readers
     return readers
 
