@@ -51,6 +51,7 @@ import numpy as np
 
 from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
 from ..retarget.solve import quats_to_euler_continuous
+from .rig import NotAnArmatureError, rig_description
 
 __all__ = [
     "BakeOptions",
@@ -65,7 +66,6 @@ __all__ = [
     "stored_mapping",
     "store_mapping",
     "resolve_mapping",
-    "rig_from_object",
     "REQUIRED_KEYPOINTS",
     "SMOOTH_METHODS",
     "SMOOTH_TARGETS",
@@ -271,7 +271,7 @@ def stored_mapping(obj):
     mapping = BoneMapping(entries, confidence)
     try:
         from ..retarget.mapping import auto_map
-        auto = auto_map(rig_from_object(obj))
+        auto = auto_map(rig_description(obj))
     except Exception:
         return mapping
     used = set(entries.values())
@@ -424,19 +424,6 @@ def _leg_length(skel) -> float:
                           for s in "lr"]))
 
 
-def rig_from_object(obj):
-    """The armature's rest skeleton as a :class:`..retarget.rig.RigDescription`.
-
-    Reads the arrays with :func:`.rig.armature_arrays` (``foreach_get``).
-    """
-    from ..retarget.rig import RigDescription
-    from .rig import armature_arrays
-
-    a = armature_arrays(obj)
-    return RigDescription(a["names"], a["parents"], a["matrix_local"], a["head"], a["tail"],
-                          world_matrix=a["matrix_world"], name=obj.name)
-
-
 def _object_frame(obj):
     """(Minv (4,4), unit scale s): world -> armature space, armature units -> metres."""
     m = np.array(obj.matrix_world, dtype=np.float64)
@@ -488,7 +475,6 @@ class BakeJob:
         import bpy
 
         from ..retarget.solve import plan_retarget
-        from .rig import NotAnArmatureError
 
         options = options or BakeOptions()
         self.options = options
@@ -526,7 +512,7 @@ class BakeJob:
         self.frame_start = int(options.frame_start if options.frame_start is not None else scene.frame_start)
         self.source_fps = float(source_fps)
         try:
-            rig = rig_from_object(obj)
+            rig = rig_description(obj)
         except NotAnArmatureError as ex:
             raise BakeError(str(ex)) from None
         if len(rig) == 0:

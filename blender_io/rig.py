@@ -65,4 +65,5 @@ def rig_description(obj):
         head=a["head"],
         tail=a["tail"],
         matrix_world=a["matrix_world"],
+        name=obj.name,
     )

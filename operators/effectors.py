@@ -14,6 +14,7 @@ import bpy
 import numpy as np
 
 from ..blender_io import bake as bake_mod
+from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
 from .mapping import target_armature
 from .solve import EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, effector_keypoints, effector_objects
@@ -41,7 +42,7 @@ class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
     def execute(self, context):
         obj = target_armature(context)
         try:
-            rig = bake_mod.rig_from_object(obj)
+            rig = rig_description(obj)
             mapping = bake_mod.resolve_mapping(obj, rig)
         except bake_mod.BakeError as ex:
             self.report({'ERROR'}, str(ex))

@@ -10,6 +10,7 @@ from bpy.props import StringProperty
 from bpy_extras.io_utils import ExportHelper, ImportHelper
 
 from ..blender_io import bake as bake_mod
+from ..blender_io.rig import rig_description
 
 
 def target_armature(context):
@@ -43,7 +44,7 @@ class NEURAL_IK_OT_auto_map(_NeedsArmature, bpy.types.Operator):
         from ..retarget.mapping import auto_map, humanoid_check
 
         obj = target_armature(context)
-        mapping = auto_map(bake_mod.rig_from_object(obj))
+        mapping = auto_map(rig_description(obj))
         bake_mod.store_mapping(obj, mapping)
         missing = humanoid_check(mapping)
         n = _mapped_count(mapping)
@@ -80,7 +81,7 @@ class NEURAL_IK_OT_save_mapping_preset(_NeedsArmature, bpy.types.Operator, Expor
         from ..retarget.presets import save_preset
 
         obj = target_armature(context)
-        rig = bake_mod.rig_from_object(obj)
+        rig = rig_description(obj)
         mapping = bake_mod.stored_mapping(obj)
         if mapping is None:
             from ..retarget.mapping import auto_map
@@ -108,7 +109,7 @@ class NEURAL_IK_OT_load_mapping_preset(_NeedsArmature, bpy.types.Operator, Impor
         from ..retarget.presets import load_preset
 
         obj = target_armature(context)
-        rig = bake_mod.rig_from_object(obj)
+        rig = rig_description(obj)
         try:
             mapping, warnings = load_preset(self.filepath, rig)
         except (OSError, ValueError) as ex:   # json errors are ValueErrors

@@ -279,7 +279,7 @@ def test_stored_mapping_is_used(ext, bake, sk, rnp):
     obj = make_rig("mixamo")
     mapping_mod = importlib.import_module(ext.__name__ + ".retarget.mapping")
     rig_mod = importlib.import_module(ext.__name__ + ".blender_io.rig")
-    m = mapping_mod.auto_map(bake.rig_from_object(obj))
+    m = mapping_mod.auto_map(rig_mod.rig_description(obj))
     bake.store_mapping(obj, m)
     assert len(obj.neural_ik_mapping) == 22
     back = bake.stored_mapping(obj)
@@ -300,7 +300,7 @@ def test_round_trip_real_solver(ext, bake, sk, rnp, capsys):
     local = demo.walk_rotations(2.0, 30.0)                 # a natural motion (walk with a turn)
     root = demo.walk_keypoints(2.0, 30.0)[:, sk.joint_index("pelvis")]
     obj = make_rig("mixamo", pose="A", axes="random")
-    rig = bake.rig_from_object(obj)
+    rig = rig_mod.rig_description(obj)
     mapping = mapping_mod.auto_map(rig)
     plan = solve_mod.plan_retarget(rig, mapping)
     truth = solve_mod.retarget(plan, local, root, scale=1.0)
