@@ -44,17 +44,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: make the package importable
-    _repo = Path(__file__).resolve().parent.parent
-    import importlib.util
+if __package__ in (None, ""):  # run as a script: import the repository as the package neural_ik
+    from _script import as_package  # model/ is first on sys.path
 
-    if "neural_ik" not in sys.modules:
-        _spec = importlib.util.spec_from_file_location("neural_ik", _repo / "__init__.py", submodule_search_locations=[str(_repo)])
-        _mod = importlib.util.module_from_spec(_spec)
-        sys.modules["neural_ik"] = _mod
-        _spec.loader.exec_module(_mod)
-    __package__ = "neural_ik.model"
-    from neural_ik.model import augment as _augment  # noqa: F401
+    __package__ = as_package()
 
 from . import limits as lim
 from .augment import JOINT_AXIS_SCALE
