@@ -17,6 +17,7 @@ Layouts: :mod:`.layouts`.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from .base import (
@@ -56,30 +57,26 @@ __all__ = [
     "MAX_GAP",
 ]
 
+#: Extension -> (reader module, function name); modules are imported on first use.
+_READERS = {
+    ".npz": ("npz", "read_npz"),
+    ".npy": ("npz", "read_npy"),
+    ".json": ("jsonfmt", "read_json"),
+    ".csv": ("csvfmt", "read_csv"),
+    ".trc": ("trc", "read_trc"),
+    ".bvh": ("bvh", "read_bvh_keypoints"),
+}
+
 #: File extensions :func:`read_keypoints` reads.
-EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh")
+EXTENSIONS = tuple(_READERS)
 
 
 def _reader(ext):
-    if ext == ".npz":
-        from .npz import read_npz
-        return read_npz
-    if ext == ".npy":
-        from .npz import read_npy
-        return read_npy
-    if ext == ".json":
-        from .jsonfmt import read_json
-        return read_json
-    if ext == ".csv":
-        from .csvfmt import read_csv
-        return read_csv
-    if ext == ".trc":
-        from .trc import read_trc
-        return read_trc
-    if ext == ".bvh":
-        from .bvh import read_bvh_keypoints
-        return read_bvh_keypoints
-    return None
+    entry = _READERS.get(ext)
+    if entry is None:
+        return None
+    module, name = entry
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap: int = MAX_GAP) -> KeypointClip:
