@@ -133,44 +133,50 @@ def _missing_runs(finite, frame_start):
     return [int(v) + int(frame_start) for pair in zip(starts, ends) for v in pair]
 
 
-def _mask_missing(values, child, frames, fcurves_by_index):
-    """NaN where the clip had no point and the animator has not keyed one since.
+def _fcurve_keys(fc):
+    """Keyframe coordinates of ``fc`` as (K, 2) float64 (one ``foreach_get``)."""
+    n = len(fc.keyframe_points)
+    co = np.empty(n * 2, dtype=np.float32)
+    fc.keyframe_points.foreach_get("co", co)
+    return co.reshape(n, 2).astype(np.float64)
+
+
+def _missing_mask(child, frames, keys_by_index):
+    """True where the clip had no point and the animator has not keyed one since.
 
     The fcurves interpolate across a gap (and hold their value before the first
     key), which would invent points the source never had; frames inside a
     stored missing run stay missing unless a key now sits on them.
     """
+    missing = np.zeros(len(frames), dtype=bool)
     runs = list(child.get(_MISSING_TAG, []))
     if not runs:
-        return values
-    keyed = set()
-    for fc in fcurves_by_index.values():
-        n = len(fc.keyframe_points)
-        co = np.empty(n * 2, dtype=np.float32)
-        fc.keyframe_points.foreach_get("co", co)
-        keyed.update(np.round(co[0::2]).astype(int).tolist())
+        return missing
+    keyed = np.unique(np.concatenate([np.round(co[:, 0]) for co in keys_by_index.values()] or [[]]))
     for first, last in zip(runs[0::2], runs[1::2]):
-        inside = (frames >= first) & (frames <= last)
-        if keyed:
-            inside &= ~np.isin(np.round(frames).astype(int), list(keyed))
-        values[inside] = np.nan
-    return values
+        missing |= (frames >= first) & (frames <= last)
+    if keyed.size:
+        missing &= ~np.isin(np.round(frames), keyed)
+    return missing
 
 
-def _fcurve_samples(fcurves_by_index, frames):
+def _fcurve_samples(fcurves_by_index, keys_by_index, frames, skip):
+    """Location (T, 3) over ``frames``: key values where a key sits on the frame,
+    ``FCurve.evaluate`` only on the other frames that are not ``skip``ped."""
     out = np.full((len(frames), 3), np.nan)
     for axis in range(3):
         fc = fcurves_by_index.get(axis)
         if fc is None:
             continue
-        n = len(fc.keyframe_points)
-        co = np.empty(n * 2, dtype=np.float32)
-        fc.keyframe_points.foreach_get("co", co)
-        co = co.reshape(n, 2)
-        if n and np.array_equal(co[:, 0], frames):
-            out[:, axis] = co[:, 1]
-        else:  # keys were edited or thinned: sample the curve
-            out[:, axis] = [fc.evaluate(f) for f in frames]
+        co = keys_by_index[axis]
+        hit = np.zeros(len(frames), dtype=bool)
+        if len(co) and np.all(np.diff(co[:, 0]) > 0):
+            idx = np.minimum(np.searchsorted(co[:, 0], frames), len(co) - 1)
+            hit = co[idx, 0] == frames
+            out[hit, axis] = co[idx[hit], 1]
+        rest = np.flatnonzero(~hit & ~skip)
+        if rest.size:  # keys were edited or thinned: sample the curve in between
+            out[rest, axis] = [fc.evaluate(f) for f in frames[rest]]
     return out
 
 
@@ -206,7 +212,10 @@ def read_keypoint_object(root, frames=None):
                 local[:, j] = np.asarray(child.location)
             continue
         curves = {fc.array_index: fc for fc in action_fcurves(ad.action, child) if fc.data_path == "location"}
-        local[:, j] = _mask_missing(_fcurve_samples(curves, frames), child, frames, curves)
+        keys = {axis: _fcurve_keys(fc) for axis, fc in curves.items()}
+        missing = _missing_mask(child, frames, keys)
+        local[:, j] = _fcurve_samples(curves, keys, frames, missing)
+        local[missing, j] = np.nan
     # children are parented with an identity parent inverse: world = root @ local
     m = np.array(root.matrix_world)
     world = local @ m[:3, :3].T + m[:3, 3]

@@ -421,3 +421,29 @@ def test_bake_respects_edited_empties_and_keeps_gaps_masked(ext, bake, sk, exact
     np.testing.assert_allclose(seen[2, sk.KEYPOINTS.index("hand_l")], (0.7, -0.1, 1.0), atol=1e-5)
     np.testing.assert_allclose(seen[6, tip], (0.5, 0.0, 1.2), atol=1e-5)
     assert np.isnan(seen[8, tip]).all()
+
+
+def test_thinned_keys_read_as_keys_and_curve_in_between(ext, sk, exact_solver, tmp_path):
+    """Frames with a key read the key; frames whose key was deleted read the fcurve there."""
+    _solver, kp = exact_solver
+    _import_clip(sk, kp, tmp_path)
+    root = bpy.context.scene.neural_ik.keypoint_object
+    kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
+    actions = importlib.import_module(ext.__name__ + ".blender_io.actions")
+    before, names, _fps, _layout = kpo.read_keypoint_object(root)
+    hand = next(c for c in root.children if c.get("neural_ik_joint") == "hand_l")
+    start = int(root["frame_start"])
+    curves = sorted((fc for fc in actions.action_fcurves(hand.animation_data.action, hand)
+                     if fc.data_path == "location"), key=lambda fc: fc.array_index)
+    for fc in curves:
+        for k in [k for k in fc.keyframe_points if start + 3 <= k.co[0] <= start + 5][::-1]:
+            fc.keyframe_points.remove(k)
+        fc.update()
+    after, _n, _f, _l = kpo.read_keypoint_object(root)
+    j = names.index("hand_l")
+    m = np.array(root.matrix_world)
+    local = np.array([[fc.evaluate(start + t) for fc in curves] for t in (3, 4, 5)])
+    np.testing.assert_allclose(after[3:6, j], local @ m[:3, :3].T + m[:3, 3], atol=1e-6)
+    keep = [t for t in range(len(after)) if t not in (3, 4, 5)]
+    np.testing.assert_array_equal(after[keep], before[keep])
+    assert not np.allclose(after[3:6, j], before[3:6, j])
