@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix, axis_rotation, matrix_to_quat, quat_slerp, quat_to_matrix, \
+from ..model.rotations_np import axis_angle_to_matrix, euler_to_matrix, matrix_to_quat, quat_slerp, quat_to_matrix, \
     rotation_between
 from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
@@ -681,11 +681,9 @@ def euler_to_matrix_blender(euler, order: str = "XYZ") -> np.ndarray:
     -------
     ndarray (..., 3, 3)
     """
+    # Blender's order names the axes as applied: the intrinsic product reverses it
     e = np.asarray(euler, dtype=np.float64)
-    i, j, k = (_AX[c] for c in order)
-    m = axis_rotation(i, e[..., i])
-    m = axis_rotation(j, e[..., j]) @ m
-    return axis_rotation(k, e[..., k]) @ m
+    return euler_to_matrix(e[..., [_AX[c] for c in reversed(order)]], order[::-1], degrees=False)
 
 
 def _matrix_to_euler_by_position(m, order):
