@@ -16,6 +16,15 @@ from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProp
 from .blender_io.keypoint_objects import is_keypoint_root
 
 
+def target_armature(context):
+    """The Neural IK target armature, else the active armature, else ``None``."""
+    s = getattr(context.scene, "neural_ik", None)
+    if s is not None and s.target is not None:
+        return s.target
+    obj = context.active_object
+    return obj if obj is not None and obj.type == 'ARMATURE' else None
+
+
 def _poll_armature(self, obj):
     return obj is not None and obj.type == 'ARMATURE'
 

@@ -11,15 +11,7 @@ from bpy_extras.io_utils import ExportHelper, ImportHelper
 
 from ..blender_io import bake as bake_mod
 from ..blender_io.rig import rig_description
-
-
-def target_armature(context):
-    """The Neural IK target armature, else the active armature, else ``None``."""
-    s = getattr(context.scene, "neural_ik", None)
-    if s is not None and s.target is not None:
-        return s.target
-    obj = context.active_object
-    return obj if obj is not None and obj.type == 'ARMATURE' else None
+from ..properties import target_armature
 
 
 def _mapped_count(mapping):

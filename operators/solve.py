@@ -116,13 +116,6 @@ def _options(context):
     return properties.bake_options(context.scene.neural_ik, device=preferences.device_choice(context))
 
 
-def _target(context):
-    s = context.scene.neural_ik
-    return s.target if s.target is not None else (
-        context.active_object if context.active_object is not None and context.active_object.type == 'ARMATURE'
-        else None)
-
-
 def _summary(result):
     mean, mx = result.keypoint_error_mm
     return (f"Baked {result.frames} frames into {result.action.name!r}: keypoint error {mean:.1f} mm "
@@ -138,7 +131,7 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
     bl_options = {'REGISTER', 'UNDO'}
 
     def execute(self, context):
-        obj = _target(context)
+        obj = properties.target_armature(context)
         try:
             kp, mask, _fps, _name = scene_input(context, current_frame=True)
             out = bake_mod.solve_current_frame(obj, kp, mask, _options(context))
@@ -167,7 +160,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
     _runner = None
 
     def _job(self, context):
-        obj = _target(context)
+        obj = properties.target_armature(context)
         kp, mask, fps, name = scene_input(context)
         options = _options(context)
         if self.action_name:

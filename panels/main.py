@@ -3,6 +3,7 @@
 import bpy
 
 from .. import device, preferences
+from ..properties import target_armature
 from ..model.skeleton import JOINTS
 
 _PARENT = "VIEW3D_PT_neural_ik"
@@ -10,14 +11,6 @@ _PARENT = "VIEW3D_PT_neural_ik"
 
 def _settings(context):
     return getattr(context.scene, "neural_ik", None)
-
-
-def _target(context):
-    s = _settings(context)
-    if s is not None and s.target is not None:
-        return s.target
-    obj = context.active_object
-    return obj if obj is not None and obj.type == 'ARMATURE' else None
 
 
 def mapping_status(obj):
@@ -50,7 +43,7 @@ class VIEW3D_PT_neural_ik_target(_Sub, bpy.types.Panel):
         layout = self.layout
         s = _settings(context)
         layout.prop(s, "target")
-        obj = _target(context)
+        obj = target_armature(context)
         if obj is None:
             layout.label(text="Pick a humanoid armature", icon='INFO')
             return
@@ -81,7 +74,7 @@ class VIEW3D_PT_neural_ik_mapping(_Sub, bpy.types.Panel):
 
     def draw(self, context):
         layout = self.layout
-        obj = _target(context)
+        obj = target_armature(context)
         if obj is None or len(obj.neural_ik_mapping) == 0:
             layout.label(text="Run Auto-Map to edit the mapping", icon='INFO')
             return
