@@ -292,11 +292,7 @@ def keypoints_from_fk_batched(local_rot, root_pos, offsets, end_offsets) -> np.n
     -------
     ndarray, shape (..., 32, 3)
     """
-    world_rot, world_pos = sk.forward_kinematics_np(local_rot, root_pos, offsets)
-    ends = world_pos[..., sk.END_PARENTS, :] + np.einsum(
-        "...kij,...kj->...ki", world_rot[..., sk.END_PARENTS, :, :], np.asarray(end_offsets, dtype=np.float64)
-    )
-    return np.concatenate([world_pos, ends], axis=-2)
+    return sk.keypoints_from_fk_np(local_rot, root_pos, Skeleton(offsets, np.asarray(end_offsets, dtype=np.float64)))
 
 
 def keypoint_noise(kp, rng: np.random.Generator, sigma_m: float = 0.01, per_sample: bool = False, batch_ndim: int = 1):

@@ -249,10 +249,14 @@ def forward_kinematics_np(local_rot: np.ndarray, root_pos: np.ndarray, offsets: 
 
 
 def keypoints_from_fk_np(local_rot: np.ndarray, root_pos: np.ndarray, skeleton: Skeleton | None = None) -> np.ndarray:
-    """World positions of all 32 keypoints, shape (..., 32, 3)."""
+    """World positions of all 32 keypoints, shape (..., 32, 3).
+
+    The skeleton's arrays may carry the batch dimensions too (per-sample
+    offsets (..., 22, 3) and end offsets (..., 10, 3)).
+    """
     skeleton = skeleton or CANONICAL
     world_rot, world_pos = forward_kinematics_np(local_rot, root_pos, skeleton.offsets)
     ends = world_pos[..., END_PARENTS, :] + np.einsum(
-        "...kij,kj->...ki", world_rot[..., END_PARENTS, :, :], skeleton.end_offsets
+        "...kij,...kj->...ki", world_rot[..., END_PARENTS, :, :], skeleton.end_offsets
     )
     return np.concatenate([world_pos, ends], axis=-2)
