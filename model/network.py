@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS
-from .rotations import matrix_to_rot6d, rot6d_to_matrix
+from .rotations import matrix_to_rot6d, rot6d_to_matrix, rot_z
 from .skeleton import END_OFFSETS, KEYPOINTS, MIRROR_KEYPOINTS, REST_OFFSETS, SPARSE_EFFECTORS, SPARSE_HINTS
 
 __all__ = [
@@ -120,12 +120,6 @@ def estimate_heading(kp: torch.Tensor, mask: torch.Tensor, orient=None, orient_m
     return torch.where(degenerate, torch.zeros_like(ang), ang)
 
 
-def _rot_z_np_free(angle: torch.Tensor) -> torch.Tensor:
-    c, s = torch.cos(angle), torch.sin(angle)
-    o, i = torch.zeros_like(c), torch.ones_like(c)
-    return torch.stack([c, -s, o, s, c, o, o, o, i], -1).reshape(angle.shape + (3, 3))
-
-
 def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
     """Network features and the frame needed to decode its output.
 
@@ -160,7 +154,7 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
         orient_mask = torch.zeros(B, NUM_EFF, dtype=torch.bool, device=dev)
     orient_mask = orient_mask.bool()
     heading = estimate_heading(kp, mask, orient, orient_mask)
-    rot_h = _rot_z_np_free(heading)  # canonical -> world
+    rot_h = rot_z(heading)  # canonical -> world
     rot_inv = rot_h.transpose(-1, -2)
     rel = ((kp - centre[:, None]) @ rot_inv.transpose(-1, -2)) / scale[:, None, None]
     rel = rel * m[..., None]
