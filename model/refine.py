@@ -517,7 +517,6 @@ for _j in range(1, NUM_JOINTS):
 for _d in range(1, max(_depth) + 1):
     _idx = [j for j in range(NUM_JOINTS) if _depth[j] == _d]
     _LEVELS.append((np.array(_idx), np.array([PARENTS[j] for j in _idx])))
-_END_PAR = None
 
 
 def _np_aa_to_matrix(aa):

@@ -19,9 +19,6 @@ __all__ = [
     "matrix_to_quat",
     "quat_to_matrix",
     "quat_slerp",
-    "matrix_to_6d",
-    "sixd_to_matrix",
-    "orthonormalize",
     "rotation_between",
     "resample_rotations",
 ]
@@ -193,32 +190,6 @@ def quat_slerp(q0: np.ndarray, q1: np.ndarray, t: np.ndarray) -> np.ndarray:
     w1 = np.where(lin, t, np.sin(t * theta) / safe)
     out = w0 * q0 + w1 * q1
     return out / np.linalg.norm(out, axis=-1, keepdims=True)
-
-
-def matrix_to_6d(mat: np.ndarray) -> np.ndarray:
-    """The first two columns of each matrix, shape (..., 6) (Zhou et al. 2019)."""
-    mat = np.asarray(mat)
-    return np.concatenate([mat[..., :, 0], mat[..., :, 1]], axis=-1)
-
-
-def sixd_to_matrix(d6: np.ndarray) -> np.ndarray:
-    """Gram-Schmidt of two 3-vectors into a rotation matrix (columns), shape (..., 3, 3)."""
-    d6 = np.asarray(d6, dtype=np.float64)
-    a, b = d6[..., :3], d6[..., 3:]
-    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b - np.sum(x * b, axis=-1, keepdims=True) * x
-    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    z = np.cross(x, y)
-    return np.stack([x, y, z], axis=-1)
-
-
-def orthonormalize(mat: np.ndarray) -> np.ndarray:
-    """Nearest rotation matrices (SVD, determinant +1)."""
-    u, _, vt = np.linalg.svd(np.asarray(mat, dtype=np.float64))
-    d = np.sign(np.linalg.det(u @ vt))
-    u = u.copy()
-    u[..., :, -1] *= d[..., None]
-    return u @ vt
 
 
 def rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
