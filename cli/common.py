@@ -177,10 +177,12 @@ def add_bake_arguments(parser):
     g.add_argument("--layout", metavar="NAME|MAPPING.json", default=None,
                    help="keypoint layout of the source (see `layouts`) or a JSON mapping of source names to "
                         "canonical keypoints (default: detected from the joint names)")
-    g.add_argument("--units", default=None, choices=("m", "cm", "mm", "in"),
-                   help="units of the source (default: the file's, or guessed from the body size)")
+    g.add_argument("--units", default=None, choices=("m", "cm", "mm", "in", "cmu"),
+                   help="units of the source: metres, centimetres, millimetres, inches or CMU units "
+                        "(1/0.45 inch) (default: the file's, or detected from the body's height)")
     g.add_argument("--up-axis", default=None, choices=("Z", "Y", "-Y", "-Z"),
-                   help="up axis of the source (default: the file's or the format's convention)")
+                   help="up axis of the source (default: the file's, else detected from the motion: "
+                        "feet to head)")
     g.add_argument("--source-fps", type=_positive_float, default=None, metavar="FPS",
                    help="frame rate of the source when the file has none or a wrong one")
     g.add_argument("--frames", type=parse_frames, default=None, metavar="A:B",
@@ -206,8 +208,9 @@ def add_bake_arguments(parser):
     g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
                    help="refine the network's solve by optimisation (default: on)")
     g.add_argument("--in-place", action="store_true", help="remove the root's horizontal travel")
-    g.add_argument("--ground", action="store_true",
-                   help="move the clip vertically so its lowest foot point touches the floor (z = 0)")
+    g.add_argument("--ground", action=argparse.BooleanOptionalAction, default=True,
+                   help="move the clip vertically so its lowest foot point touches the floor (z = 0) and "
+                        "report the shift (default: on; --no-ground keeps the file's heights)")
     g.add_argument("--foot-lock", action=argparse.BooleanOptionalAction, default=True,
                    help="keep the feet planted where the source's are (two-bone IK on the legs; "
                         "default: on)")
@@ -251,7 +254,7 @@ def bake_options(args, action_name=None, fps=None):
         refine=args.refine,
         rotation_mode=args.rotation_mode,
         in_place=args.in_place,
-        ground=args.ground,
+        ground=False,  # the reader already put the clip on the floor (read_source, --ground)
         foot_lock=args.foot_lock,
         device=device_choice(args),
         action_name=action_name,
@@ -509,7 +512,7 @@ def read_source(path, args):
     ----------
     path : str
     args : argparse.Namespace
-        ``layout``, ``units``, ``up_axis``, ``source_fps``.
+        ``layout``, ``units``, ``up_axis``, ``source_fps``, ``ground``.
 
     Returns
     -------
@@ -520,7 +523,8 @@ def read_source(path, args):
     readers.KeypointReadError
     """
     kwargs = dict(layout=getattr(args, "layout", None), units=getattr(args, "units", None),
-                  up_axis=getattr(args, "up_axis", None), fps=getattr(args, "source_fps", None))
+                  up_axis=getattr(args, "up_axis", None), fps=getattr(args, "source_fps", None),
+                  ground=getattr(args, "ground", True))
     if path.lower().endswith(".fbx"):
         from .fbx_source import read_fbx_keypoints
 

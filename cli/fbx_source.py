@@ -39,7 +39,7 @@ def _snapshot():
              "collections", "cameras", "lights", "node_groups", "shape_keys") if hasattr(bpy.data, name)}
 
 
-def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read an FBX animation's bone positions as a keypoint clip.
 
     Parameters
@@ -122,7 +122,7 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
         scene.render.fps, scene.render.fps_base = saved_fps
         scene.frame_set(saved_frame)
     kwargs = dict(fps=fps, file_fps=file_fps, units=units, up_axis=up_axis,
-                  file_units="m" if units is None else None, file_up_axis="Z", max_gap=max_gap)
+                  file_units="m" if units is None else None, file_up_axis="Z", max_gap=max_gap, ground=ground)
     if layout is not None:
         return finish_clip(path, pos, names, layout=layout, **kwargs)
     # names first (a known layout); the armature's own automatic bone mapping when they do not

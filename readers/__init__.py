@@ -27,12 +27,17 @@ from .base import (
     UP_AXES,
     KeypointClip,
     KeypointReadError,
+    body_height,
     body_size,
     convert_up_axis,
+    detect_up_axis,
+    floor_height,
+    upright_share,
     fill_gaps,
     resample,
     to_canonical,
 )
+from .source_rig import SourceRig
 from .layouts import LAYOUTS, Layout, detect_layout, get_layout, layout_table, load_mapping
 
 __all__ = [
@@ -44,6 +49,11 @@ __all__ = [
     "fill_gaps",
     "convert_up_axis",
     "body_size",
+    "body_height",
+    "detect_up_axis",
+    "floor_height",
+    "upright_share",
+    "SourceRig",
     "LAYOUTS",
     "Layout",
     "detect_layout",
@@ -79,7 +89,8 @@ def _reader(ext):
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
-def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap: int = MAX_GAP) -> KeypointClip:
+def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap: int = MAX_GAP,
+                   ground: bool = True) -> KeypointClip:
     """Read a keypoint file, dispatching on its extension.
 
     Parameters
@@ -89,7 +100,7 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
         Layout name (see :data:`LAYOUTS`), user mapping (dict or ``.json``
         file: source name -> canonical keypoint) or Layout. Detected from
         the joint names when omitted.
-    units : {"m", "cm", "mm", "in"}, optional
+    units : {"m", "cm", "mm", "in", "cmu"}, optional
         Overrides the file's units (or the guess from the body size).
     up_axis : {"Z", "Y", "-Y", "-Z"}, optional
         Overrides the file's up axis (or the format's convention, or the
@@ -98,6 +109,10 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
         Overrides the file's frame rate (default 30 when the file has none).
     max_gap : int
         Gaps of up to this many frames are filled linearly (0: none).
+    ground : bool
+        Move the clip vertically so that its lowest foot point touches the
+        floor (default; the shift is reported in the warnings and kept in
+        ``clip.floor_shift``). ``False`` keeps the file's heights.
 
     Returns
     -------
@@ -121,4 +136,4 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
         raise KeypointReadError(path, "no such file")
     if os.path.getsize(path) == 0:
         raise KeypointReadError(path, "empty file")
-    return reader(path, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap)
+    return reader(path, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap, ground=ground)

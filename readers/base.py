@@ -12,7 +12,7 @@ No ``bpy`` here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 #: Metres per unit.
-UNITS = {"m": 1.0, "dm": 0.1, "cm": 0.01, "mm": 0.001, "in": 0.0254, "ft": 0.3048}
+#: ``cmu``: the CMU database's ASF length unit (1/0.45 inch).
+UNITS = {"m": 1.0, "dm": 0.1, "cm": 0.01, "mm": 0.001, "in": 0.0254, "ft": 0.3048, "cmu": 0.0254 / 0.45}
 _UNIT_ALIASES = {
     "meter": "m", "meters": "m", "metre": "m", "metres": "m",
     "decimeter": "dm", "decimeters": "dm", "centimeter": "cm", "centimeters": "cm",
@@ -87,6 +88,13 @@ class KeypointClip:
         What was assumed, filled or masked, for the user to see.
     mapping : Layout or None
         The layout object itself (a user mapping has no registry name).
+    source_rig : SourceRig or None
+        For sources with a hierarchy (BVH, FBX/glTF, armatures): the source
+        skeleton and its motion in this clip's space (see
+        :mod:`.source_rig`); ``None`` for keypoint formats.
+    floor_shift : float
+        Metres added to every height to put the lowest foot point on the
+        floor (0 when not grounded).
     """
 
     positions: np.ndarray
@@ -99,6 +107,8 @@ class KeypointClip:
     up_axis: str = "Z"
     warnings: list = field(default_factory=list)
     mapping: Layout | None = field(default=None, repr=False, compare=False)
+    source_rig: object = field(default=None, repr=False, compare=False)
+    floor_shift: float = 0.0
 
     @property
     def num_frames(self) -> int:
@@ -112,6 +122,17 @@ class KeypointClip:
     def duration(self) -> float:
         """Seconds from the first to the last frame."""
         return (self.num_frames - 1) / self.fps if self.fps > 0 else 0.0
+
+    def frames(self, start: int, stop: int) -> "KeypointClip":
+        """Source frames ``start:stop`` (end exclusive) as a new clip (the source rig's motion too)."""
+        n = self.num_frames
+        a, b = max(0, int(start)), min(n, int(stop))
+        if not a < b:
+            raise ValueError(f"frame range {start}:{stop} is outside the clip (frames 0:{n})")
+        return replace(self, positions=self.positions[a:b].copy(),
+                       confidence=None if self.confidence is None else self.confidence[a:b].copy(),
+                       warnings=list(self.warnings),
+                       source_rig=None if self.source_rig is None else self.source_rig.frames(a, b))
 
 
 # ---------------------------------------------------------------------------
@@ -184,46 +205,233 @@ class _quiet:
         self._w.__exit__(*exc)
 
 
+#: Units considered when the file does not say, with a prior cost (in log
+#: size units) that makes rarer units win only when clearly better.
+_GUESS_UNITS = {"m": 0.0, "cm": 0.0, "mm": 0.0, "in": 0.1, "cmu": 0.5}
+#: Reference standing height for unit guessing (metres).
+_TYPICAL_HEIGHT = 1.7
+#: Heights (metres) outside which a warning names the ``--units`` flag.
+HEIGHT_RANGE = (1.0, 2.5)
+
+
 def _guess_units(size: float) -> str | None:
-    """Unit among m, cm, mm that puts ``size`` closest to 1.7 m (None if none is plausible)."""
+    """Unit (m, cm, mm, in, cmu) that best makes ``size`` a human height (None if none is plausible).
+
+    Each candidate scores ``|log(size_in_m / 1.7)|`` plus a small prior
+    cost: inches 0.1, CMU units 0.5 (chosen for a CMU-unit adult, never for
+    a child in inches).
+    """
     best, err = None, math.inf
-    for u in ("m", "cm", "mm"):
+    for u, prior in _GUESS_UNITS.items():
         s = size * UNITS[u]
-        if SIZE_RANGE[0] <= s <= SIZE_RANGE[1] and abs(math.log(s / 1.7)) < err:
-            best, err = u, abs(math.log(s / 1.7))
+        if SIZE_RANGE[0] <= s <= SIZE_RANGE[1] and abs(math.log(s / _TYPICAL_HEIGHT)) + prior < err:
+            best, err = u, abs(math.log(s / _TYPICAL_HEIGHT)) + prior
     return best
 
 
+def _kp(name):
+    return KEYPOINTS.index(name)
+
+
+#: Segments measured for the body height: (from points, to points); each
+#: end is the mean of its points.
+_HEIGHT_SEGMENTS = (
+    (("thigh_l",), ("calf_l",)), (("thigh_r",), ("calf_r",)),
+    (("calf_l",), ("foot_l",)), (("calf_r",), ("foot_r",)),
+    (("upperarm_l",), ("forearm_l",)), (("upperarm_r",), ("forearm_r",)),
+    (("forearm_l",), ("hand_l",)), (("forearm_r",), ("hand_r",)),
+    (("thigh_l", "thigh_r"), ("upperarm_l", "upperarm_r")),
+)
+
+
+def _segment_ends(kp, mask, names):
+    idx = [_kp(n) for n in names]
+    ok = mask[:, idx].all(1)
+    return np.where(ok[:, None], np.nan_to_num(kp[:, idx]).mean(1), np.nan), ok
+
+
+def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
+    """Median length of each body segment over the canonical rest length.
+
+    Parameters
+    ----------
+    kp : ndarray (T, 32, 3)
+        Canonical keypoints (any units, any axes).
+    mask : ndarray of bool (T, 32), optional
+
+    Returns
+    -------
+    dict
+        ``"thigh_l-calf_l"`` -> ratio, for the segments the clip has.
+    """
+    from ..model.skeleton import CANONICAL
+
+    kp = np.asarray(kp, dtype=np.float64)
+    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
+    rest = CANONICAL.rest_keypoints()[None]
+    full = np.ones((1, len(KEYPOINTS)), bool)
+    out = {}
+    for a, b in _HEIGHT_SEGMENTS:
+        pa, oka = _segment_ends(kp, mask, a)
+        pb, okb = _segment_ends(kp, mask, b)
+        ok = oka & okb
+        if not ok.any():
+            continue
+        length = float(np.median(np.linalg.norm(pa[ok] - pb[ok], axis=-1)))
+        ra, _ = _segment_ends(rest, full, a)
+        rb, _ = _segment_ends(rest, full, b)
+        out["+".join(a) + "-" + "+".join(b)] = length / float(np.linalg.norm(ra - rb))
+    return out
+
+
+def body_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Standing height (in the keypoints' units) estimated from segment lengths.
+
+    The median over the segments the clip has (thighs, shins, upper arms,
+    forearms, hips to shoulders) of their length relative to the canonical
+    skeleton's, times the canonical height. Independent of the pose and the
+    axes (a T-pose, a lying body, an image rotated by 90 degrees all measure
+    the same). NaN when no segment is present.
+    """
+    from ..model.skeleton import CANONICAL
+
+    r = segment_ratios(kp, mask)
+    if not r:
+        return float("nan")
+    return float(np.median(list(r.values()))) * CANONICAL.height()
+
+
+def _top_bottom(kp, mask):
+    """Mean top-of-body and bottom-of-body points per frame (T, 3) each, or None."""
+    for top, bottom in ((("head_top", "head", "nose", "neck"), ("heel_l", "heel_r", "foot_l", "foot_r", "calf_l", "calf_r")),
+                        (("neck", "upperarm_l", "upperarm_r", "head"), ("pelvis", "thigh_l", "thigh_r"))):
+        ti = [_kp(k) for k in top]
+        bi = [_kp(k) for k in bottom]
+        tm, bm = mask[:, ti], mask[:, bi]
+        if not (tm.any() and bm.any()):
+            continue
+        with _quiet():
+            t = np.nansum(np.where(tm[..., None], kp[:, ti], 0.0), 1) / tm.sum(1, keepdims=True)
+            b = np.nansum(np.where(bm[..., None], kp[:, bi], 0.0), 1) / bm.sum(1, keepdims=True)
+        ok = tm.any(1) & bm.any(1)
+        if ok.any():
+            return t[ok], b[ok]
+    return None
+
+
+def detect_up_axis(kp: np.ndarray, mask: np.ndarray | None = None) -> tuple[str | None, float]:
+    """Up axis from the motion: the dominant axis from the feet to the head.
+
+    Parameters
+    ----------
+    kp : ndarray (T, 32, 3)
+        Canonical keypoints in the file's axes.
+    mask : ndarray of bool (T, 32), optional
+
+    Returns
+    -------
+    axis : str or None
+        ``"Z"``, ``"-Z"``, ``"Y"`` or ``"-Y"``; ``None`` when the body is not
+        mostly along one of them (or along X).
+    share : float
+        Fraction of frames whose feet-to-head direction is within 60 degrees of that axis.
+
+    Notes
+    -----
+    The axis is the one the feet-to-head direction has the largest 10th
+    percentile component along (at least 0.3): the body points that way on
+    nearly every frame, so a clip spent leaning forward keeps its up axis.
+    """
+    kp = np.asarray(kp, dtype=np.float64)
+    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
+    tb = _top_bottom(kp, mask)
+    if tb is None:
+        return None, 0.0
+    d = tb[0] - tb[1]
+    n = np.linalg.norm(d, axis=-1)
+    d = d[n > 0] / n[n > 0, None]
+    if not len(d):
+        return None, 0.0
+    # the axis the body points along on (nearly) every frame: the 10th percentile of the
+    # signed component, so a clip spent leaning forward (pushing, picking up) keeps its up axis
+    low = np.percentile(np.concatenate([d, -d], axis=1), 10.0, axis=0)  # (+X, +Y, +Z, -X, -Y, -Z)
+    k = int(np.argmax(low))
+    if low[k] < 0.3 or k % 3 == 0:
+        return None, 0.0
+    sign = 1.0 if k < 3 else -1.0
+    i = k % 3
+    share = float(np.mean(sign * d[:, i] > 0.5))
+    return ("" if sign > 0 else "-") + "XYZ"[i], share
+
+
+def upright_share(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Fraction of frames (with the points) whose feet-to-head direction points up (+Z, within 60 deg)."""
+    kp = np.asarray(kp, dtype=np.float64)
+    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
+    tb = _top_bottom(kp, mask)
+    if tb is None:
+        return float("nan")
+    d = tb[0] - tb[1]
+    n = np.linalg.norm(d, axis=-1)
+    ok = n > 0
+    return float(np.mean(d[ok, 2] / n[ok] > 0.5)) if ok.any() else float("nan")
+
+
+#: Foot keypoints and their height above the floor in the canonical rest pose.
+_GROUND_POINTS = (("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0),
+                  ("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))
+
+
+def floor_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float | None:
+    """Height of the floor under a clip (Z up): where its lowest foot point is.
+
+    Uses heels and toe tips where the clip has them, else toes and ankles
+    less their rest height (3 and 8 cm). The 1st percentile over the clip,
+    not the minimum, so a single bad sample does not decide the floor.
+
+    Returns
+    -------
+    float or None
+        ``None`` when the clip has no foot points.
+    """
+    kp = np.asarray(kp, dtype=np.float64)
+    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
+    for names in (_GROUND_POINTS[:4], _GROUND_POINTS[4:]):
+        idx = [_kp(n) for n, _ in names]
+        rest = np.array([h for _, h in names])
+        z = kp[:, idx, 2] - rest
+        z = z[mask[:, idx] & np.isfinite(z)]
+        if z.size:
+            return float(np.percentile(z, 1.0))
+    return None
+
+
+def _looks_image_normalised(points: np.ndarray) -> bool:
+    """x and y all within [0, 1] (pixel coordinates divided by the image size)."""
+    with _quiet():
+        lo = np.nanmin(points[..., :2])
+        hi = np.nanmax(points[..., :2])
+    return bool(np.isfinite(lo) and lo >= -0.02 and hi <= 1.02)
+
+
 def _detect_up_axis(points: np.ndarray, layout: Layout | None, names) -> str | None:
-    """Up axis from the pose: the dominant axis from the feet to the head."""
+    """Up axis of raw points through a layout (see :func:`detect_up_axis`)."""
     if layout is None:
         return None
+    kp, mask = _canonical_points(points, layout, names)
+    return detect_up_axis(kp, mask)[0]
+
+
+def _canonical_points(points, layout, names):
+    """Canonical keypoints (T, 32, 3) and mask of raw points through a layout (any units/axes)."""
     W, defined = canonical_weights(layout, names)
-    top = [k for k in ("head_top", "head", "nose", "neck") if defined[KEYPOINTS.index(k)]]
-    bottom = [k for k in ("heel_l", "heel_r", "foot_l", "foot_r", "calf_l", "calf_r") if defined[KEYPOINTS.index(k)]]
-    if not top or not bottom:
-        top = [k for k in ("neck", "upperarm_l", "upperarm_r", "head") if defined[KEYPOINTS.index(k)]]
-        bottom = [k for k in ("pelvis", "thigh_l", "thigh_r") if defined[KEYPOINTS.index(k)]]
-    if not top or not bottom:
-        return None
-    p = np.nan_to_num(points)
-    bad = np.isnan(points).any(-1)
-    with _quiet():
-        def avg(keys):
-            rows = W[[KEYPOINTS.index(k) for k in keys]]
-            pts = np.einsum("kj,tjc->tkc", rows, p)
-            miss = (rows != 0).astype(float) @ bad.T.astype(float) > 0  # (k, T)
-            pts[miss.T] = np.nan
-            return np.nanmean(pts, axis=1)
-        v = np.nanmedian(avg(top) - avg(bottom), axis=0)
-    if not np.all(np.isfinite(v)) or np.linalg.norm(v) == 0:
-        return None
-    i = int(np.argmax(np.abs(v)))
-    if abs(v[i]) < 0.5 * np.linalg.norm(v):
-        return None
-    if i == 0:
-        return None
-    return ("" if v[i] > 0 else "-") + "XYZ"[i]
+    p = np.asarray(points, dtype=np.float64)
+    missing = np.isnan(p).any(-1)
+    out = np.einsum("kj,tjc->tkc", W, np.where(missing[..., None], 0.0, p))
+    bad = (missing.astype(np.float64) @ (W != 0).T.astype(np.float64)) > 0
+    mask = defined[None, :] & ~bad
+    out[~mask] = np.nan
+    return out, mask
 
 
 # ---------------------------------------------------------------------------
@@ -305,22 +513,26 @@ def resample(clip: KeypointClip, fps: float) -> KeypointClip:
     """The clip resampled to ``fps`` (linear, NaN-aware), over the same duration.
 
     A new frame between two source frames is NaN when either is missing,
-    except when it falls exactly on a source frame.
+    except when it falls exactly on a source frame. The source rig's motion
+    (``clip.source_rig``) is resampled at the same instants (rotations by
+    slerp, locations linearly).
     """
     fps = float(fps)
     if not (fps > 0 and math.isfinite(fps)):
         raise ValueError(f"resample: fps must be a positive number, got {fps!r}")
     if clip.num_frames < 2 or abs(fps - clip.fps) < 1e-9:
-        return KeypointClip(clip.positions.copy(), list(clip.joint_names), fps if clip.num_frames < 2 else clip.fps,
-                            None if clip.confidence is None else clip.confidence.copy(), clip.source,
-                            clip.layout, clip.units, clip.up_axis, list(clip.warnings), clip.mapping)
+        return replace(clip, positions=clip.positions.copy(), joint_names=list(clip.joint_names),
+                       fps=fps if clip.num_frames < 2 else clip.fps,
+                       confidence=None if clip.confidence is None else clip.confidence.copy(),
+                       warnings=list(clip.warnings),
+                       source_rig=None if clip.source_rig is None else clip.source_rig.frames(0, clip.num_frames))
     n = int(math.floor(clip.duration * fps + 1e-6)) + 1
     src_t = np.arange(n) * (clip.fps / fps)
     pos = _interp_frames(clip.positions, src_t)
     conf = None if clip.confidence is None else _interp_frames(clip.confidence, src_t)
-    return KeypointClip(pos, list(clip.joint_names), fps, conf, clip.source, clip.layout, clip.units,
-                        clip.up_axis, list(clip.warnings) + [f"resampled from {clip.fps:g} to {fps:g} fps"],
-                        clip.mapping)
+    return replace(clip, positions=pos, joint_names=list(clip.joint_names), fps=fps, confidence=conf,
+                   warnings=list(clip.warnings) + [f"resampled from {clip.fps:g} to {fps:g} fps"],
+                   source_rig=None if clip.source_rig is None else clip.source_rig.resampled(src_t))
 
 
 # ---------------------------------------------------------------------------
@@ -348,7 +560,7 @@ def to_canonical(clip: KeypointClip, layout=None, min_confidence: float | None =
     """
     lay = layout if layout is not None else (clip.mapping or clip.layout)
     if lay is None:
-        raise KeypointReadError(clip.source, "no keypoint layout: pass layout= (a name from "
+        raise KeypointReadError(clip.source, f"no keypoint layout: pass {_flag('layout')} (a name from "
                                 f"{', '.join(LAYOUTS)}, or a mapping of source names to canonical keypoints)")
     try:
         lay = get_layout(lay)
@@ -404,6 +616,8 @@ def finish_clip(
     max_gap: int = MAX_GAP,
     warnings=None,
     check_scale: bool = True,
+    ground: bool = True,
+    detect_note: bool = True,
 ) -> KeypointClip:
     """Validate raw points and build a :class:`KeypointClip`.
 
@@ -426,7 +640,13 @@ def finish_clip(
     warnings : list of str
         Reader messages to keep.
     check_scale : bool
-        Reject bodies outside 0.3..3 m.
+        Reject bodies outside 0.3..3 m, image-normalised coordinates and
+        mixed units; warn outside 1.0-2.5 m.
+    ground : bool
+        Move the clip vertically so that its lowest foot point touches the
+        floor (``z = 0``); the shift is reported and kept in ``floor_shift``.
+    detect_note : bool
+        Report detected units and up axis among the warnings.
 
     Raises
     ------
@@ -472,7 +692,7 @@ def finish_clip(
         fps = float(file_fps)
     else:
         fps = DEFAULT_FPS
-        warns.append(f"frame rate not in the file: assumed {DEFAULT_FPS:g} fps (override with fps=)")
+        warns.append(f"frame rate not in the file: assumed {DEFAULT_FPS:g} fps (override with {_flag('fps')})")
     if not (math.isfinite(fps) and fps > 0):
         raise KeypointReadError(path, f"invalid frame rate {fps!r}")
 
@@ -502,55 +722,134 @@ def finish_clip(
         if lay is None:
             raise KeypointReadError(
                 path, f"unknown joint names ({', '.join(names[:8])}{'...' if J > 8 else ''}): no known "
-                f"layout matches; pass layout= with one of {', '.join(LAYOUTS)} or a mapping file "
-                "(JSON: source name -> canonical keypoint)")
+                f"layout matches; pass {_flag('layout')} with one of {', '.join(LAYOUTS)} or a mapping "
+                "file (JSON: source name -> canonical keypoint)")
         if score < 0.999:
             warns.append(f"layout detected as {lay.name!r} (match {score:.0%})")
 
-    # up axis
+    # up axis: the caller, the file, then the motion (feet to head), then the layout's convention
+    raw_kp, raw_mask = _canonical_points(p, lay, names)
     try:
         if up_axis is not None:
             up = normalize_up_axis(up_axis)
         elif file_up_axis is not None:
             up = normalize_up_axis(file_up_axis)
         else:
-            up = _detect_up_axis(p, lay, names)
+            up, share = detect_up_axis(raw_kp, raw_mask)
             if up is not None and up in UP_AXES:
-                warns.append(f"up axis not in the file: {up} detected from the pose (override with up_axis=)")
+                if detect_note:
+                    warns.append(f"up axis {up} detected from the motion (feet to head on {share:.0%} of "
+                                 f"the frames; override with {_flag('up_axis')})")
             else:
                 up = normalize_up_axis((lay.up_axis if lay is not None and lay.up_axis else None) or default_up_axis)
-                warns.append(f"up axis not in the file: assumed {up} (override with up_axis=)")
+                warns.append(f"up axis not in the file and not clear from the motion: assumed {up} "
+                             f"(override with {_flag('up_axis')})")
     except ValueError as ex:
         raise KeypointReadError(path, str(ex)) from None
     p = convert_up_axis(p, up)
+    kp = convert_up_axis(raw_kp, up)
 
-    # units
-    size = body_size(p)
+    # units: the caller, the file, then the body's height (segment lengths, not the bounding box)
+    height = body_height(kp, raw_mask)
+    size = height if math.isfinite(height) else body_size(p)
     try:
         u = normalize_units(units) if units is not None else (normalize_units(file_units) if file_units else None)
     except ValueError as ex:
         raise KeypointReadError(path, str(ex)) from None
     if u is None:
+        if check_scale and math.isfinite(size) and size < 1.0 and _looks_image_normalised(np.asarray(points, float)):
+            raise KeypointReadError(
+                path, f"the coordinates look image-normalised (x and y between 0 and 1, a body {size:.2f} "
+                "units tall): these are 2D image landmarks, not 3D positions. Export world landmarks "
+                f"(MediaPipe pose_world_landmarks), or if they really are metres pass {_flag('units', 'm')}")
         guess = _guess_units(size) if math.isfinite(size) else "m"
         if guess is None:
             if check_scale:
-                raise KeypointReadError(path, f"implausible body size {size:.3g} (in file units) for m, cm or mm; "
-                                        "pass units= (m, cm, mm, in)")
+                raise KeypointReadError(path, f"implausible body size {size:.3g} (in file units) for any of "
+                                        f"{', '.join(_GUESS_UNITS)}; pass {_flag('units')}")
             guess = "m"
         u = guess
-        warns.append(f"units not in the file: {u} guessed from the body size "
-                     f"({size * UNITS[u]:.2f} m; override with units=)")
+        if detect_note:
+            warns.append(f"units not in the file: {_UNIT_NAMES.get(u, u)} guessed from the body's height "
+                         f"({size * UNITS[u]:.2f} m; override with {_flag('units')})")
     elif check_scale and math.isfinite(size):
-        s = size * UNITS[u]
-        if not (SIZE_RANGE[0] <= s <= SIZE_RANGE[1]):
+        s_m = size * UNITS[u]
+        if not (SIZE_RANGE[0] <= s_m <= SIZE_RANGE[1]):
             better = _guess_units(size)
-            hint = f"; the file looks like it is in {better} (pass units='{better}')" if better else ""
-            raise KeypointReadError(path, f"absurd scale: the body is {s:.3g} m tall in {u}{hint}")
+            hint = f"; the file looks like it is in {better} (pass {_flag('units', better)})" if better else ""
+            raise KeypointReadError(path, f"absurd scale: the body is {s_m:.3g} m tall in {u}{hint}")
+    if check_scale:
+        _check_mixed_units(path, kp, raw_mask)
     p *= UNITS[u]
+    kp *= UNITS[u]
+    if check_scale and math.isfinite(size):
+        h = size * UNITS[u]
+        if not (HEIGHT_RANGE[0] <= h <= HEIGHT_RANGE[1]):
+            better = _guess_units(size)
+            alt = f"; in {better} it would be {size * UNITS[better]:.2f} m" if better and better != u else ""
+            warns.append(f"the body is {h:.2f} m tall in {_UNIT_NAMES.get(u, u)}, outside "
+                         f"{HEIGHT_RANGE[0]:g}-{HEIGHT_RANGE[1]:g} m{alt}: check the units "
+                         f"({_flag('units')})")
 
     # gaps
     if max_gap and missing.any():
         p, _, msgs = fill_gaps(p, max_gap, names)
         warns.extend(msgs)
+        kp, raw_mask = _canonical_points(p, lay, names)
 
-    return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay)
+    up_share = upright_share(kp, raw_mask)
+    if math.isfinite(up_share) and up_share < 0.5:
+        warns.append(f"the head is above the feet in only {up_share:.0%} of the frames with up axis {up}: "
+                     f"if the body lies down by mistake, set the up axis ({_flag('up_axis')})")
+
+    # floor
+    shift = 0.0
+    if ground:
+        floor = floor_height(kp, raw_mask)
+        if floor is not None and abs(floor) > 1e-4:
+            shift = -floor
+            p[..., 2] += shift
+            warns.append(f"grounded: moved {shift * 100.0:+.1f} cm vertically so that the lowest foot point "
+                         f"touches the floor ({_flag('ground')} keeps the file's heights)")
+
+    return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay,
+                        floor_shift=shift)
+
+
+#: Long names of units for messages.
+_UNIT_NAMES = {"m": "metres", "cm": "centimetres", "mm": "millimetres", "in": "inches", "cmu": "CMU units",
+               "dm": "decimetres", "ft": "feet"}
+
+#: How the user changes each setting: command-line flag and the Import dialog's field.
+FLAGS = {
+    "units": ("--units", "Units"),
+    "up_axis": ("--up-axis", "Up Axis"),
+    "fps": ("--source-fps", "Frame Rate"),
+    "layout": ("--layout", "Layout"),
+    "ground": ("--no-ground", "Ground"),
+}
+
+
+def _flag(what: str, value=None) -> str:
+    """The real flag and UI field of a setting: ``"--units mm ('Units' in the import options)"``."""
+    flag, field_ = FLAGS[what]
+    if what == "ground":
+        return f"{flag} (untick '{field_}' in the import options)"
+    return f"{flag}{'' if value is None else ' ' + str(value)} ('{field_}' in the import options)"
+
+
+def _check_mixed_units(path, kp, mask):
+    """Refuse a body whose segments disagree by more than 4x (parts of the file in other units)."""
+    r = segment_ratios(kp, mask)
+    if len(r) < 3:
+        return
+    med = float(np.median(list(r.values())))
+    if not med > 0:
+        return
+    off = {k: v / med for k, v in r.items() if v / med > 4.0 or v / med < 0.25}
+    if off:
+        worst = ", ".join(f"{k.replace('+', '/')} {v:.3g}x" for k, v in sorted(off.items()))
+        raise KeypointReadError(
+            path, f"mixed units: body segments disagree in length ({worst} the median segment); a part of "
+            f"the file seems to be in other units than the rest. Convert it to one unit, or map other "
+            f"points ({_flag('layout')})")

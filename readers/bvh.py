@@ -1,11 +1,17 @@
-"""``.bvh`` animations from any skeleton: joint world positions become keypoints.
+"""``.bvh`` animations from any skeleton: joint positions as keypoints, plus the skeleton itself.
 
 Uses :func:`..model.bvh.read_bvh`. The points are the world positions of
 every joint origin (bone heads) plus every End Site, named
-``<parent joint>_End`` (so a CMU ``Head`` End Site becomes ``Head_End`` ->
-``head_top``). BVH is Y up by convention (Blender's importer converts
-(x, y, z) -> (x, -z, y), as done here); units are guessed from the figure's
-size (a figure over 3 units tall is in cm, etc.) unless given.
+``<parent joint>_End``. Which joint is which canonical keypoint is decided
+by the one automatic mapping of skeletons (:func:`..retarget.mapping.auto_map`:
+hierarchy first, then names), never by a name table; ``layout=`` (a mapping
+file) overrides it. The head's and toes' End Sites give ``head_top`` and
+the toe tips.
+
+The up axis comes from the motion (feet to head; Y when it is not clear),
+units from the body's height (m, cm, mm, inches, CMU units), and the clip is
+put on the floor unless ``ground=False``. The clip carries the source
+skeleton and its motion as ``clip.source_rig`` (:mod:`.source_rig`).
 
 No ``bpy`` here.
 """
@@ -15,13 +21,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.bvh import BVHError, read_bvh as _read_bvh_file
-from .base import KeypointReadError, finish_clip
+from .base import UNITS, KeypointReadError, finish_clip
+from .source_rig import describe_mapping_problem, layout_from_mapping, source_rig_from_bvh
 
 __all__ = ["read_bvh_keypoints"]
 
 
-def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
-    """Read a BVH file as keypoints (joint origins and End Sites)."""
+def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
+    """Read a BVH file as keypoints (joint origins and End Sites) and its source rig."""
+    from ..retarget.mapping import humanoid_check
+
     try:
         bvh = _read_bvh_file(path)
     except BVHError as ex:
@@ -34,6 +43,7 @@ def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
         raise KeypointReadError(path, "no frames in MOTION")
     pos = bvh.world_positions()
     names = list(bvh.names)
+    end_of = {}
     if bvh.end_sites:
         ends = bvh.end_site_positions()
         taken = set(names)
@@ -45,10 +55,25 @@ def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
                 n = f"{base}{i}"
             taken.add(n)
             names.append(n)
+            end_of.setdefault(bvh.names[parent], n)
         pos = np.concatenate([pos, ends], axis=1)
     file_fps = bvh.fps if bvh.fps > 0 else None
     if file_fps is not None and abs(file_fps - round(file_fps)) < 1e-4 * file_fps:
         # "Frame Time: 0.016667" means 60 fps, not 59.9988
         file_fps = float(round(file_fps))
-    return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
-                       up_axis=up_axis, file_up_axis="Y", max_gap=max_gap)
+    # the mapping needs only names and hierarchy: map in the file's own axes and units
+    draft = source_rig_from_bvh(bvh, "Z", 1.0)
+    mapping = draft.mapping
+    if layout is None:
+        errors = humanoid_check(mapping)
+        if errors:
+            raise KeypointReadError(path, describe_mapping_problem(draft.rig, mapping, errors))
+        layout = layout_from_mapping(draft.rig, mapping, end_of)
+    clip = finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
+                       up_axis=up_axis, default_up_axis="Y", max_gap=max_gap, ground=ground)
+    src = source_rig_from_bvh(bvh, clip.up_axis, UNITS[clip.units], mapping=mapping,
+                              name=str(path).replace("\\", "/").rsplit("/", 1)[-1])
+    if clip.floor_shift:
+        src = src.translated((0.0, 0.0, clip.floor_shift))
+    clip.source_rig = src
+    return clip

@@ -114,7 +114,7 @@ def _read_text(path) -> str:
         raise KeypointReadError(path, "not a text file (invalid UTF-8)") from None
 
 
-def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a keypoint CSV (columns described in the module docstring)."""
     text = _read_text(path)
     if not text.strip():
@@ -204,4 +204,5 @@ def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
             if abs(file_fps - round(file_fps)) < 0.01 * file_fps:
                 file_fps = float(round(file_fps))
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, confidence=conf, layout=layout,
-                       units=units, up_axis=up_axis, default_up_axis="Z", max_gap=max_gap, warnings=warns)
+                       units=units, up_axis=up_axis, default_up_axis="Z", max_gap=max_gap, warnings=warns,
+                       ground=ground)

@@ -57,7 +57,7 @@ def _num(v):
     return float(v)
 
 
-def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read pose-tool JSON (shapes in the module docstring)."""
     try:
         with open(path, "rb") as fh:
@@ -162,5 +162,5 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     return finish_clip(
         path, pos, names, fps=fps, file_fps=file_fps, confidence=conf if has_conf else None, layout=layout,
         units=units, up_axis=up_axis, file_units=meta.get("units"), file_up_axis=meta.get("up_axis"),
-        default_up_axis="-Y", max_gap=max_gap,
+        default_up_axis="-Y", max_gap=max_gap, ground=ground,
     )

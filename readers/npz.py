@@ -58,7 +58,7 @@ def _scalar_str(path, data, key):
     return str(v.reshape(()).item())
 
 
-def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a ``.npz`` keypoint file (format in the module docstring)."""
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -92,11 +92,11 @@ def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     return finish_clip(
         path, pos, [str(n) for n in names], fps=fps, file_fps=float(file_fps.reshape(())), confidence=conf,
         layout=layout, units=units, up_axis=up_axis, file_units=file_units, file_up_axis=file_up,
-        max_gap=max_gap,
+        max_gap=max_gap, ground=ground,
     )
 
 
-def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a bare ``(T, J, 3)`` ``.npy`` array; ``layout`` is required."""
     if layout is None:
         raise KeypointReadError(path, "a .npy array has no joint names: pass layout= (e.g. 'coco17', "
@@ -119,4 +119,4 @@ def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
         raise KeypointReadError(path, f"{pos.shape[1]} joints per frame but layout {lay.name!r} has "
                                 f"{len(lay.joint_names)}")
     return finish_clip(path, pos, list(lay.joint_names), fps=fps, layout=lay, units=units, up_axis=up_axis,
-                       max_gap=max_gap)
+                       max_gap=max_gap, ground=ground)

@@ -25,7 +25,7 @@ from .csvfmt import _read_text, parse_numeric_table
 __all__ = ["read_trc"]
 
 
-def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5):
+def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a ``.trc`` file (format in the module docstring)."""
     text = _read_text(path).replace("\r", "")
     lines = text.split("\n")
@@ -95,4 +95,4 @@ def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     pos = data[:, 2:].reshape(data.shape[0], len(names), 3)
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
                        up_axis=up_axis, file_units=file_units, default_up_axis="Y", max_gap=max_gap,
-                       warnings=warns)
+                       warnings=warns, ground=ground)

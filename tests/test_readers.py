@@ -78,7 +78,7 @@ def test_up_axis_conversions_are_rotations():
 def test_npz_roundtrip_cm_yup(tmp_path):
     pos = motion()
     f = write_npz(tmp_path / "a.npz", zup_to_yup(pos) * 100.0, NAMES, fps=24.0, units="cm", up_axis="Y")
-    clip = read_keypoints(f)
+    clip = read_keypoints(f, ground=False)
     assert isinstance(clip, KeypointClip)
     assert clip.fps == 24.0 and clip.units == "cm" and clip.up_axis == "Y" and clip.layout == "canonical"
     np.testing.assert_allclose(clip.positions, pos, atol=1e-9)
@@ -92,11 +92,11 @@ def test_npz_defaults_and_overrides(tmp_path):
     pos = motion(5)
     conf = np.full((5, 32), 0.9)
     f = write_npz(tmp_path / "b.npz", pos * 1000, NAMES, fps=30, confidence=conf)
-    with pytest.raises(KeypointReadError, match=r"b\.npz.*absurd scale.*e\+03 m tall in m.*units='mm'"):
+    with pytest.raises(KeypointReadError, match=r"b\.npz.*absurd scale.*e\+03 m tall in m.*--units mm"):
         read_keypoints(f, units="m")
     guessed = read_keypoints(f)  # the file says nothing: guessed from the size
-    assert guessed.units == "mm" and any("units not in the file: mm" in w for w in guessed.warnings)
-    clip = read_keypoints(f, units="mm", fps=60)
+    assert guessed.units == "mm" and any("units not in the file: millimetres" in w for w in guessed.warnings)
+    clip = read_keypoints(f, units="mm", fps=60, ground=False)
     np.testing.assert_allclose(clip.positions, pos)
     assert clip.fps == 60 and clip.confidence.shape == (5, 32)
 
@@ -111,7 +111,7 @@ def test_npz_mediapipe_names(tmp_path):
     for n in others:
         src[:, lay.joint_names.index(n)] = REST[KEYPOINTS.index("head")]
     f = write_npz(tmp_path / "mp.npz", src, list(lay.joint_names), fps=30)
-    clip = read_keypoints(f)
+    clip = read_keypoints(f, ground=False)
     assert clip.layout == "mediapipe_pose"
     kp, mask = to_canonical(clip)
     i = KEYPOINTS.index("hand_l")
@@ -142,7 +142,7 @@ def test_npy_needs_layout(tmp_path):
     ("inf", r"inf.*frame 1"),
     ("allnan", "every point"),
     ("object", "not a readable .npz"),
-    ("unknown", "unknown joint names.*layout="),
+    ("unknown", "unknown joint names.*--layout"),
     ("huge", "absurd scale.*cm"),
     ("tiny", "absurd scale"),
     ("strings", "must be numbers"),
@@ -233,7 +233,7 @@ def test_json_mediapipe_bare_list(tmp_path):
     frames = [[{"x": float(p[0]), "y": float(p[1]), "z": float(p[2]), "visibility": 0.8} for p in fr] for fr in mp]
     f = tmp_path / "mp.json"
     f.write_text(json.dumps(frames))
-    clip = read_keypoints(f)
+    clip = read_keypoints(f, ground=False)
     assert clip.layout == "mediapipe_pose" and clip.up_axis == "-Y" and clip.units == "m"
     assert clip.confidence.shape == (6, 33) and np.allclose(clip.confidence, 0.8)
     kp, mask = to_canonical(clip)
@@ -313,10 +313,10 @@ def test_csv_freemocap_mm(tmp_path):
     lay = LAYOUTS["coco17"]
     pos = motion(20, "coco17")
     f = write_csv(tmp_path / "fmc.csv", pos * 1000.0, lay.joint_names, time=np.arange(20) / 60.0)
-    clip = read_keypoints(f)
+    clip = read_keypoints(f, ground=False)
     assert clip.layout == "coco17" and clip.units == "mm" and clip.up_axis == "Z" and clip.fps == 60
     np.testing.assert_allclose(clip.positions, pos, atol=1e-6)
-    assert any("units not in the file: mm" in w for w in clip.warnings)
+    assert any("units not in the file: millimetres" in w for w in clip.warnings)
 
 
 def test_csv_numbered_mediapipe_columns_and_gaps(tmp_path):
@@ -334,7 +334,7 @@ def test_csv_numbered_mediapipe_columns_and_gaps(tmp_path):
 def test_csv_ms_timestamps_and_overrides(tmp_path):
     pos = motion(10)
     f = write_csv(tmp_path / "ms.csv", zup_to_yup(pos), KEYPOINTS, time=np.arange(10) * 40.0)  # ms
-    clip = read_keypoints(f, up_axis="Y", units="m")
+    clip = read_keypoints(f, up_axis="Y", units="m", ground=False)
     assert clip.fps == 25
     np.testing.assert_allclose(clip.positions, pos, atol=1e-4)
 
@@ -428,7 +428,7 @@ def test_trc_yup_mm_with_gaps(tmp_path):
     raw[7:9, 3] = np.nan   # RElbow: 2-frame gap
     raw[:, 24] = np.nan    # RHeel never seen
     f = write_trc(tmp_path / "op.trc", raw, names, rate=50)
-    clip = read_keypoints(f)
+    clip = read_keypoints(f, ground=False)
     assert clip.fps == 50 and clip.units == "mm" and clip.up_axis == "Y" and clip.layout == "openpose_body25"
     ok = np.ones(25, bool)
     ok[24] = False
@@ -501,8 +501,10 @@ def write_mixamo_bvh(path, frames=3, scale=100.0):
 
 def test_bvh_mixamo_cm(tmp_path):
     f = write_mixamo_bvh(tmp_path / "mix.bvh")
-    clip = read_keypoints(f)
-    assert clip.layout == "mixamo" and clip.up_axis == "Y" and clip.units == "cm"
+    clip = read_keypoints(f, ground=False)
+    # a skeleton: mapped by the hierarchy-aware bone mapping, not a name table
+    assert clip.layout == "skeleton" and clip.up_axis == "Y" and clip.units == "cm"
+    assert clip.source_rig is not None and clip.source_rig.mapping.entries["hand_l"] == "LeftHand"
     assert clip.fps == pytest.approx(30.0, rel=1e-4)
     assert "Head_End" in clip.joint_names
     kp, mask = to_canonical(clip)

@@ -1,0 +1,274 @@
+"""The source skeleton and its motion, for sources that have a hierarchy.
+
+A BVH file, an FBX/glTF armature, a ``.blend`` armature or an armature in
+the scene carries more than joint positions: its bones' rest offsets and
+orientations and each bone's rotation per frame. :class:`SourceRig` keeps
+them next to the keypoints (``KeypointClip.source_rig``) in the clip's output
+space (metres, Z up, Blender's axes; the source rig's armature space is the
+clip's world space), with the same semantics as Blender's pose bones, so
+that :func:`..retarget.solve.pose_rig` reproduces the source's joint world
+positions::
+
+    rot, heads = pose_rig(src.rig, src.quaternions, src.locations)
+    # heads[t, b] == clip.positions[t, clip.joint_names.index(src.rig.names[b])]
+
+For a BVH file (:func:`source_rig_from_bvh`) every joint is a bone: its head
+is the joint's rest position (the OFFSETs summed, converted to the output
+axes and metres), its tail the first child joint away from the head (or the
+End Site), and its rest rotation the file's axis conversion (a BVH joint's
+frame at rest is the file's axes, whatever the rest pose: T-pose, A-pose or
+joint orients baked into the OFFSETs). Each frame's pose rotation is then
+exactly the BVH channel rotation, and ``location`` is the position channel
+minus the OFFSET (metres, in the bone's rest frame).
+
+No ``bpy`` here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model.rotations_np import matrix_to_quat, quat_slerp
+from ..retarget.mapping import BoneMapping
+from ..retarget.rig import RigDescription
+
+__all__ = ["SourceRig", "source_rig_from_bvh", "axis_matrix", "bone_tails", "end_point_names",
+           "layout_from_mapping", "describe_mapping_problem"]
+
+
+def axis_matrix(up_axis: str) -> np.ndarray:
+    """The rotation (3, 3) that :func:`.base.convert_up_axis` applies: ``out = M @ p``."""
+    from .base import convert_up_axis
+
+    return convert_up_axis(np.eye(3), up_axis).T
+
+
+@dataclass
+class SourceRig:
+    """A source skeleton (rest pose and hierarchy) and its motion.
+
+    Attributes
+    ----------
+    rig : RigDescription
+        The source skeleton in the clip's output space (metres, Z up): bone
+        names, parents, ``matrix_local`` (rest rotation + head), head, tail.
+    mapping : BoneMapping
+        That rig's bones mapped onto the canonical joints by
+        :func:`..retarget.mapping.auto_map`.
+    quaternions : ndarray, shape (T, B, 4), float32
+        ``PoseBone.rotation_quaternion`` (w, x, y, z) per frame and bone:
+        the rotation relative to the bone's rest, in its parent's posed frame.
+    locations : ndarray, shape (T, B, 3), float32
+        ``PoseBone.location`` per frame and bone (metres, in the bone's rest
+        frame): the root's translation and any other bone's translation
+        channels; zero elsewhere.
+    """
+
+    rig: RigDescription
+    mapping: BoneMapping
+    quaternions: np.ndarray
+    locations: np.ndarray
+    notes: list = field(default_factory=list)
+
+    def __post_init__(self):
+        q = np.asarray(self.quaternions, dtype=np.float32)
+        loc = np.asarray(self.locations, dtype=np.float32)
+        B = len(self.rig)
+        if q.ndim != 3 or q.shape[1:] != (B, 4):
+            raise ValueError(f"quaternions must have shape (T, {B}, 4), got {q.shape}")
+        if loc.shape != q.shape[:2] + (3,):
+            raise ValueError(f"locations must have shape {q.shape[:2] + (3,)}, got {loc.shape}")
+        self.quaternions, self.locations = q, loc
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.quaternions.shape[0])
+
+    def frames(self, start: int, stop: int) -> "SourceRig":
+        """Frames ``start:stop`` (end exclusive), as a new :class:`SourceRig`."""
+        return SourceRig(self.rig, self.mapping, self.quaternions[start:stop].copy(),
+                         self.locations[start:stop].copy(), list(self.notes))
+
+    def resampled(self, src_t) -> "SourceRig":
+        """The motion at fractional source frames ``src_t`` (slerp / linear).
+
+        Parameters
+        ----------
+        src_t : array_like, shape (N,)
+            Frame positions in ``[0, T - 1]``.
+        """
+        t = np.clip(np.asarray(src_t, dtype=np.float64), 0, self.num_frames - 1)
+        i0 = np.floor(t).astype(np.int64)
+        i1 = np.minimum(i0 + 1, self.num_frames - 1)
+        f = t - i0
+        q0 = self.quaternions[i0].astype(np.float64)
+        q1 = self.quaternions[i1].astype(np.float64)
+        q = quat_slerp(q0, q1, np.broadcast_to(f[:, None], q0.shape[:2]))
+        loc = self.locations[i0] * (1 - f)[:, None, None] + self.locations[i1] * f[:, None, None]
+        return SourceRig(self.rig, self.mapping, q, loc, list(self.notes))
+
+    def translated(self, shift) -> "SourceRig":
+        """The motion moved by ``shift`` (3,) in output space (the root bones' locations change)."""
+        shift = np.asarray(shift, dtype=np.float64).reshape(3)
+        loc = self.locations.astype(np.float64).copy()
+        Q = self.rig.rest_rotation()
+        for b in np.flatnonzero(self.rig.parents < 0):
+            loc[:, b] += Q[b].T @ shift
+        return SourceRig(self.rig, self.mapping, self.quaternions.copy(), loc, list(self.notes))
+
+
+def bone_tails(heads: np.ndarray, parents, end_sites=(), min_length: float = 1e-4) -> np.ndarray:
+    """Tails of bones from joint heads: the first child away from the head, else an End Site.
+
+    Parameters
+    ----------
+    heads : ndarray (B, 3)
+    parents : sequence of int
+    end_sites : sequence of (int, ndarray (3,))
+        ``(bone, tail position)`` candidates for bones without a usable child.
+    min_length : float
+        A child closer than this to the head is skipped. A bone with neither
+        gets a tail along its parent's direction (or +Z), 10% of its parent's
+        length (at least ``10 * min_length``).
+    """
+    heads = np.asarray(heads, dtype=np.float64)
+    B = len(heads)
+    kids = [[] for _ in range(B)]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            kids[p].append(i)
+    ends = [[] for _ in range(B)]
+    for b, pos in end_sites:
+        ends[b].append(np.asarray(pos, dtype=np.float64))
+    tails = np.empty_like(heads)
+    done = np.zeros(B, bool)
+    order = list(range(B))  # parents come first in BVH / topological order
+    for i in order:
+        for cand in [heads[c] for c in kids[i]] + ends[i]:
+            if np.linalg.norm(cand - heads[i]) > min_length:
+                tails[i] = cand
+                done[i] = True
+                break
+    for i in order:
+        if done[i]:
+            continue
+        p = parents[i]
+        d, length = np.array([0.0, 0.0, 1.0]), 10 * min_length
+        if p >= 0:
+            v = tails[p] - heads[p]
+            n = np.linalg.norm(v)
+            if n > 0:
+                d, length = v / n, max(0.1 * n, length)
+        tails[i] = heads[i] + d * length
+        done[i] = True
+    return tails
+
+
+def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | None = None,
+                        name: str = "") -> SourceRig:
+    """The :class:`SourceRig` of a parsed BVH file.
+
+    Parameters
+    ----------
+    bvh : model.bvh.BVHData
+    up_axis : str
+        The file's up axis (see :func:`.base.convert_up_axis`).
+    scale : float
+        Metres per file unit.
+    mapping : BoneMapping, optional
+        Default: :func:`..retarget.mapping.auto_map` on the rig.
+    name : str
+        Rig name (informative).
+
+    Returns
+    -------
+    SourceRig
+        One bone per BVH joint, in file order.
+    """
+    C = axis_matrix(up_axis)
+    J = bvh.num_joints
+    parents = np.asarray(bvh.parents, dtype=np.int64)
+    rest = np.zeros((J, 3))
+    for j in range(J):
+        p = parents[j]
+        rest[j] = bvh.offsets[j] + (rest[p] if p >= 0 else 0.0)
+    heads = scale * rest @ C.T
+    ends = [(p, scale * (rest[p] + np.asarray(o)) @ C.T) for p, o in bvh.end_sites]
+    tails = bone_tails(heads, parents, ends, min_length=1e-6)
+    ml = np.broadcast_to(np.eye(4), (J, 4, 4)).copy()
+    ml[:, :3, :3] = C
+    ml[:, :3, 3] = heads
+    rig = RigDescription(list(bvh.names), parents, ml, heads, tails, name=name)
+    quats = matrix_to_quat(bvh.rotations)
+    locs = scale * (bvh.translations - bvh.offsets[None])
+    if mapping is None:
+        from ..retarget.mapping import auto_map
+
+        mapping = auto_map(rig)
+    return SourceRig(rig, mapping, quats, locs)
+
+
+#: Canonical end points read from a mapped bone's end (End Site, end-named child or leaf tail).
+_END_POINTS = (("head", "head_top"), ("toe_l", "toe_tip_l"), ("toe_r", "toe_tip_r"),
+               ("hand_l", "hand_tip_l"), ("hand_r", "hand_tip_r"))
+_END_TOKENS = frozenset({"end", "top", "nub", "tip", "site"})
+
+
+def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> dict:
+    """Point names of the canonical end points a skeleton gives.
+
+    Parameters
+    ----------
+    rig : RigDescription
+    mapping : BoneMapping
+    end_of : dict
+        Bone name -> name of the point at its End Site / leaf tail (for
+        bones that have one).
+
+    Returns
+    -------
+    dict
+        Point name -> canonical end point (``head_top``, ``toe_tip_l``...):
+        the mapped head's, toes' or hands' End Site, or a child joint whose
+        name says it is an end (``HeadTop_End``, ``LeftHandEnd``) and that
+        has no children of its own but an End Site. A hand with finger
+        joints gives no hand tip.
+    """
+    from ..retarget.mapping import parse_name
+
+    out = {}
+    for joint, end in _END_POINTS:
+        bone = mapping.entries.get(joint)
+        if bone is None or not rig.has(bone):
+            continue
+        b = rig.index(bone)
+        kids = rig.children(b)
+        if not kids and bone in end_of:
+            out[end_of[bone]] = end
+            continue
+        ends = [c for c in kids if _END_TOKENS & set(parse_name(rig.names[c]).tokens)]
+        if len(ends) == 1 and not rig.children(ends[0]) and (len(kids) == 1 or joint.startswith("hand")):
+            out[rig.names[ends[0]]] = end
+    return out
+
+
+def layout_from_mapping(rig: RigDescription, mapping: BoneMapping, end_of: dict, name: str = "skeleton"):
+    """A :class:`.layouts.Layout` taking the mapped bones' heads (and end points) as canonical keypoints."""
+    from .layouts import Layout
+
+    table = {bone: joint for joint, bone in mapping.entries.items()}
+    table.update(end_point_names(rig, mapping, end_of))
+    return Layout(name, "bones mapped from the skeleton's hierarchy (retarget.mapping.auto_map)",
+                  tuple(table), table, notes="joint origins of the mapped bones; end points from End Sites")
+
+
+def describe_mapping_problem(rig: RigDescription, mapping: BoneMapping, errors) -> str:
+    """One message for a skeleton that is not a usable humanoid: what was found, what is missing."""
+    found = ", ".join(f"{j}={b}" for j, b in mapping.entries.items()) or "nothing"
+    roots = [rig.names[i] for i in np.flatnonzero(rig.parents < 0)]
+    return (f"not a humanoid skeleton the automatic mapping can use ({len(rig)} joints, root "
+            f"{', '.join(roots)}): {'; '.join(errors)}. Mapped: {found}. Pass a mapping of joint names to "
+            "canonical keypoints with --layout MAPPING.json ('Layout' in the import options; "
+            "`neural-ik layouts canonical` lists the keypoints)")

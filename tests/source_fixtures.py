@@ -1,0 +1,167 @@
+"""Small generated humanoid sources of many conventions (BVH naming schemes, axes, units, joint
+orients, floors; marker sets; nameless arrays), for the reader tests and
+``benchmarks/check_sources.py``. No shared data: everything is made from the
+canonical skeleton and a procedural walk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from _pkg import pkg
+
+pkg()
+from neural_ik.model.bvh import frames_from_rotations, write_bvh  # noqa: E402
+from neural_ik.model.rotations_np import axis_angle_to_matrix  # noqa: E402
+from neural_ik.model.skeleton import (  # noqa: E402
+    CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, PARENTS, REST_OFFSETS,
+    forward_kinematics_np, keypoints_from_fk_np,
+)
+from neural_ik.readers.source_rig import axis_matrix  # noqa: E402
+
+#: Bone names of each BVH naming scheme, canonical joint -> name ("{S}" Left/Right, "{s}" L/R...).
+SCHEMES = {
+    "mixamo": dict(pelvis="Hips", spine1="Spine", spine2="Spine1", spine3="Spine2", neck="Neck", head="Head",
+                   clavicle="{Side}Shoulder", upperarm="{Side}Arm", forearm="{Side}ForeArm", hand="{Side}Hand",
+                   thigh="{Side}UpLeg", calf="{Side}Leg", foot="{Side}Foot", toe="{Side}ToeBase"),
+    # a studio scheme with _L/_R suffixes
+    "studio": dict(pelvis="Hips", spine1="Spine_01", spine2="Spine_02", spine3="Chest", neck="Neck",
+                   head="Head", clavicle="Clavicle_{S}", upperarm="UpperArm_{S}", forearm="LowerArm_{S}",
+                   hand="Hand_{S}", thigh="UpperLeg_{S}", calf="LowerLeg_{S}", foot="Foot_{S}", toe="Toe_{S}"),
+    # ASF-style names: the arm's "Shoulder" is the upper arm, "Hip" the thigh
+    "asf": dict(pelvis="Hips", spine1="lowerback", spine2="Chest", spine3="Chest2", neck="Neck", head="Head",
+                clavicle="{Side}Collar", upperarm="{Side}Shoulder", forearm="{Side}Elbow", hand="{Side}Wrist",
+                thigh="{Side}Hip", calf="{Side}Knee", foot="{Side}Ankle", toe="{Side}Toe"),
+    # Blender's own BVH export of Rigify's meta-rig
+    "metarig": dict(pelvis="spine", spine1="spine.001", spine2="spine.002", spine3="spine.003",
+                    neck="spine.004", head="spine.006", clavicle="shoulder.{S}", upperarm="upper_arm.{S}",
+                    forearm="forearm.{S}", hand="hand.{S}", thigh="thigh.{S}", calf="shin.{S}", foot="foot.{S}",
+                    toe="toe.{S}"),
+}
+
+#: Metres per unit of the generated files.
+UNIT_SCALE = {"m": 1.0, "cm": 0.01, "mm": 0.001, "in": 0.0254, "cmu": 0.0254 / 0.45}
+
+
+def bone_names(scheme: str) -> list:
+    """Names of the 22 canonical joints in a naming scheme."""
+    table = SCHEMES[scheme]
+    out = []
+    for j in JOINTS:
+        if j.endswith(("_l", "_r")):
+            base, s = j[:-2], j[-1]
+            S, Side = ("L", "Left") if s == "l" else ("R", "Right")
+            out.append(table[base].format(S=S, Side=Side, s=s))
+        else:
+            out.append(table[j])
+    return out
+
+
+def walk_rotations(T: int, fps: float = 30.0, lean: float = 0.0, seed: int = 0):
+    """Canonical local rotations (T, 22, 3, 3) and root positions (T, 3) of a procedural walk (Z up, metres)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(T) / fps
+    ph = 2 * np.pi * 1.0 * t
+    aa = np.zeros((T, len(JOINTS), 3))
+    J = JOINTS.index
+    aa[:, J("pelvis"), 2] = 0.3 * t  # slow turn
+    aa[:, J("pelvis"), 0] = lean
+    for s, sg in (("l", 1.0), ("r", -1.0)):
+        aa[:, J(f"thigh_{s}"), 0] = 0.45 * sg * np.sin(ph)
+        aa[:, J(f"calf_{s}"), 0] = -0.5 * (1 + np.sin(ph + sg * 1.2)) / 2 - 0.05
+        aa[:, J(f"foot_{s}"), 0] = 0.15 * np.sin(ph)
+        aa[:, J(f"upperarm_{s}"), 1] = sg * 1.2   # arms down from the T-pose
+        aa[:, J(f"upperarm_{s}"), 0] = -0.3 * sg * np.sin(ph)
+        aa[:, J(f"forearm_{s}"), 2] = -sg * 0.3
+    aa[:, J("spine2"), 0] = 0.05 * np.sin(2 * ph)
+    aa[:, J("head"), 2] = 0.2 * np.sin(ph / 2)
+    aa += rng.normal(0.0, 0.01, aa.shape)
+    rot = axis_angle_to_matrix(aa)
+    yaw = 0.3 * t
+    root = np.stack([-0.6 * np.sin(yaw) * 0, -0.9 * t, 0.93 + 0.02 * np.cos(2 * ph)], -1)
+    return rot, root
+
+
+def _orients(kind: str, seed: int) -> np.ndarray:
+    """Rest orientation O (22, 3, 3) of each joint's BVH frame relative to the canonical T-pose frame."""
+    n = len(JOINTS)
+    if kind == "none":
+        return np.broadcast_to(np.eye(3), (n, 3, 3)).copy()
+    if kind == "A":  # arms rest 45 degrees down: the arm joints' frames are rotated
+        aa = np.zeros((n, 3))
+        for s, sg in (("l", 1.0), ("r", -1.0)):
+            for j in ("upperarm", "forearm", "hand"):
+                aa[JOINTS.index(f"{j}_{s}"), 1] = sg * np.pi / 4
+        return axis_angle_to_matrix(aa)
+    rng = np.random.default_rng(seed + 101)
+    return axis_angle_to_matrix(rng.normal(0.0, 1.0, (n, 3)))
+
+
+def humanoid_bvh(path, scheme="mixamo", up="Y", units="cm", orients="none", frames=24, fps=30.0,
+                 floor=0.0, lean=0.0, seed=0):
+    """Write a humanoid BVH of a naming scheme, axis convention, units and rest orientation.
+
+    Parameters
+    ----------
+    scheme : str
+        A key of :data:`SCHEMES`.
+    up : {"Y", "Z", "-Y", "-Z"}
+        The file's up axis.
+    units : str
+        A key of :data:`UNIT_SCALE`.
+    orients : {"none", "A", "random"}
+        Joint frames at rest: the canonical T-pose's, arms' frames 45 degrees
+        down, or random per joint (joint orients baked into the OFFSETs, the
+        zero-rotation pose no human pose).
+    floor : float
+        Height (metres) of the performer's floor in the file (0: feet on z = 0).
+
+    Returns
+    -------
+    path, world : the file and the canonical keypoints (T, 32, 3) it encodes (metres, Z up,
+    floor at ``floor``).
+    """
+    G_local, root = walk_rotations(frames, fps, lean, seed)
+    root = root + [0.0, 0.0, floor]
+    Gw, pw = forward_kinematics_np(G_local, root)
+    O = _orients(orients, seed)
+    A = axis_matrix(up).T          # Z-up world -> file axes
+    k = 1.0 / UNIT_SCALE[units]
+    names = bone_names(scheme)
+    par = np.array(PARENTS)
+    offsets = np.zeros((len(JOINTS), 3))
+    L = np.empty_like(G_local)
+    for j in range(len(JOINTS)):
+        p = par[j]
+        if p < 0:
+            offsets[j] = A @ REST_OFFSETS[0] * k
+            L[:, j] = A @ Gw[:, j] @ O[j] @ A.T
+        else:
+            offsets[j] = A @ (O[p].T @ REST_OFFSETS[j]) * k
+            L[:, j] = A @ (O[p].T @ np.swapaxes(Gw[:, p], -1, -2) @ Gw[:, j] @ O[j]) @ A.T
+    trans = np.broadcast_to(offsets, (frames, len(JOINTS), 3)).copy()
+    trans[:, 0] = root @ A.T * k
+    ends = []
+    for e, pj in zip(END_POINTS, END_PARENTS):
+        if e in ("head_top", "toe_tip_l", "toe_tip_r", "hand_tip_l", "hand_tip_r"):
+            ends.append((pj, A @ (O[pj].T @ END_OFFSETS[END_POINTS.index(e)]) * k))
+    channels = [("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")] + \
+        [("Zrotation", "Xrotation", "Yrotation")] * (len(JOINTS) - 1)
+    motion = frames_from_rotations(channels, L, trans)
+    write_bvh(path, names, par, offsets, channels, motion, frame_time=1.0 / fps, end_sites=ends, precision=8)
+    world = keypoints_from_fk_np(G_local, root)
+    return path, world
+
+
+def walk_keypoints(frames=24, fps=30.0, floor=0.0, seed=0):
+    """Canonical keypoints (T, 32, 3) of the procedural walk (metres, Z up)."""
+    G_local, root = walk_rotations(frames, fps, 0.0, seed)
+    return keypoints_from_fk_np(G_local, root + [0.0, 0.0, floor])
+
+
+def canonical_height() -> float:
+    return CANONICAL.height()
+
+
+__all__ = ["SCHEMES", "UNIT_SCALE", "bone_names", "walk_rotations", "humanoid_bvh", "walk_keypoints",
+           "KEYPOINTS"]
