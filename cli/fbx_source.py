@@ -1,12 +1,16 @@
-"""FBX keypoint sources, read through Blender's own FBX importer.
+"""Armature sources: FBX files through Blender's own FBX importer, and animated armatures.
 
-The file is imported into the current scene, the world positions of every
-bone head (plus the tail of every leaf bone, named ``<bone>_End`` as the BVH
-reader names End Sites) are sampled over the armature's action frames with
-``frame_set``, and everything the import created is deleted again. The
-points then go through the readers' shared finishing step
-(:func:`..readers.base.finish_clip`): layout detection from the bone names
-(Mixamo, CMU, CC_Base, UE, SMPL...) or ``layout=``, units check, gap filling.
+The file is imported into the current scene, :func:`armature_clip` samples
+the armature's bones over its action (world positions of every bone head,
+plus the tail of every leaf bone, named ``<bone>_End`` as the BVH reader
+names End Sites; and the bones' rest and posed matrices for the clip's
+``source_rig``), and everything the import created is deleted again. The
+bones are mapped onto the canonical joints by the one skeleton mapper
+(:func:`..retarget.mapping.auto_map`, or ``layout=``); the points then go
+through the readers' shared finishing step
+(:func:`..readers.base.finish_clip`): units check, floor, gap filling.
+:func:`armature_clip` also reads an armature already in the scene (the
+Input panel's armature source).
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ def _snapshot():
 
 
 def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
-    """Read an FBX animation's bone positions as a keypoint clip.
+    """Read an FBX animation's bone positions as a keypoint clip, with its source rig.
 
     Parameters
     ----------
     path : str
-    layout, units, up_axis, fps, max_gap
+    layout, units, up_axis, fps, max_gap, ground
         As for :func:`..readers.read_keypoints`. Positions are in Blender's
         world frame after the importer's conversion (metres, Z up) unless
         overridden.
@@ -53,6 +57,7 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
     Returns
     -------
     readers.KeypointClip
+        With ``source_rig`` (see :func:`armature_clip`).
 
     Raises
     ------
@@ -60,7 +65,7 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
     """
     import bpy
 
-    from ..readers.base import KeypointReadError, finish_clip
+    from ..readers.base import KeypointReadError
     from .targets import quiet
 
     path = os.fspath(path)
@@ -82,84 +87,169 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
         if not arms:
             raise KeypointReadError(path, "no armature in the FBX file")
         # the animated armature with the most bones
-        arms.sort(key=lambda o: (o.animation_data is not None and o.animation_data.action is not None,
-                                 len(o.data.bones)), reverse=True)
-        obj = arms[0]
-        action = obj.animation_data.action if obj.animation_data else None
-        if action is None:
-            raise KeypointReadError(path, "the FBX armature {!r} has no animation".format(obj.name))
-        start, end = (int(round(v)) for v in action.frame_range)
+        arms.sort(key=lambda o: (_action_of(o) is not None, len(o.data.bones)), reverse=True)
         file_fps = scene.render.fps / scene.render.fps_base  # the importer sets the scene's rate
-        bones = obj.pose.bones
-        names = [b.name for b in bones]
-        leaves = [i for i, b in enumerate(bones) if not b.children]
-        n = len(bones)
-        frames = list(range(start, end + 1))
-        pos = np.empty((len(frames), n + len(leaves), 3))
-        head = np.empty(n * 3, dtype=np.float32)
-        tail = np.empty(n * 3, dtype=np.float32)
-        for t, frame in enumerate(frames):
-            scene.frame_set(frame)
-            mw = np.array(obj.matrix_world, dtype=np.float64)
-            bones.foreach_get("head", head)
-            bones.foreach_get("tail", tail)
-            pts = np.concatenate([head.reshape(n, 3), tail.reshape(n, 3)[leaves]]).astype(np.float64)
-            pos[t] = pts @ mw[:3, :3].T + mw[:3, 3]
-        bone_layout = _bone_layout(obj, names, leaves)
-        taken = set(names)
-        for i in leaves:
-            base = "{}_End".format(names[i])
-            name, k = base, 1
-            while name in taken:
-                k += 1
-                name = "{}{}".format(base, k)
-            taken.add(name)
-            names.append(name)
+        return armature_clip(arms[0], path, layout=layout, units=units, up_axis=up_axis, fps=fps,
+                             file_fps=file_fps, max_gap=max_gap, ground=ground)
     finally:
         ids = _new_ids(before)
         if ids:
             bpy.data.batch_remove(ids)
         scene.render.fps, scene.render.fps_base = saved_fps
         scene.frame_set(saved_frame)
-    kwargs = dict(fps=fps, file_fps=file_fps, units=units, up_axis=up_axis,
-                  file_units="m" if units is None else None, file_up_axis="Z", max_gap=max_gap, ground=ground)
-    if layout is not None:
-        return finish_clip(path, pos, names, layout=layout, **kwargs)
-    # names first (a known layout); the armature's own automatic bone mapping when they do not
-    # give the effectors on every frame
+
+
+def _action_of(obj):
+    ad = obj.animation_data
+    return ad.action if ad is not None else None
+
+
+def armature_clip(obj, source, *, frames=None, layout=None, units=None, up_axis=None, fps=None, file_fps=None,
+                  max_gap=5, ground=True):
+    """An animated armature's motion as a keypoint clip with its source rig.
+
+    The bones' world-space rest and posed matrices are sampled (one
+    ``foreach_get`` per frame) over ``frames`` (default: the action's frame
+    range, else the scene's), the bone heads and leaf-bone tails
+    (``<bone>_End``) become the points, and the bones are mapped onto the
+    canonical joints by :func:`..retarget.mapping.auto_map` (the one mapper
+    of skeletons). When the armature lacks a pelvis bone because its root
+    bone became the armature object (an FBX whose skeleton root is a node,
+    imported by Blender), the object itself is the pelvis: a bone named
+    after it is put above the root bones, posed by the object's transform.
+
+    Parameters
+    ----------
+    obj : bpy.types.Object
+        An armature.
+    source : str
+        Name for messages (the file, or the object).
+    frames : (int, int), optional
+        First and last scene frame (inclusive).
+    layout, units, up_axis, fps, max_gap, ground
+        As for :func:`..readers.read_keypoints` (the armature's world space
+        is taken as metres, Z up).
+    file_fps : float, optional
+        Default: the scene's rate.
+
+    Returns
+    -------
+    readers.KeypointClip
+
+    Raises
+    ------
+    readers.KeypointReadError
+    """
+    import bpy
+
+    from ..readers.base import UNITS, KeypointReadError, finish_clip
+    from ..readers.source_rig import (axis_matrix, describe_mapping_problem, layout_from_mapping,
+                                      source_rig_from_pose)
+    from ..retarget.mapping import auto_map, humanoid_check
+    from ..retarget.rig import RigDescription
+
+    scene = bpy.context.scene
+    if obj is None or obj.type != "ARMATURE":
+        raise KeypointReadError(source, "not an armature")
+    bones = obj.data.bones
+    pbones = obj.pose.bones
+    names = [b.name for b in bones]
+    if not names:
+        raise KeypointReadError(source, "the armature {!r} has no bones".format(obj.name))
+    if [b.name for b in pbones] != names:
+        raise KeypointReadError(source, "pose bones out of order")
+    if frames is None:
+        action = _action_of(obj)
+        if action is not None:
+            frames = tuple(int(round(v)) for v in action.frame_range)
+        elif obj.animation_data is None:
+            raise KeypointReadError(source, "the armature {!r} has no animation".format(obj.name))
+        else:
+            frames = (scene.frame_start, scene.frame_end)
+    index = {n: i for i, n in enumerate(names)}
+    parents = [index[b.parent.name] if b.parent else -1 for b in bones]
+    n = len(names)
+    ml = np.empty(n * 16, dtype=np.float32)
+    tl = np.empty(n * 3, dtype=np.float32)
+    bones.foreach_get("matrix_local", ml)
+    bones.foreach_get("tail_local", tl)
+    ml = ml.reshape(n, 4, 4).transpose(0, 2, 1).astype(np.float64)
+    tl = tl.reshape(n, 3).astype(np.float64)
+    leaves = [i for i in range(n) if not bones[i].children]
+    frame_list = list(range(int(frames[0]), int(frames[1]) + 1))
+    T = len(frame_list)
+    if T == 0:
+        raise KeypointReadError(source, "empty frame range {}..{}".format(*frames))
+    pose = np.empty((T, n, 4, 4))
+    objm = np.empty((T, 4, 4))
+    tails = np.empty((T, len(leaves), 3))
+    buf = np.empty(n * 16, dtype=np.float32)
+    tbuf = np.empty(n * 3, dtype=np.float32)
+    saved = scene.frame_current
     try:
-        clip = finish_clip(path, pos, names, **kwargs)
-        if _has_effectors(clip):
-            return clip
-    except KeypointReadError:
-        if not bone_layout:
-            raise
-    if not bone_layout:
-        return clip
-    clip = finish_clip(path, pos, names, layout=bone_layout, **kwargs)
-    clip.warnings.append("layout from the armature's automatic bone mapping ({} joints)".format(len(bone_layout)))
+        for t, f in enumerate(frame_list):
+            scene.frame_set(f)
+            mw = np.array(obj.matrix_world, dtype=np.float64)
+            objm[t] = mw
+            pbones.foreach_get("matrix", buf)
+            pbones.foreach_get("tail", tbuf)
+            pose[t] = mw @ buf.reshape(n, 4, 4).transpose(0, 2, 1)
+            tails[t] = tbuf.reshape(n, 3)[leaves] @ mw[:3, :3].T + mw[:3, 3]
+    finally:
+        scene.frame_set(saved)
+    mw0 = objm[0]
+    rest = mw0 @ ml
+    rest_tails = tl @ mw0[:3, :3].T + mw0[:3, 3]
+    rig_names, rig_parents = list(names), list(parents)
+    # hierarchy first: does the armature have a pelvis, or did its root bone become the object?
+    draft = RigDescription(rig_names, rig_parents, rest, rest[:, :3, 3], rest_tails)
+    mapping = auto_map(draft)
+    roots = [i for i in range(n) if parents[i] < 0]
+    if "pelvis" not in mapping.entries and len(roots) >= 2:
+        root_name = obj.name if obj.name not in index else obj.name + "_object"
+        rig_names = [root_name] + names
+        rig_parents = [-1] + [0 if p < 0 else p + 1 for p in parents]
+        unit = objm / np.cbrt(np.abs(np.linalg.det(objm[:, :3, :3])))[:, None, None]
+        unit[:, 3] = objm[:, 3]
+        unit[:, :3, 3] = objm[:, :3, 3]
+        rest = np.concatenate([unit[:1], rest])
+        head0 = objm[0, :3, 3]
+        up = np.array([0.0, 0.0, 0.1])
+        rest_tails = np.concatenate([(head0 + up)[None], rest_tails])
+        pose = np.concatenate([unit[:, None], pose], axis=1)
+        leaves = [i + 1 for i in leaves]
+        draft = RigDescription(rig_names, rig_parents, rest, rest[:, :3, 3], rest_tails)
+        mapping = auto_map(draft)
+        mapping.reasons["pelvis"] = "the armature object (its root bone became the object on import)"
+    pos = np.concatenate([pose[..., :3, 3], tails], axis=1)
+    point_names = list(rig_names)
+    end_of = {}
+    taken = set(point_names)
+    for i in leaves:
+        base = "{}_End".format(rig_names[i])
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = "{}{}".format(base, k)
+        taken.add(name)
+        point_names.append(name)
+        end_of[rig_names[i]] = name
+    if layout is None:
+        errors = humanoid_check(mapping)
+        if errors:
+            raise KeypointReadError(source, describe_mapping_problem(draft, mapping, errors))
+        layout = layout_from_mapping(draft, mapping, end_of)
+    if file_fps is None:
+        file_fps = scene.render.fps / scene.render.fps_base
+    clip = finish_clip(source, pos, point_names, layout=layout, fps=fps, file_fps=file_fps, units=units,
+                       up_axis=up_axis, file_up_axis="Z",
+                       max_gap=max_gap, ground=ground)
+    # the same conversion for the skeleton: axes, units, floor
+    A = np.eye(4)
+    A[:3, :3] = axis_matrix(clip.up_axis) * UNITS[clip.units]
+    A[2, 3] = clip.floor_shift
+    rest_out = A @ rest
+    tails_out = rest_tails @ A[:3, :3].T + A[:3, 3]
+    clip.source_rig = source_rig_from_pose(rig_names, rig_parents, rest_out, tails_out, A @ pose,
+                                           mapping=mapping, name=obj.name)
     return clip
-
-
-def _has_effectors(clip):
-    from ..model.skeleton import KEYPOINTS, SPARSE_EFFECTORS
-    from ..readers import to_canonical
-
-    _, mask = to_canonical(clip)
-    return bool(mask[:, [KEYPOINTS.index(n) for n in SPARSE_EFFECTORS]].all())
-
-
-def _bone_layout(obj, names, leaves):
-    """``{bone name: canonical keypoint}`` from :func:`..retarget.mapping.auto_map` on the armature."""
-    try:
-        from ..blender_io.rig import rig_description
-        from ..retarget.mapping import auto_map
-
-        mapping = auto_map(rig_description(obj))
-    except Exception:
-        return {}
-    layout = {bone: joint for joint, bone in mapping.entries.items() if bone in names}
-    head = mapping.entries.get("head")
-    if head in names and names.index(head) in leaves:
-        layout["{}_End".format(head)] = "head_top"
-    return layout

@@ -31,8 +31,8 @@ import json
 
 import numpy as np
 
-from .base import KeypointReadError, finish_clip
-from .layouts import LAYOUTS, get_layout
+from .base import KeypointReadError, _flag, finish_clip
+from .layouts import get_layout, recognise_nameless
 
 __all__ = ["read_json"]
 
@@ -142,15 +142,14 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
                 lay = get_layout(lay_arg)
             except (KeyError, ValueError) as ex:
                 raise KeypointReadError(path, str(ex).strip("'\"")) from None
-        elif J == 33:
-            lay = LAYOUTS["mediapipe_pose"]
-        elif J == 32:
-            lay = LAYOUTS["canonical"]
         else:
-            raise KeypointReadError(path, f"{J} unnamed landmarks per frame: pass layout= (e.g. 'coco17' for 17)")
-        if len(lay.joint_names) != J:
+            lay, nl_names, reason = recognise_nameless(pos)
+            if lay is None:
+                raise KeypointReadError(path, f"unnamed landmarks: {reason}; pass {_flag('layout', 'NAME')} "
+                                        "(e.g. coco17)")
+        if lay_arg is not None and len(lay.joint_names) != J:
             raise KeypointReadError(path, f"{J} landmarks per frame but layout {lay.name!r} has {len(lay.joint_names)}")
-        names = list(lay.joint_names)
+        names = list(lay.joint_names) if lay_arg is not None else nl_names
         if layout is None:
             layout = lay
 

@@ -44,6 +44,7 @@ __all__ = [
     "load_mapping",
     "layout_table",
     "canonical_weights",
+    "recognise_nameless",
 ]
 
 
@@ -599,3 +600,56 @@ def layout_table() -> list[dict]:
         }
         for lay in LAYOUTS.values()
     ]
+
+
+def _median_pts(points):
+    p = np.asarray(points, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        import warnings as _w
+        with _w.catch_warnings():
+            _w.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(p, axis=0)
+
+
+def recognise_nameless(points) -> tuple:
+    """The layout of a nameless ``(T, J, 3)`` array from its joint count and geometry.
+
+    Recognised: SMPL-22 (the 22 body joints most text-to-motion models
+    output: HumanML3D, MDM...), SMPL-24, H36M-17, COCO-17 (told apart from
+    H36M by where point 0 sits: between the hips for H36M, among the face
+    points for COCO), MediaPipe-33 and the canonical 32.
+
+    Returns
+    -------
+    layout : Layout or None
+    names : list of str or None
+        Point names in the array's order (the layout's, or its first 22 for SMPL-22).
+    reason : str
+        What was recognised, or why nothing was.
+    """
+    p = np.asarray(points, dtype=np.float64)
+    J = p.shape[1]
+    m = _median_pts(p)  # (J, 3)
+
+    def d(a, b):
+        return float(np.linalg.norm(m[a] - m[b]))
+
+    if J in (22, 24):
+        # SMPL: 0 pelvis just above the middle of the hips 1 and 2; 15 head above 12 neck
+        if d(0, 1) > 0 and abs(d(0, 1) - d(0, 2)) < 0.3 * d(1, 2) and d(15, 0) > 2 * d(1, 2):
+            lay = SMPL24
+            return lay, list(lay.joint_names[:J]), f"SMPL-{J} joints (recognised from {J} points and their geometry)"
+        return None, None, f"{J} points that do not sit like SMPL joints (pelvis between the hips)"
+    if J == 17:
+        hips = d(1, 4)
+        if hips > 0 and float(np.linalg.norm(m[0] - 0.5 * (m[1] + m[4]))) < 0.3 * hips:
+            return H36M17, list(H36M17.joint_names), "Human3.6M-17 joints (point 0 between the hips 1 and 4)"
+        shoulders = d(5, 6)
+        if shoulders > 0 and max(d(0, k) for k in range(1, 5)) < 0.6 * shoulders:
+            return COCO17, list(COCO17.joint_names), "COCO-17 keypoints (point 0 among the face points 1-4)"
+        return None, None, "17 points that sit neither like H36M (hip centre first) nor like COCO (nose first)"
+    if J == 33:
+        return MEDIAPIPE, list(MEDIAPIPE.joint_names), "MediaPipe Pose 33 landmarks (from the count)"
+    if J == 32:
+        return CANONICAL_LAYOUT, list(CANONICAL_LAYOUT.joint_names), "Neural IK canonical keypoints (from the count)"
+    return None, None, f"{J} points per frame match no nameless layout (SMPL-22/24, H36M-17, COCO-17, MediaPipe-33)"

@@ -43,8 +43,8 @@ import zipfile
 
 import numpy as np
 
-from .base import KeypointReadError, finish_clip
-from .layouts import get_layout
+from .base import KeypointReadError, _flag, finish_clip
+from .layouts import get_layout, recognise_nameless
 
 __all__ = ["read_npz", "read_npy"]
 
@@ -97,14 +97,12 @@ def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
 
 
 def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
-    """Read a bare ``(T, J, 3)`` ``.npy`` array; ``layout`` is required."""
-    if layout is None:
-        raise KeypointReadError(path, "a .npy array has no joint names: pass layout= (e.g. 'coco17', "
-                                "'mediapipe_pose', 'canonical') or use the .npz format with joint_names")
-    try:
-        lay = get_layout(layout)
-    except (KeyError, ValueError) as ex:
-        raise KeypointReadError(path, str(ex).strip("'\"")) from None
+    """Read a bare ``(T, J, 3)`` ``.npy`` array.
+
+    Without ``layout`` the array is recognised from its joint count and
+    geometry (:func:`.layouts.recognise_nameless`: SMPL-22/24, H36M-17,
+    COCO-17, MediaPipe-33, canonical 32).
+    """
     try:
         pos = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as ex:
@@ -115,8 +113,22 @@ def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
         pos = pos[None]
     if pos.ndim != 3 or pos.shape[-1] != 3:
         raise KeypointReadError(path, f"array must have shape (frames, joints, 3), got {pos.shape}")
-    if pos.shape[1] != len(lay.joint_names):
-        raise KeypointReadError(path, f"{pos.shape[1]} joints per frame but layout {lay.name!r} has "
-                                f"{len(lay.joint_names)}")
-    return finish_clip(path, pos, list(lay.joint_names), fps=fps, layout=lay, units=units, up_axis=up_axis,
-                       max_gap=max_gap, ground=ground)
+    warns = []
+    if layout is None:
+        lay, names, reason = recognise_nameless(pos)
+        if lay is None:
+            raise KeypointReadError(path, f"a .npy array has no joint names and {reason}: pass "
+                                    f"{_flag('layout', 'NAME')} (e.g. coco17, h36m17, smpl24, mediapipe_pose, "
+                                    "canonical) or use the .npz format with joint_names")
+        warns.append(f"no joint names: {reason} (override with {_flag('layout')})")
+    else:
+        try:
+            lay = get_layout(layout)
+        except (KeyError, ValueError) as ex:
+            raise KeypointReadError(path, str(ex).strip("'\"")) from None
+        names = list(lay.joint_names)
+        if pos.shape[1] != len(names):
+            raise KeypointReadError(path, f"{pos.shape[1]} joints per frame but layout {lay.name!r} has "
+                                    f"{len(names)}")
+    return finish_clip(path, pos, names, fps=fps, layout=lay, units=units, up_axis=up_axis,
+                       max_gap=max_gap, ground=ground, warnings=warns)

@@ -34,7 +34,7 @@ from ..model.rotations_np import matrix_to_quat, quat_slerp
 from ..retarget.mapping import BoneMapping
 from ..retarget.rig import RigDescription
 
-__all__ = ["SourceRig", "source_rig_from_bvh", "axis_matrix", "bone_tails", "end_point_names",
+__all__ = ["SourceRig", "source_rig_from_bvh", "source_rig_from_pose", "axis_matrix", "bone_tails", "end_point_names",
            "layout_from_mapping", "describe_mapping_problem"]
 
 
@@ -272,3 +272,68 @@ def describe_mapping_problem(rig: RigDescription, mapping: BoneMapping, errors) 
             f"{', '.join(roots)}): {'; '.join(errors)}. Mapped: {found}. Pass a mapping of joint names to "
             "canonical keypoints with --layout MAPPING.json ('Layout' in the import options; "
             "`neural-ik layouts canonical` lists the keypoints)")
+
+
+def _ortho(m):
+    u, _, vt = np.linalg.svd(m)
+    r = u @ vt
+    return r
+
+
+def source_rig_from_pose(names, parents, rest_matrices, tails, pose_matrices, mapping=None, name=""):
+    """A :class:`SourceRig` from world-space rest and posed bone matrices (an armature's bones).
+
+    Parameters
+    ----------
+    names : list of str
+    parents : sequence of int
+        -1 for roots; parents before children.
+    rest_matrices : ndarray (B, 4, 4)
+        Each bone's rest matrix in the output space (``matrix_world @
+        Bone.matrix_local``, metres); a uniform scale in the rotation part is
+        removed.
+    tails : ndarray (B, 3)
+        Rest tails in the output space.
+    pose_matrices : ndarray (T, B, 4, 4)
+        Each bone's posed matrix in the output space per frame
+        (``matrix_world @ PoseBone.matrix``).
+    mapping : BoneMapping, optional
+        Default: :func:`..retarget.mapping.auto_map`.
+
+    Returns
+    -------
+    SourceRig
+        ``quaternions`` and ``locations`` such that ``pose_rig`` gives back
+        the posed heads (and rotations, without scale).
+    """
+    rest = np.asarray(rest_matrices, dtype=np.float64)
+    pose = np.asarray(pose_matrices, dtype=np.float64)
+    parents = np.asarray(parents, dtype=np.int64)
+    B = len(names)
+    Q = _ortho(rest[:, :3, :3])
+    h = rest[:, :3, 3]
+    ml = np.broadcast_to(np.eye(4), (B, 4, 4)).copy()
+    ml[:, :3, :3] = Q
+    ml[:, :3, 3] = h
+    rig = RigDescription(list(names), parents, ml, h, np.asarray(tails, dtype=np.float64), name=name)
+    W = _ortho(pose[..., :3, :3])          # (T, B, 3, 3)
+    X = pose[..., :3, 3]                   # (T, B, 3)
+    T = pose.shape[0]
+    basis = np.empty((T, B, 3, 3))
+    loc = np.empty((T, B, 3))
+    for b in range(B):
+        p = parents[b]
+        if p < 0:
+            basis[:, b] = Q[b].T @ W[:, b]
+            loc[:, b] = (X[:, b] - h[b]) @ Q[b]
+        else:
+            rel = Q[p].T @ Q[b]
+            base = W[:, p] @ rel                                   # (T, 3, 3)
+            basis[:, b] = np.swapaxes(base, -1, -2) @ W[:, b]
+            expect = X[:, p] + np.einsum("tij,j->ti", W[:, p], Q[p].T @ (h[b] - h[p]))
+            loc[:, b] = np.einsum("tji,tj->ti", base, X[:, b] - expect)
+    if mapping is None:
+        from ..retarget.mapping import auto_map
+
+        mapping = auto_map(rig)
+    return SourceRig(rig, mapping, matrix_to_quat(basis), loc)

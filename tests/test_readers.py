@@ -119,11 +119,14 @@ def test_npz_mediapipe_names(tmp_path):
     assert not mask[:, KEYPOINTS.index("spine2")].any()
 
 
-def test_npy_needs_layout(tmp_path):
+def test_npy_nameless_or_layout(tmp_path):
     f = tmp_path / "c.npy"
     np.save(f, motion(3, "coco17"))
-    with pytest.raises(KeypointReadError, match=r"c\.npy.*layout="):
-        read_keypoints(f)
+    assert read_keypoints(f).layout == "coco17"  # recognised from the count and the geometry
+    g = tmp_path / "d.npy"
+    np.save(g, motion(3)[:, :12])
+    with pytest.raises(KeypointReadError, match=r"d\.npy.*12 points per frame.*--layout"):
+        read_keypoints(g)
     clip = read_keypoints(f, layout="coco17")
     assert clip.joint_names == list(LAYOUTS["coco17"].joint_names)
     assert any("frame rate" in w for w in clip.warnings)
@@ -273,7 +276,7 @@ def test_json_object_named_with_gaps(tmp_path):
     ("{}", "'frames'"),
     ("[]", "no frames"),
     ('[[{"x": "a", "y": 0, "z": 0}]]', "frame 0, landmark 0"),
-    ('[[[0, 0, 0], [1, 1, 1]]]', "2 unnamed landmarks"),
+    ('[[[0, 0, 0], [1, 1, 1]]]', "2 points per frame match no nameless layout.*--layout"),
 ])
 def test_json_bad(tmp_path, text, match):
     f = tmp_path / "bad.json"

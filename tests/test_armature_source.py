@@ -1,0 +1,75 @@
+"""Armature sources in Blender: an animated armature in the scene, an FBX file, and an armature whose
+root bone became the object; each gives a source rig that ``pose_rig`` turns back into its joints."""
+
+import importlib
+
+import bpy
+import numpy as np
+import pytest
+
+from source_fixtures import humanoid_bvh
+
+
+@pytest.fixture(scope="module")
+def mods(ext):
+    def m(name):
+        return importlib.import_module(ext.__name__ + "." + name)
+    return dict(fbx=m("cli.fbx_source"), solve=m("retarget.solve"), readers=m("readers"),
+                mapping=m("retarget.mapping"))
+
+
+def _import_bvh(path):
+    bpy.ops.import_anim.bvh(filepath=str(path), global_scale=1.0, axis_up='Y', axis_forward='-Z')
+    return next(o for o in bpy.context.scene.objects if o.type == 'ARMATURE')
+
+
+def _check(mods, clip, atol=1e-4):
+    src = clip.source_rig
+    _, heads = mods["solve"].pose_rig(src.rig, src.quaternions, src.locations)
+    idx = [clip.joint_names.index(n) for n in src.rig.names]
+    np.testing.assert_allclose(heads, clip.positions[:, idx], atol=atol)
+    assert mods["mapping"].humanoid_check(src.mapping) == []
+
+
+def test_scene_armature_and_fbx(mods, tmp_path):
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "studio", up="Y", units="cm", orients="A", frames=12)
+    obj = _import_bvh(path)
+    clip = mods["fbx"].armature_clip(obj, obj.name)
+    assert clip.units == "cm" and clip.source_rig.mapping.entries["hand_l"] == "Hand_L"
+    _check(mods, clip)
+    # the same motion read from the BVH file directly
+    direct = mods["readers"].read_keypoints(path)
+    i, k = clip.joint_names.index("Hand_L"), direct.joint_names.index("Hand_L")
+    np.testing.assert_allclose(clip.positions[:, i], direct.positions[:, k], atol=2e-4)
+    # exported to FBX and read back through Blender's importer
+    fbx = tmp_path / "walk.fbx"
+    bpy.ops.object.select_all(action='DESELECT')
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=True, add_leaf_bones=False)
+    n_objects = len(bpy.data.objects)
+    from_fbx = mods["fbx"].read_fbx_keypoints(str(fbx))
+    assert len(bpy.data.objects) == n_objects  # the import is removed again
+    _check(mods, from_fbx)
+
+
+def test_root_bone_as_object(mods, tmp_path):
+    """An armature without a pelvis bone whose object carries the root motion: the object is the pelvis."""
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "mixamo", up="Y", units="m", frames=8)
+    obj = _import_bvh(path)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode='EDIT')
+    eb = obj.data.edit_bones
+    eb.remove(eb["Hips"])
+    bpy.ops.object.mode_set(mode='OBJECT')
+    obj.name = "Hips"
+    for f in range(1, 9):
+        obj.location = (0.0, -0.05 * f, 0.02 * f)
+        obj.keyframe_insert("location", frame=f)
+    clip = mods["fbx"].armature_clip(obj, "walk.fbx")
+    src = clip.source_rig
+    assert src.mapping.entries["pelvis"] == "Hips" and src.rig.names[0] == "Hips"
+    _check(mods, clip)
+    # the pelvis point follows the object
+    p = clip.positions[:, clip.joint_names.index("Hips")]
+    np.testing.assert_allclose(np.diff(p[:, 1]), -0.05, atol=1e-5)
