@@ -367,10 +367,8 @@ def pose_world(obj, frames):
 
 
 def bone_lengths(obj):
-    """Rest lengths (B,) in world units."""
-    mw = np.array(obj.matrix_world, dtype=np.float64)
-    s = abs(np.linalg.det(mw[:3, :3])) ** (1.0 / 3.0)
-    return np.array([b.length for b in obj.data.bones]) * s
+    """Rest lengths (B,) in armature units (world matrices carry the object's scale on their axes)."""
+    return np.array([b.length for b in obj.data.bones])
 
 
 def leg_length(obj, roles):
@@ -553,6 +551,37 @@ def measure_pole_angles(target, source, roles_t, roles_s, constraints, frames, *
     return angles
 
 
+def _pre_bend(target, source, roles_t, roles_s, frames):
+    """Bend each forearm / shin of the target's pose by :data:`PRE_BEND` the way the limb bends.
+
+    The way: the target's own rest bend where its rest limb is bent (over 3
+    degrees), otherwise the source's bend on its most bent frame, carried
+    into the target's bone frame through the rest poses.
+    """
+    Wt = rest_world(target)
+    Ws = rest_world(source)
+    src = pose_world(source, frames)
+    for ch, (a, b, c) in CHAINS.items():
+        ua, ma = Wt[roles_t[a], :3, 1], Wt[roles_t[b], :3, 1]
+        axis = np.cross(ua, ma)
+        if np.degrees(np.arcsin(min(np.linalg.norm(axis), 1.0))) < 3.0:
+            P = src[:, :, :3, 3]
+            ang, _ = _bend(P[:, roles_s[a]], P[:, roles_s[b]], P[:, roles_s[c]])
+            t = int(np.argmax(ang))
+            Rm = _unit_cols(src[t, roles_s[b], :3, :3])
+            world_axis = np.cross(P[t, roles_s[b]] - P[t, roles_s[a]], P[t, roles_s[c]] - P[t, roles_s[b]])
+            axis = _unit_cols(Ws[roles_s[b], :3, :3]) @ (Rm.T @ world_axis)
+        axis = _unit_cols(Wt[roles_t[b], :3, :3]).T @ axis
+        axis /= max(np.linalg.norm(axis), 1e-12)
+        p = target.pose.bones[target.data.bones[roles_t[b]].name]
+        p.rotation_mode = "AXIS_ANGLE"
+        p.rotation_axis_angle = (PRE_BEND, float(axis[0]), float(axis[1]), float(axis[2]))
+
+
+def _unit_cols(R):
+    return R / np.maximum(np.linalg.norm(R, axis=0, keepdims=True), 1e-12)
+
+
 def _helper_bones(source, target, pairs):
     """Helper bones in the source, each parented to a source bone and oriented like a target bone at rest.
 
@@ -675,11 +704,10 @@ def constraint_bake(source_path, target, *, scale=1.0, up="Y", mode="dense", own
             c.pole_target, c.pole_subtarget = source, names_s[roles_s[mid]]
             c.chain_count = 2
             con[ch] = c
-            # Blender's IK ignores a pole target (and misses its goal) when the chain starts exactly at
-            # rest; the usual remedy is a slight bend of the chain's pose (invisible after the bake)
-            p = pb[names_t[roles_t[mid]]]
-            p.rotation_mode = "XYZ"
-            p.rotation_euler = (PRE_BEND, 0.0, 0.0)
+        # Blender's IK ignores a pole target (and misses its goal) when the chain starts exactly at rest;
+        # the usual remedy is a slight bend of the chain's pose (invisible after the bake), in the
+        # direction the limb bends, or the chain solves with its upper bone twisted half a turn
+        _pre_bend(target, source, roles_t, roles_s, list(range(first, first + n)))
         bpy.context.view_layer.update()
         key = None
         if pole_cache is not None:
@@ -786,8 +814,8 @@ def _main(argv=None):
     rt, rs = skeleton_roles(names_t, parents_t), skeleton_roles(names_s, parents_s)
     keys = ["pelvis", "head"] + [k + s for k in ("upperarm_", "forearm_", "hand_", "thigh_", "calf_", "foot_")
                                   for s in "lr"]
-    pt = pose_world(target, frames)[:, [rt[k] for k in keys], :3, 3]
-    ps = pose_world(res.source, frames)[:, [rs[k] for k in keys], :3, 3]
+    pt = pose_world(target, frames)[:, [rt[k] for k in keys]][..., :3, 3]
+    ps = pose_world(res.source, frames)[:, [rs[k] for k in keys]][..., :3, 3]
     err = np.linalg.norm(pt - ps, axis=-1) * 1000.0
     print("{} -> {} ({}): {} frames, {:.2f} s ({}), {:.0f} frames/s; pole angles {}".format(
         os.path.basename(args.clip), args.target, args.mode, res.frames, res.seconds["total"],
