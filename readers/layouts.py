@@ -260,10 +260,13 @@ H36M17 = Layout(
         "{S}Hip": "thigh_{s}", "{S}Knee": "calf_{s}", "{S}Foot": "foot_{s}",
         "{S}Shoulder": "upperarm_{s}", "{S}Elbow": "forearm_{s}", "{S}Wrist": "hand_{s}",
     }),
+    # the head joint sits 36% of the way from the neck (Thorax) to the top of the head
+    {"head": (("Thorax", 0.64), ("Head", 0.36))},
     notes="Hip (root, mid-hip at hip-joint height, ~5 cm below the canonical pelvis) -> pelvis; Spine "
     "(mid back) -> spine2; Thorax (between the shoulders) -> neck; Neck/Nose (around chin and nose) -> "
-    "nose; Head (top of head) -> head_top; Foot is the ankle -> foot. spine1, spine3, clavicles, head, "
-    "hand tips, thumbs, toes and heels are masked",
+    "nose; Head (top of head) -> head_top; head = 0.64 Thorax + 0.36 Head (where the head joint sits "
+    "between neck and head top on the canonical rest pose); Foot is the ankle -> foot. spine1, spine3, "
+    "clavicles, hand tips, thumbs, toes and heels are masked",
 )
 
 OPENPOSE25 = Layout(
@@ -642,10 +645,11 @@ def recognise_nameless(points) -> tuple:
         return None, None, f"{J} points that do not sit like SMPL joints (pelvis between the hips)"
     if J == 17:
         hips = d(1, 4)
-        if hips > 0 and float(np.linalg.norm(m[0] - 0.5 * (m[1] + m[4]))) < 0.3 * hips:
+        # H36M: 0 between the hips 1 and 4, and 1 -> 2 (hip -> knee) longer than the hip width
+        if hips > 0 and float(np.linalg.norm(m[0] - 0.5 * (m[1] + m[4]))) < 0.3 * hips and d(1, 2) > hips:
             return H36M17, list(H36M17.joint_names), "Human3.6M-17 joints (point 0 between the hips 1 and 4)"
         shoulders = d(5, 6)
-        if shoulders > 0 and max(d(0, k) for k in range(1, 5)) < 0.6 * shoulders:
+        if shoulders > 0 and max(d(0, k) for k in range(1, 5)) < 0.8 * shoulders:
             return COCO17, list(COCO17.joint_names), "COCO-17 keypoints (point 0 among the face points 1-4)"
         return None, None, "17 points that sit neither like H36M (hip centre first) nor like COCO (nose first)"
     if J == 33:

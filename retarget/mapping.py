@@ -165,6 +165,10 @@ class BoneMapping:
         around them, by their position on the path.
     reasons : dict
         Canonical joint name -> why that bone was chosen.
+    ambiguous : dict
+        Canonical joint name -> the bones that are equally good candidates
+        for it (two hands on one side in separate chains...); such a
+        mapping fails :func:`humanoid_check`.
     """
 
     entries: dict = field(default_factory=dict)
@@ -172,6 +176,7 @@ class BoneMapping:
     twist: dict = field(default_factory=dict)
     extra_spine: list = field(default_factory=list)
     reasons: dict = field(default_factory=dict)
+    ambiguous: dict = field(default_factory=dict)
 
     def unmapped(self) -> list:
         """Canonical joints without a bone, in canonical order."""
@@ -192,7 +197,8 @@ class BoneMapping:
         """JSON-friendly dict."""
         return {"entries": dict(self.entries), "confidence": dict(self.confidence),
                 "twist": {k: list(v) for k, v in self.twist.items()},
-                "extra_spine": list(self.extra_spine), "reasons": dict(self.reasons)}
+                "extra_spine": list(self.extra_spine), "reasons": dict(self.reasons),
+                "ambiguous": {k: list(v) for k, v in self.ambiguous.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "BoneMapping":
@@ -202,7 +208,8 @@ class BoneMapping:
         for k in entries:
             conf.setdefault(k, 1.0)
         return cls(entries, conf, {k: list(v) for k, v in d.get("twist", {}).items()},
-                   list(d.get("extra_spine", [])), dict(d.get("reasons", {})))
+                   list(d.get("extra_spine", [])), dict(d.get("reasons", {})),
+                   {k: list(v) for k, v in d.get("ambiguous", {}).items()})
 
     def to_json(self) -> str:
         """Serialise to a JSON string."""
@@ -263,6 +270,8 @@ def humanoid_check(mapping: BoneMapping) -> list:
     errors = [f"no bone for {j}" for j in REQUIRED_JOINTS if j not in mapping.entries]
     if not any(j in mapping.entries for j in ("spine1", "spine2", "spine3")):
         errors.append("no spine bone between pelvis and head")
+    for j, bones in getattr(mapping, "ambiguous", {}).items():
+        errors.append(f"two candidates for {j}: {', '.join(bones)}")
     return errors
 
 
@@ -331,6 +340,12 @@ class _Mapper:
         rig = self.rig
         hands = {s: self.pick(self.candidates("hand", s)) for s in "LR"}
         feet = {s: self.pick(self.candidates("foot", s)) for s in "LR"}
+        self.ambiguous = {}
+        for role, picked in (("hand", hands), ("foot", feet)):
+            for s in "LR":
+                rivals = self.rivals(self.candidates(role, s), picked[s])
+                if rivals:
+                    self.ambiguous[f"{role}_{s.lower()}"] = [rig.names[i] for i in [picked[s]] + rivals]
         arms = {s: self.limb_chain(hands, s) for s in "LR"}
         legs = {s: self.limb_chain(feet, s) for s in "LR"}
         head = self.pick(self.candidates("head", "C"))
@@ -369,7 +384,16 @@ class _Mapper:
                     self.set("toe" + sfx, toe, "toe-named child of the foot")
         extra = self.map_spine(path, pelvis, head)
         twist = self.find_twist(set(path))
-        return BoneMapping(self.entries, self.conf, twist, [rig.names[i] for i in extra], self.reasons)
+        return BoneMapping(self.entries, self.conf, twist, [rig.names[i] for i in extra], self.reasons,
+                           self.ambiguous)
+
+    def rivals(self, cands, picked):
+        """Candidates as shallow as the picked one, in another chain (neither above the other)."""
+        if picked is None:
+            return []
+        depth = self.rig.depth[picked]
+        return [i for i in cands if i != picked and self.rig.depth[i] == depth
+                and not self.rig.is_ancestor(i, picked) and not self.rig.is_ancestor(picked, i)]
 
     def limb_chain(self, anchors, side):
         """Usable ancestors of a hand/foot up to where the other side's limb joins."""

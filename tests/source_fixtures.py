@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from _pkg import pkg
+try:
+    from _pkg import pkg
+except ImportError:  # run from benchmarks/, whose _pkg has the same job
+    from _pkg import import_package as pkg
 
 pkg()
 from neural_ik.model.bvh import frames_from_rotations, write_bvh  # noqa: E402

@@ -1,0 +1,278 @@
+"""Read every source convention and bake it onto Rigify's meta-rig: a table of what was detected.
+
+Sources: every file of ``../shared/mocap/foreign/`` (when present) and generated fixtures of each
+convention (BVH naming schemes, Y/Z up, cm/inches/CMU units, joint orients, a floor not at zero,
+an FBX whose root bone became the armature object, the project's own BVH export baked back,
+nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks), and bad inputs that must
+be refused with a clear message.
+
+Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
+through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
+Printed per source: mapped canonical joints, detected units and up axis, the floor shift applied,
+the share of baked frames in which the rig stands upright (head above the pelvis, within 60 degrees
+of vertical), and the floor error of the baked rig (median over frames of its lowest foot point's
+height, cm; 0 = on the floor).
+
+    .venv/bin/python benchmarks/check_sources.py [--seconds 10] [--only NAME] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _pkg import REPO, import_package  # the script's folder is on sys.path
+
+sys.path.insert(0, str(REPO / "tests"))
+
+FOREIGN = REPO.parent / "shared" / "mocap" / "foreign"
+
+
+def cli_args(source, seconds, fps=30.0):
+    """Parsed ``bake`` flags as a user would give them: none but the target, rate and range."""
+    from neural_ik.cli.parser import build_parser
+
+    argv = ["bake", str(source), "--target", "rigify", "--fps", str(fps), "-q"]
+    args = build_parser().parse_args(argv)
+    args.default_device = "cpu"
+    args._seconds = seconds
+    return args
+
+
+def bake_source(path, target, solver, seconds):
+    """Read and bake one source through the CLI path; the one place that bakes (swap for the new pipeline).
+
+    Returns
+    -------
+    clip : readers.KeypointClip
+    result : blender_io.bake.BakeResult
+    """
+    from neural_ik.cli import common
+    from neural_ik.cli.bake import bake_file
+
+    args = cli_args(path, seconds)
+    clip = common.read_source(str(path), args)
+    n = clip.num_frames
+    args.frames = (0, min(n, max(2, int(round(seconds * clip.fps)))))
+    _, result = bake_file(str(path), target, args, solver=solver)
+    return clip, result
+
+
+def baked_figures(obj, result):
+    """Upright share and floor error (cm) of a baked rig, from its pose-bone values."""
+    from neural_ik.blender_io.rig import rig_description
+    from neural_ik.retarget.solve import pose_rig
+
+    rig = rig_description(obj)
+    res = result.retarget
+    order = [res.bone_names.index(n) for n in rig.names]
+    W, H = pose_rig(rig, res.quaternions[:, order], res.locations[:, order])
+    Q = rig.rest_rotation()
+    tails = H + np.einsum("tbij,bj->tbi", W, np.einsum("bji,bj->bi", Q, rig.tail - rig.head))
+    mw = np.array(obj.matrix_world)
+    H = H @ mw[:3, :3].T + mw[:3, 3]
+    tails = tails @ mw[:3, :3].T + mw[:3, 3]
+    m = result.mapping.entries
+    feet = set()
+    for j in ("foot_l", "foot_r", "toe_l", "toe_r"):
+        if j in m:
+            b = rig.index(m[j])
+            feet |= {b, *rig.descendants(b)}
+    feet = sorted(feet)
+    low = np.minimum(H[:, feet, 2], tails[:, feet, 2]).min(1)
+    floor_cm = float(np.median(low)) * 100.0
+    pel, head = rig.index(m["pelvis"]), rig.index(m["head"])
+    d = H[:, head] - H[:, pel]
+    up = float(np.mean(d[:, 2] / np.linalg.norm(d, axis=1) > 0.5))
+    return up, floor_cm
+
+
+def mapped_count(clip):
+    from neural_ik.model.skeleton import JOINTS
+    from neural_ik.readers import to_canonical
+
+    if clip.source_rig is not None:
+        return len(clip.source_rig.mapping.entries)
+    _, mask = to_canonical(clip)
+    return int(mask[:, : len(JOINTS)].any(0).sum())
+
+
+# ---------------------------------------------------------------------------
+# generated fixtures
+
+
+def _layout_points(kp, layout_name):
+    """Points of a built-in layout placed from canonical keypoints (face points near the nose/head)."""
+    from neural_ik.model.skeleton import KEYPOINTS
+    from neural_ik.readers import LAYOUTS
+
+    lay = LAYOUTS[layout_name]
+    out = np.zeros((kp.shape[0], len(lay.joint_names), 3))
+    face = {"left_eye": (0.03, -0.02, 0.03), "right_eye": (-0.03, -0.02, 0.03),
+            "left_ear": (0.07, 0.08, -0.02), "right_ear": (-0.07, 0.08, -0.02)}
+    for j, n in enumerate(lay.joint_names):
+        if n in lay.to_canonical:
+            out[:, j] = kp[:, KEYPOINTS.index(lay.to_canonical[n])]
+        elif n in face:
+            out[:, j] = kp[:, KEYPOINTS.index("nose")] + face[n]
+        else:
+            out[:, j] = kp[:, KEYPOINTS.index("head")]
+    return out
+
+
+def make_fixtures(folder):
+    """Generated sources of each convention: list of (name, path, expect_error)."""
+    import source_fixtures as sf
+
+    folder = Path(folder)
+    out = []
+    for name, kw in [
+        ("bvh mixamo Y-up cm", dict(scheme="mixamo", up="Y", units="cm")),
+        ("bvh studio _L/_R Z-up inches A-pose", dict(scheme="studio", up="Z", units="in", orients="A")),
+        ("bvh ASF names Y-up CMU units orients", dict(scheme="asf", up="Y", units="cmu", orients="random")),
+        ("bvh mixamo Z-up m floor +40 cm", dict(scheme="mixamo", up="Z", units="m", floor=0.4)),
+        ("bvh studio Y-up mm leaning", dict(scheme="studio", up="Y", units="mm", lean=0.6)),
+    ]:
+        p, _ = sf.humanoid_bvh(folder / (name.split()[1] + "_" + str(len(out)) + ".bvh"), frames=90, **kw)
+        out.append((name, p, False))
+    walk = sf.walk_keypoints(90)
+    # nameless arrays
+    smpl = walk[:, :22][:, [0, 14, 18, 1, 15, 19, 2, 16, 20, 3, 17, 21, 4, 6, 10, 5, 7, 11, 8, 12, 9, 13]]
+    yup = np.stack([smpl[..., 0], smpl[..., 2], -smpl[..., 1]], -1)  # HumanML3D: Y up
+    np.save(folder / "smpl22.npy", yup)
+    out.append(("npy SMPL-22 nameless Y-up", folder / "smpl22.npy", False))
+    np.save(folder / "h36m17.npy", _layout_points(walk, "h36m17"))
+    out.append(("npy H36M-17 nameless", folder / "h36m17.npy", False))
+    np.save(folder / "coco17.npy", _layout_points(walk, "coco17") * 1000.0)
+    out.append(("npy COCO-17 nameless mm", folder / "coco17.npy", False))
+    # MediaPipe world landmarks: hips origin, y down (floor far from zero)
+    mp = _layout_points(walk, "mediapipe_pose")
+    hips = 0.5 * (mp[:, 23] + mp[:, 24])
+    mp = mp - hips[:, None]
+    mp = np.stack([mp[..., 0], -mp[..., 2], mp[..., 1]], -1)
+    frames = [[{"x": float(a), "y": float(b), "z": float(c), "visibility": 0.9} for a, b, c in fr] for fr in mp]
+    (folder / "mediapipe_world.json").write_text(json.dumps({"fps": 30, "frames": frames}))
+    out.append(("json MediaPipe world landmarks", folder / "mediapipe_world.json", False))
+    # bad inputs: image-normalised landmarks, mixed units, a non-humanoid skeleton
+    img = (mp[..., :2] - mp[..., :2].min()) / (np.ptp(mp[..., :2]) * 2.5) + 0.3
+    frames = [[{"x": float(a), "y": float(b), "z": 0.0, "visibility": 0.9} for a, b in fr] for fr in img]
+    (folder / "mediapipe_image.json").write_text(json.dumps({"fps": 30, "frames": frames}))
+    out.append(("BAD json MediaPipe image-normalised", folder / "mediapipe_image.json", True))
+    mixed = _layout_points(walk, "coco17")
+    mixed[:, 11:] *= 1000.0  # the legs in mm, the rest in m
+    np.savez(folder / "mixed.npz", positions=mixed, joint_names=np.array(__import__(
+        "neural_ik.readers", fromlist=["LAYOUTS"]).LAYOUTS["coco17"].joint_names), fps=30.0)
+    out.append(("BAD npz mixed units", folder / "mixed.npz", True))
+    from neural_ik.model.bvh import write_bvh
+    write_bvh(folder / "snake.bvh", ["root", "seg1", "seg2", "seg3"], [-1, 0, 1, 2],
+              [[0, 0, 0], [0, 10, 0], [0, 10, 0], [0, 10, 0]],
+              [("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")]
+              + [("Zrotation", "Xrotation", "Yrotation")] * 3, np.zeros((3, 15)))
+    out.append(("BAD bvh non-humanoid", folder / "snake.bvh", True))
+    return out
+
+
+def root_as_object_fbx(folder):
+    """An FBX whose root bone is the armature object (no pelvis bone; the object moves)."""
+    import bpy
+
+    import source_fixtures as sf
+
+    p, _ = sf.humanoid_bvh(Path(folder) / "rootobj.bvh", "mixamo", up="Y", units="m", frames=90)
+    bpy.ops.import_anim.bvh(filepath=str(p), global_scale=1.0)
+    obj = bpy.context.active_object
+    bpy.ops.object.mode_set(mode='EDIT')
+    eb = obj.data.edit_bones
+    eb.remove(eb["Hips"])
+    bpy.ops.object.mode_set(mode='OBJECT')
+    obj.name = "Hips"
+    for f in range(1, 91, 5):
+        obj.location = (0.0, -0.03 * f, 0.93)
+        obj.keyframe_insert("location", frame=f)
+    fbx = Path(folder) / "root_as_object.fbx"
+    bpy.ops.object.select_all(action='DESELECT')
+    obj.select_set(True)
+    bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=True, add_leaf_bones=False)
+    bpy.data.objects.remove(obj)
+    return fbx
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10.0, help="seconds of each source to bake (default 10)")
+    ap.add_argument("--only", default=None, help="only sources whose name contains this")
+    ap.add_argument("--json", default=None, help="write the rows there")
+    args = ap.parse_args()
+    import_package()
+    import bpy  # noqa: F401
+
+    from neural_ik.cli.bake import get_solver
+    from neural_ik.cli.common import CliError
+    from neural_ik.cli.export import export_armature
+    from neural_ik.cli.targets import load_target
+    from neural_ik.readers import KeypointReadError
+
+    tmp = tempfile.mkdtemp(prefix="check_sources_")
+    sources = []
+    for f in sorted(glob.glob(str(FOREIGN / "*" / "*.bvh"))):
+        sources.append((os.path.relpath(f, FOREIGN), Path(f), False))
+    if not sources:
+        print(f"({FOREIGN} not found: generated fixtures only)")
+    fbx = root_as_object_fbx(tmp)
+    sources += make_fixtures(tmp)
+    sources.append(("fbx root bone as the armature object", fbx, False))
+    sources.append(("bvh the project's own export of the meta-rig", None, False))
+    if args.only:
+        sources = [s for s in sources if args.only in s[0]]
+    target = load_target("rigify")
+    solver = get_solver(cli_args("x.npz", 0))
+    rows = []
+    first_baked = None
+    t0 = time.perf_counter()
+    for name, path, bad in sources:
+        if path is None:  # export the first baked clip with Blender's BVH exporter and bake it back
+            if first_baked is None:
+                continue
+            path = Path(tmp) / "own_export.bvh"
+            target = load_target("rigify")
+            target.obj.animation_data_create()
+            target.obj.animation_data.action = bpy.data.actions[first_baked[0]]
+            export_armature(target.obj, str(path), first_baked[1], first_baked[2])
+        row = {"source": name}
+        try:
+            target = load_target("rigify")
+            clip, result = bake_source(path, target, solver, args.seconds)
+            up, floor = baked_figures(target.obj, result)
+            row.update(status="REFUSED?" if bad else "ok", mapped=mapped_count(clip), units=clip.units,
+                       up_axis=clip.up_axis, shift_cm=round(clip.floor_shift * 100, 1),
+                       upright=round(up, 3), floor_cm=round(floor, 1), frames=int(result.frames))
+            if first_baked is None and not bad:
+                first_baked = (result.action.name, int(result.frame_start),
+                               int(result.frame_start) + int(result.frames) - 1)
+                result.action.use_fake_user = True
+        except (KeypointReadError, CliError) as ex:
+            row.update(status="refused" if bad else "FAILED", error=str(ex).split(": ", 1)[-1][:300])
+        rows.append(row)
+        print(_line(row), flush=True)
+    print(f"\n{len(rows)} sources in {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+def _line(r):
+    if "mapped" in r:
+        return (f"| {r['source']:<46} | {r['status']:<7} | {r['mapped']:>2}/22 | {r['units']:>3} | {r['up_axis']:>2} "
+                f"| {r['shift_cm']:+7.1f} | {r['upright'] * 100:5.1f}% | {r['floor_cm']:+6.1f} |")
+    return f"| {r['source']:<46} | {r['status']:<7} | {r.get('error', '')}"
+
+
+if __name__ == "__main__":
+    main()
