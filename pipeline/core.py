@@ -1,0 +1,579 @@
+"""The one bake pipeline: source -> solve -> the rig's own skeleton -> figures (no ``bpy``).
+
+The UI operators, the CLI and the benchmarks all call :class:`RigBake` (the
+Blender layer, :mod:`..blender_io.bake`, only reads the rig and writes the
+action)::
+
+    job = RigBake(rig, mapping, keypoints, mask, 30.0, BakeOptions(), object_matrix=M, fps=24.0)
+    job.run()                  # or job.solve(), job.fit() (a worker thread may run both)
+    job.result.quaternions     # (T, B, 4) pose-bone rotations to key
+    job.figures                # what a user sees: reach, floor, upright, knees...
+
+Stages
+------
+1. **Prepare** (constructor, cheap): options, keypoints and the frame slice
+   are checked (:mod:`.prepare`), the source is grounded when asked and
+   resampled to the bake's rate, the rig is planned
+   (:func:`..retarget.solve.plan_retarget`). Any problem raises
+   :class:`BakeError` before the long work.
+2. **Solve** (:meth:`RigBake.solve`): the start pose. A source with a
+   skeleton (``source_rig``: BVH, FBX, an armature) gives its own joint
+   rotations (:mod:`.source`); otherwise the network
+   (:class:`..model.inference.Solver`) solves the keypoints on the canonical
+   skeleton. Either is carried onto the rig by
+   :func:`..retarget.solve.retarget`.
+3. **Fit** (:meth:`RigBake.fit`): the rig-space solve
+   (:func:`..retarget.rigsolve.solve_rig`) meets the targets of
+   :mod:`.targets` on the rig's own bones (every bone of each chain), with
+   the start pose as the prior; optional rotation smoothing after it.
+4. **Figures** (:meth:`RigBake.measure`): effector reach, floor error, joint
+   error at the rig's scale, upright share, knees bent backwards, bone
+   direction error, jitter, foot sliding, and warnings when one is off.
+
+Spaces: the rig is solved in its armature space (armature units); the
+object's transform (``object_matrix``) brings world keypoints there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model.skeleton import CANONICAL, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
+from .options import BakeCancelled, BakeError, BakeOptions, check_options
+from .prepare import prepare_source
+
+__all__ = ["RigBake", "BakeFigures", "leg_length", "object_frame", "FLOOR_WARN_CM", "REACH_WARN_MM"]
+
+_J = {n: i for i, n in enumerate(JOINTS)}
+_K = {n: i for i, n in enumerate(KEYPOINTS)}
+#: Warn when the feet float or sink more than this over the contacts (cm).
+FLOOR_WARN_CM = 3.0
+#: Warn when an effector ends farther than this from its target (mm).
+REACH_WARN_MM = 5.0
+#: An effector within this of its target counts as reached (mm).
+REACH_OK_MM = 1.0
+
+
+def leg_length(skel) -> float:
+    """Mean thigh + calf length of a canonical :class:`Skeleton` (metres)."""
+    o = np.asarray(skel.offsets)
+    return float(np.mean([np.linalg.norm(o[_J[f"calf_{s}"]]) + np.linalg.norm(o[_J[f"foot_{s}"]]) for s in "lr"]))
+
+
+def object_frame(matrix_world):
+    """``(Minv (4, 4), unit)``: world -> armature space, and metres per armature unit."""
+    m = np.asarray(matrix_world, dtype=np.float64).reshape(4, 4)
+    s = abs(np.linalg.det(m[:3, :3])) ** (1.0 / 3.0)
+    if not (s > 1e-12 and np.isfinite(s)):
+        raise BakeError("the armature object has a zero scale")
+    sv = np.linalg.svd(m[:3, :3], compute_uv=False)
+    if sv.max() / sv.min() > 1.001:
+        raise BakeError(f"the armature object is scaled non-uniformly (scale factors {', '.join(f'{x:.3g}' for x in sv)}"
+                        "): apply the scale (Ctrl+A > Scale) or make it uniform")
+    return np.linalg.inv(m), float(s)
+
+
+@dataclass
+class BakeFigures:
+    """What a user sees on the rig (all in world units of the rig).
+
+    Attributes
+    ----------
+    effector_reach_mm : tuple
+        Mean and max distance of the effectors (hands, feet, head; the
+        dragged empties in sparse mode) from their targets.
+    floor_error_cm : float
+        Median height of the rig's lowest foot point above its floor over the
+        source's contact frames, less the source's own (positive: floats).
+    joint_error_mm : tuple
+        Mean and max distance of the rig's mapped joints from the source's
+        joints at the rig's scale (includes proportion differences; on the
+        same skeleton this is the round-trip error).
+    upright_share : float
+        Share of frames in which the rig's head is above its pelvis.
+    source_upright_share : float
+    knees_backwards : int
+        Frames in which a knee of the rig bends backwards and the source's
+        does not.
+    bone_direction_error_deg : float
+    jitter : float
+        Mean joint acceleration (m/s^2).
+    source_jitter : float
+    foot_sliding_mm : float
+        Mean movement of planted foot points (mm/frame).
+    unreachable : list of str
+        Effectors that could not be reached, with the distance.
+    """
+
+    effector_reach_mm: tuple = (float("nan"), float("nan"))
+    floor_error_cm: float = float("nan")
+    joint_error_mm: tuple = (float("nan"), float("nan"))
+    upright_share: float = float("nan")
+    source_upright_share: float = float("nan")
+    knees_backwards: int = 0
+    bone_direction_error_deg: float = float("nan")
+    jitter: float = float("nan")
+    source_jitter: float = float("nan")
+    foot_sliding_mm: float = float("nan")
+    unreachable: list = field(default_factory=list)
+
+
+class RigBake:
+    """A bake of keypoints (and optionally a source skeleton's motion) onto one rig.
+
+    Parameters
+    ----------
+    rig : RigDescription
+    mapping : BoneMapping
+        Validated mapping of the rig (see ``blender_io.bake.resolve_mapping``).
+    keypoints : array_like (T, 32, 3)
+        Canonical keypoints, world metres, Z up; NaN = missing.
+    mask : array_like of bool (T, 32) or None
+    source_fps : float
+    options : BakeOptions, optional
+    object_matrix : array_like (4, 4)
+        The armature object's world matrix.
+    fps : float, optional
+        The bake's rate (default ``options.fps``, else the source's).
+    source_rig : readers.source_rig.SourceRig, optional
+        The source skeleton's motion (same frames as ``keypoints``).
+    locked : dict, optional
+        Bone index -> (3,) bool locked rotation axes.
+    solver : Solver, optional
+    source_name : str
+    """
+
+    def __init__(self, rig, mapping, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
+                 object_matrix=None, fps=None, source_rig=None, locked=None, solver=None, source_name=""):
+        from ..retarget.solve import plan_retarget
+
+        options = options or BakeOptions()
+        check_options(options)
+        self.options = options
+        self.warnings: list = []
+        self.seconds: dict = {}
+        if fps is None:
+            fps = options.fps
+        self.minv, self.unit = object_frame(np.eye(4) if object_matrix is None else object_matrix)
+        self.object_matrix = np.linalg.inv(self.minv)
+        src = prepare_source(keypoints, mask, source_fps, options, fps=fps, source_rig=source_rig)
+        self.warnings += src.warnings
+        self.fps = src.fps
+        self.source_fps = float(source_fps)
+        self.source_rig = src.source_rig
+        if len(rig) == 0:
+            raise BakeError("the armature has no bones")
+        self.rig = rig
+        self.mapping = mapping
+        try:
+            self.plan = plan_retarget(rig, mapping)
+        except ValueError as ex:
+            raise BakeError(f"cannot retarget: {ex}") from None
+        if self.plan.root < 0:
+            raise BakeError("no pelvis bone mapped")
+        self._check_bones()
+        self.locked = dict(locked or {})
+        if self.unit < 0.999 or self.unit > 1.001:
+            self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
+        kp = src.keypoints
+        K = self.plan.K
+        arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
+        #: source keypoints in the armature's axes, metres (origin: the armature's)
+        self.src_m = arm * self.unit
+        self.kp_body = self.src_m @ K
+        # the network sees world heights (its floor is z = 0)
+        self.offset = -(self.minv[:3, 3] @ K) * self.unit
+        self.mask = np.isfinite(self.kp_body).all(-1)
+        self.n_frames = int(self.kp_body.shape[0])
+        self.solver = solver
+        self.source_name = str(source_name or "Neural IK")
+        mode = options.mode
+        if mode == "auto":
+            from ..model.inference import detect_mode
+
+            mode = detect_mode(self.mask)
+        self.mode = mode
+        self.solved = None
+        self.initial = None
+        self.result = None
+        self.figures = None
+        #: Source skeleton for the network (None: fitted from the keypoints).
+        self.skeleton = None
+
+    def _check_bones(self):
+        rig = self.rig
+        length = np.linalg.norm(rig.tail - rig.head, axis=-1)
+        used = set()
+        for j in JOINTS:
+            b = self.mapping.entries.get(j)
+            if b is not None and rig.has(b):
+                used.add(rig.index(b))
+        bad = [rig.names[b] for b in sorted(used) if length[b] < 1e-6]
+        if bad:
+            raise BakeError(f"zero-length bones: {', '.join(bad)}; give them a length in Edit Mode")
+
+    # -- stage 2 ---------------------------------------------------------------
+    def solve(self, progress=None, cancel=None, batch_size: int = 4096):
+        """The start pose: the source skeleton's rotations, or the network's answer.
+
+        Parameters
+        ----------
+        progress : callable, optional
+            ``progress(fraction, stage)``.
+        cancel : callable, optional
+            Returns true to abort (raises :class:`BakeCancelled`).
+        batch_size : int
+            Network frames per batch.
+        """
+        o = self.options
+        t0 = time.perf_counter()
+        kp = self.kp_body + self.offset
+        if o.smooth != "none" and o.smooth_target in ("keypoints", "both"):
+            kp = np.asarray(_smooth("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
+            kp = np.where(self.mask[..., None], kp, np.nan)
+            self.src_m = (kp - self.offset) @ self.plan.K.T
+        self.kp_solve = kp
+        if cancel is not None and cancel():
+            raise BakeCancelled("bake cancelled")
+        if self.source_rig is not None and self.mode == "dense":
+            self.solved = self._from_source_rig(kp)
+        else:
+            self.solved = self._from_network(kp, progress, cancel, batch_size)
+        self.seconds["solve"] = time.perf_counter() - t0
+        return self.solved
+
+    def _from_network(self, kp, progress, cancel, batch_size):
+        from .cache import get_solver
+
+        o = self.options
+        solver = self.solver or get_solver(o.device)
+        self.solver = solver
+
+        def _progress(done, total):
+            if cancel is not None and cancel():
+                raise BakeCancelled("bake cancelled")
+            if progress is not None and total:
+                progress(min(done / total, 1.0), "solve")
+
+        kwargs = {"batch_size": int(batch_size)}
+        if self.skeleton is not None:
+            kwargs["skeleton"] = self.skeleton
+        try:
+            return solver.solve(kp, self.mask, mode=self.mode, refine=bool(o.refine), progress=_progress, **kwargs)
+        except BakeCancelled:
+            raise
+        except ValueError as ex:
+            raise BakeError(f"the solver rejected the keypoints: {ex}") from None
+
+    def _from_source_rig(self, kp):
+        from ..model.inference import SolveResult
+        from .source import source_world_rotations
+
+        rot, given, splan = source_world_rotations(self.source_rig)
+        # world -> the body frame the network would have used
+        Rm = self.minv[:3, :3] * self.unit
+        M = self.plan.K.T @ Rm
+        rb = M @ rot @ M.T
+        local = np.empty_like(rb)
+        local[:, 0] = rb[:, 0]
+        for j in range(1, len(JOINTS)):
+            local[:, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]
+        leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
+        skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
+        root = kp[:, _J["pelvis"]]
+        missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
+        if missing:
+            self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
+                                 + " (they follow their parent)")
+        return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
+
+    # -- stage 3 ---------------------------------------------------------------
+    def fit(self, progress=None, cancel=None):
+        """Carry the start pose onto the rig, then solve on the rig's own skeleton."""
+        from ..retarget.rigsolve import free_bones, solve_rig
+        from ..retarget.solve import RetargetResult, quat_continuity, retarget
+        from .targets import dense_targets, floor_normal, sparse_targets
+
+        if self.solved is None:
+            raise RuntimeError("solve() first")
+        o = self.options
+        t0 = time.perf_counter()
+        sol = self.solved
+        skel = getattr(sol, "skeleton", None) or Skeleton()
+        plan = self.plan
+        if o.scale is not None:
+            scale = float(o.scale)
+        else:
+            src_leg = leg_length(skel)
+            scale = plan.leg_length / src_leg if plan.leg_length > 0 and src_leg > 0 else 1.0 / self.unit
+        self.scale = scale
+        offsets = np.array(skel.offsets, dtype=np.float64)
+        offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
+        src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
+        init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place))
+        self.initial = init
+        src = self.src_m.copy()
+        if o.in_place:   # as baked: the root's horizontal travel removed from every point
+            travel = src[:, _J["pelvis"]] - src[:1, _J["pelvis"]]
+            travel -= np.outer(travel @ self._up_arm(), self._up_arm())
+            src -= travel[:, None]
+        n = floor_normal(self.object_matrix)
+        self.up = n
+        if self.mode == "sparse":
+            targets, info = sparse_targets(plan, src, self.mask, scale)
+            prior = self._sparse_prior()
+        else:
+            heights = self._source_heights()
+            targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
+                                          foot_lock=bool(o.foot_lock), source_heights=heights)
+            prior = 0.01
+        self.targets, self.target_info = targets, info
+        mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
+        free = free_bones(plan.rig, mapped, plan.root)
+        if isinstance(prior, dict):
+            prior = np.array([prior.get(b, 0.05) for b in free])
+
+        def _progress(done, total):
+            if cancel is not None and cancel():
+                raise BakeCancelled("bake cancelled")
+            if progress is not None and total:
+                progress(min(done / total, 1.0), "fit")
+
+        if len(targets) and int(o.rig_iterations) > 0:
+            fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
+                            prior_rotation=prior, iterations=int(o.rig_iterations), locked=self.locked,
+                            progress=_progress, chunk=512)
+            quats, locs, heads = fit.quaternions, fit.locations, fit.heads
+            self.residual = fit.residual
+        else:
+            quats, locs, heads = init.quaternions, init.locations, init.heads
+            self.residual = np.zeros((self.n_frames, 0))
+        driven = init.driven.copy()
+        driven[free] = True
+        if o.smooth != "none" and o.smooth_target in ("rotations", "both") and self.n_frames > 2:
+            from ..retarget.solve import pose_rig
+
+            q = np.asarray(_smooth("smooth_rotations", quats, o.smooth, float(o.smooth_strength), self.fps))
+            q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+            quats = quat_continuity(np.where(driven[None, :, None], q, quats))
+            r = plan.root
+            loc = _smooth("smooth_keypoints", locs[:, r:r + 1], o.smooth, float(o.smooth_strength), self.fps)
+            locs = locs.copy()
+            locs[:, r] = np.asarray(loc)[:, 0]
+            _, heads = pose_rig(plan.rig, quats, locs)
+        self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, init.root_bone)
+        self.seconds["fit"] = time.perf_counter() - t0
+        return self.result
+
+    def _up_arm(self):
+        from .targets import floor_normal
+
+        return floor_normal(self.object_matrix)
+
+    def _sparse_prior(self):
+        """Per-bone prior: the torso resists more than the limbs (they do the reaching)."""
+        rig = self.plan.rig
+        out = {}
+        limbs = set()
+        for j in ("upperarm_l", "forearm_l", "hand_l", "upperarm_r", "forearm_r", "hand_r", "thigh_l", "calf_l",
+                  "foot_l", "thigh_r", "calf_r", "foot_r", "clavicle_l", "clavicle_r"):
+            b = self.mapping.entries.get(j)
+            if b is not None and rig.has(b):
+                limbs.add(rig.index(b))
+        for b in range(len(rig)):
+            out[b] = 0.05 if b in limbs else 0.3
+        return out
+
+    def _source_heights(self):
+        """Flat-foot heights (metres) of the source's ankle and ball, from its skeleton when known."""
+        src = self.source_rig
+        if src is None:
+            return None
+        from .targets import foot_points
+        from ..retarget.solve import plan_retarget
+
+        try:
+            splan = plan_retarget(src.rig, src.mapping)
+        except ValueError:
+            return None
+        fp = foot_points(splan, np.array([0.0, 0.0, 1.0]))
+        if not fp:
+            return None
+        side = fp.get("l") or fp.get("r")
+        return {name: h for name, _b, _o, h in side if name in ("ankle", "ball")}
+
+    # -- stage 4 ---------------------------------------------------------------
+    def measure(self):
+        """Compute :attr:`figures` and add warnings for what is off."""
+        from ..retarget import metrics
+        from ..retarget.solve import target_keypoints
+
+        res = self.result
+        plan = self.plan
+        u = self.unit
+        T = self.n_frames
+        tk = target_keypoints(plan, res.quaternions, res.locations) * u      # metres, body axes
+        J = len(JOINTS)
+        f = BakeFigures()
+        f.bone_direction_error_deg = metrics.bone_direction_error(tk, self.kp_body, self.mask)
+        f.jitter = metrics.jitter(tk[:, :J], self.fps)
+        f.source_jitter = metrics.jitter(self.kp_body[:, :J], self.fps)
+        f.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
+        # joints at the rig's scale (world metres)
+        s = self.scale * u
+        ent = {j: plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)}
+        js = [_J[j] for j in ent]
+        rig_j = res.heads[:, list(ent.values())] * u
+        src_j = self.src_m[:, js] * self.scale * u
+        f.joint_error_mm = metrics.keypoint_error(rig_j, src_j, self.mask[:, js])
+        # effectors
+        info = self.target_info
+        d = []
+        for eff, row in info.effectors.items():
+            r = self.residual[:, row] * u * 1000.0
+            w = self.targets.rows[row]["weight"] > 0
+            d.append(np.where(w, r, np.nan))
+            if self.mode == "sparse" and w.any():
+                worst = float(np.nanmax(r[w]))
+                if worst > REACH_OK_MM:
+                    why = self._reach_reason(eff, r, w)
+                    f.unreachable.append(f"{eff} {worst:.0f} mm away{why}")
+        if d:
+            d = np.stack(d, 1)
+            if np.isfinite(d).any():
+                f.effector_reach_mm = (float(np.nanmean(d)), float(np.nanmax(d)))
+        # floor, upright, knees (world heights)
+        f.floor_error_cm = self._floor_error(res)
+        up_rig = self._world_heights(res.heads)
+        if "head" in ent:
+            f.upright_share = float(np.mean(up_rig[:, ent["head"]] > up_rig[:, ent["pelvis"]]))
+        sh = self.src_m @ self.up
+        ok = self.mask[:, _J["head"]] & self.mask[:, _J["pelvis"]]
+        if ok.any():
+            f.source_upright_share = float(np.mean(sh[ok, _J["head"]] > sh[ok, _J["pelvis"]]))
+        f.knees_backwards = self._knees_backwards(res.heads, ent)
+        self.figures = f
+        self._warn(f)
+        return f
+
+    def _reach_reason(self, eff, r, w):
+        reach = self.target_info.reach.get(eff)
+        root = {"hand_l": "upperarm_l", "hand_r": "upperarm_r", "foot_l": "thigh_l", "foot_r": "thigh_r"}.get(eff)
+        if reach is None or root is None:
+            return ""
+        b = self.plan.rig.index(self.mapping.entries[root])
+        tgt = self.targets.rows[self.target_info.effectors[eff]]["target"]
+        dist = np.linalg.norm(tgt - self.result.heads[:, b], axis=-1)
+        far = w & (dist > reach * 0.999)
+        if far.any():
+            return f" (out of reach of the {root.split('_')[0]} chain on {int(far.sum())} frames)"
+        return ""
+
+    def _world_heights(self, heads):
+        m = self.object_matrix
+        return heads @ m[2, :3] + m[2, 3]
+
+    def _floor_error(self, res):
+        from .targets import foot_points
+
+        info = self.target_info
+        if info.contacts is None or not info.contacts.any():
+            return float("nan")
+        fp = foot_points(self.plan, self.up)
+        if not fp:
+            return float("nan")
+        from ..retarget.solve import pose_rig
+
+        W, X = pose_rig(self.plan.rig, res.quaternions, res.locations)
+        pts = np.stack([X[:, b] + W[:, b] @ off for side in fp.values() for _n, b, off, _h in side], 1)
+        low = self._world_heights(pts).min(axis=1)
+        c = info.contacts.any(1)
+        # the source's own lowest foot point over the same frames, at the rig's scale
+        names = [n for n in ("heel_l", "heel_r", "toe_tip_l", "toe_tip_r", "foot_l", "foot_r", "toe_l", "toe_r")]
+        k = [_K[n] for n in names]
+        sh = self.src_m[:, k] @ self.up
+        src_low = np.nanmin(np.where(self.mask[:, k], sh, np.nan), axis=1)
+        heel_known = self.mask[:, [_K["heel_l"], _K["heel_r"]]].any(1)
+        # without heels and toe tips the source's lowest point is an ankle or a ball: not on the floor
+        src_low = np.where(heel_known, src_low, 0.0)
+        ok = c & np.isfinite(src_low)
+        if not ok.any():
+            return float("nan")
+        return float(np.median(low[ok] - self.scale * self.unit * src_low[ok]) * 100.0)
+
+    def _knees_backwards(self, heads, ent) -> int:
+        out = np.zeros(self.n_frames, dtype=bool)
+        for s in "lr":
+            names = [f"thigh_{s}", f"calf_{s}", f"foot_{s}"]
+            if not all(n in ent for n in names):
+                continue
+            fwd_j = f"toe_{s}" if f"toe_{s}" in ent else None
+            H, Kn, A = (heads[:, ent[n]] for n in names)
+            Fd = (heads[:, ent[fwd_j]] - A) if fwd_j else None
+            src = self.src_m
+            rig_back = _backwards(H, Kn, A, Fd, self.up)
+            sk = [_J[n] for n in names]
+            sf = src[:, _K[f"toe_{s}"]] - src[:, sk[2]] if self.mask[:, _K[f"toe_{s}"]].any() else None
+            src_back = _backwards(src[:, sk[0]], src[:, sk[1]], src[:, sk[2]], sf, self.up)
+            out |= rig_back & ~src_back
+        return int(out.sum())
+
+    def _warn(self, f: BakeFigures):
+        if np.isfinite(f.floor_error_cm) and abs(f.floor_error_cm) > FLOOR_WARN_CM:
+            what = "float" if f.floor_error_cm > 0 else "sink"
+            self.warnings.append(f"the feet {what} {abs(f.floor_error_cm):.1f} cm "
+                                 f"{'above' if what == 'float' else 'below'} the floor over the contacts")
+        if self.mode == "sparse" and f.unreachable:
+            self.warnings.append("effectors not reached: " + "; ".join(f.unreachable))
+        elif np.isfinite(f.effector_reach_mm[1]) and f.effector_reach_mm[1] > REACH_WARN_MM and self.mode == "sparse":
+            self.warnings.append(f"an effector ends {f.effector_reach_mm[1]:.1f} mm from its target")
+        if f.knees_backwards:
+            self.warnings.append(f"a knee bends backwards on {f.knees_backwards} frames")
+        if (np.isfinite(f.upright_share) and np.isfinite(f.source_upright_share)
+                and f.upright_share < f.source_upright_share - 0.05):
+            self.warnings.append(f"upright on {f.upright_share:.0%} of the frames against the source's "
+                                 f"{f.source_upright_share:.0%}")
+
+    def run(self, progress=None, cancel=None):
+        """Solve (0-60 %), fit (60-95 %), measure."""
+        def stage(lo, hi):
+            if progress is None:
+                return None
+            return lambda f, name: progress(lo + (hi - lo) * f, name)
+
+        self.solve(stage(0.0, 0.6), cancel)
+        if cancel is not None and cancel():
+            raise BakeCancelled("bake cancelled")
+        self.fit(stage(0.6, 0.95), cancel)
+        self.measure()
+        return self.result
+
+
+def _backwards(H, Kn, A, F, up, degrees: float = 5.0):
+    """Frames where a knee at ``Kn`` bends backwards (towards the heel side) by more than ``degrees``."""
+    u = A - H
+    nu = np.linalg.norm(u, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = u / nu
+    k = Kn - H
+    off = k - np.sum(k * u, -1, keepdims=True) * u
+    if F is None:    # no toes: the body's forward is unknown here; nothing to say
+        return np.zeros(len(H), dtype=bool)
+    fwd = F - np.sum(F * u, -1, keepdims=True) * u
+    nf = np.linalg.norm(fwd, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fwd = fwd / nf
+        lk = np.linalg.norm(k, axis=-1)
+        s = np.sum(off * fwd, -1) / lk
+    return np.nan_to_num(s, nan=0.0) < -np.sin(np.radians(degrees))
+
+
+def _smooth(name, *args):
+    try:
+        from ..retarget import smoothing
+    except ImportError as ex:
+        raise BakeError(f"smoothing is not available ({ex})") from None
+    return getattr(smoothing, name)(*args)

@@ -1,0 +1,197 @@
+"""Stage 1 of a bake: the source, checked and brought to the bake's frames (no ``bpy``).
+
+:func:`prepare_source` validates canonical keypoints (shape, NaN, the frame
+slice, what is required), optionally grounds them, and resamples them (and
+the source skeleton's motion, when the source has one) to the bake's rate.
+Nothing here is slow: every check runs before the long work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.skeleton import JOINTS, KEYPOINTS
+from .options import BakeError
+
+__all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_required", "ground_keypoints",
+           "resolve_frames", "REQUIRED_KEYPOINTS"]
+
+#: Keypoints that must be present on every baked frame: only the pelvis; the
+#: network infers every other joint (a long gap elsewhere is masked).
+REQUIRED_KEYPOINTS: tuple = ("pelvis",)
+
+#: Foot keypoints and their height above the floor in the canonical rest pose.
+_GROUND_POINTS = (("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0),
+                  ("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))
+
+
+@dataclass
+class PreparedSource:
+    """Keypoints ready to bake.
+
+    Attributes
+    ----------
+    keypoints : ndarray (T, 32, 3)
+        World positions (metres, Z up) at ``fps``; NaN = missing.
+    mask : ndarray of bool (T, 32)
+    fps : float
+    source_rig : readers.source_rig.SourceRig or None
+        The source skeleton's motion at ``fps`` (same frames).
+    warnings : list of str
+    first_source_frame : int
+    source_frames : int
+        Frames of the slice before resampling.
+    """
+
+    keypoints: np.ndarray
+    mask: np.ndarray
+    fps: float
+    source_rig: object
+    warnings: list
+    first_source_frame: int
+    source_frames: int
+
+
+def prepare_keypoints(keypoints, mask):
+    """Validate (T, 32, 3) keypoints; returns ``(kp copy with NaN where not valid, valid)``."""
+    kp = np.asarray(keypoints, dtype=np.float64)
+    if kp.ndim != 3 or kp.shape[1:] != (len(KEYPOINTS), 3):
+        raise BakeError(f"keypoints must have shape (frames, {len(KEYPOINTS)}, 3), got {kp.shape}")
+    if kp.shape[0] == 0:
+        raise BakeError("the keypoint clip has no frames")
+    kp = kp.copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        valid = np.isfinite(kp).all(-1)
+        big = np.abs(np.where(np.isfinite(kp), kp, 0.0)).max(-1) > 1e5
+    if big.any():
+        t, k = (int(x[0]) for x in np.nonzero(big))
+        raise BakeError(f"keypoint {KEYPOINTS[k]!r} on source frame {t} is {np.abs(kp[t, k]).max():.3g} m from the "
+                        "origin: the values are not positions in metres (check the units, --units / 'Units')")
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != valid.shape:
+            raise BakeError(f"mask must have shape {valid.shape}, got {m.shape}")
+        valid &= m
+    kp[~valid] = np.nan
+    return kp, valid
+
+
+def resolve_frames(frames, total: int) -> tuple:
+    """``(a, b)`` source frames (end exclusive) from ``frames`` with ``None`` ends."""
+    if frames is None:
+        return 0, total
+    a, b = frames
+    a = 0 if a is None else int(a)
+    b = total if b is None else int(b)
+    if not (0 <= a < b <= total):
+        raise BakeError(f"frame range {a}:{b} is outside the input (source frames 0:{total})")
+    return a, b
+
+
+def check_required(kp, valid, offset: int, mode: str) -> list:
+    """Raise :class:`BakeError` when the keypoints cannot be baked; return warnings."""
+    if not valid.any():
+        raise BakeError("every keypoint is missing (all NaN) in the chosen frames")
+    warnings = []
+    for name in REQUIRED_KEYPOINTS:
+        k = KEYPOINTS.index(name)
+        bad = np.flatnonzero(~valid[:, k])
+        if bad.size:
+            raise BakeError(f"required keypoint {name!r} is missing on {bad.size} of {len(kp)} frames "
+                            f"(first: source frame {int(bad[0]) + offset}); fill the gaps or bake another range")
+    if mode == "dense":
+        n_joints = valid[:, : len(JOINTS)].sum(1)
+        if (n_joints < len(JOINTS) // 2).any():
+            raise BakeError("dense mode needs most joints on every frame; use mode 'auto' or 'sparse' "
+                            "(--mode / 'Mode')")
+    missing = [(n, int((~valid[:, KEYPOINTS.index(n)]).sum())) for n in ("head", "hand_l", "hand_r", "foot_l",
+                                                                         "foot_r")]
+    missing = [f"{n} ({c} frames)" for n, c in missing if c]
+    if missing:
+        warnings.append("missing and inferred by the network: " + ", ".join(missing))
+    # a body that is not there: every point at one place
+    with np.errstate(invalid="ignore"):
+        spread = np.nanmax(np.nanmax(kp, axis=1) - np.nanmin(kp, axis=1), axis=-1)
+    if np.isfinite(spread).any() and np.nanmax(spread) < 1e-3:
+        raise BakeError("every keypoint sits at one point (the body has no size): the clip holds no pose")
+    return warnings
+
+
+def ground_keypoints(kp, valid):
+    """Shift ``kp`` vertically so its lowest foot point is on the floor.
+
+    Uses heels and toe tips where the source has them, else toes and ankles
+    less their rest height. The 1st percentile, not the minimum, so a single
+    bad sample does not decide the floor.
+
+    Returns
+    -------
+    kp : ndarray (T, 32, 3)
+    shift : float or None
+        Metres added to every z (``None`` when the source has no foot points).
+    """
+    for names in (_GROUND_POINTS[:4], _GROUND_POINTS[4:]):
+        idx = [KEYPOINTS.index(n) for n, _ in names]
+        rest = np.array([h for _, h in names])
+        z = kp[:, idx, 2] - rest
+        z = z[valid[:, idx] & np.isfinite(z)]
+        if z.size:
+            shift = -float(np.percentile(z, 1.0))
+            out = kp.copy()
+            out[..., 2] += shift
+            return out, shift
+    return kp, None
+
+
+def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig=None) -> PreparedSource:
+    """Check, slice, ground and resample a source (the cheap first stage of a bake).
+
+    Parameters
+    ----------
+    keypoints : array_like (T, 32, 3)
+        Canonical keypoints, world metres, Z up; NaN = missing.
+    mask : array_like of bool (T, 32) or None
+    source_fps : float
+    options : BakeOptions
+        ``frames``, ``mode`` and ``ground`` apply.
+    fps : float, optional
+        The bake's rate (default: the source's).
+    source_rig : readers.source_rig.SourceRig, optional
+        The source's skeleton motion, same frames as ``keypoints``.
+
+    Raises
+    ------
+    BakeError
+    """
+    import math
+
+    if not (source_fps and source_fps > 0 and math.isfinite(source_fps)):
+        raise BakeError(f"the source frame rate must be positive, got {source_fps}")
+    fps = float(source_fps if fps is None else fps)
+    kp, valid = prepare_keypoints(keypoints, mask)
+    total = kp.shape[0]
+    if source_rig is not None and source_rig.num_frames != total:
+        raise BakeError(f"the source skeleton has {source_rig.num_frames} frames but the keypoints {total}")
+    a, b = resolve_frames(options.frames, total)
+    kp, valid = kp[a:b], valid[a:b]
+    if source_rig is not None and (a, b) != (0, total):
+        source_rig = source_rig.frames(a, b)
+    warnings = check_required(kp, valid, a, options.mode)
+    if options.ground:
+        kp, shift = ground_keypoints(kp, valid)
+        if shift is not None:
+            if source_rig is not None:
+                source_rig = source_rig.translated((0.0, 0.0, shift))
+            warnings.append(f"grounded: the motion was moved {shift * 100.0:+.1f} cm vertically "
+                            "so that the feet touch the floor")
+    n = b - a
+    if abs(fps - source_fps) > 1e-6 and n >= 2:
+        from ..readers import KeypointClip, resample
+
+        clip = resample(KeypointClip(kp, list(KEYPOINTS), float(source_fps), source_rig=source_rig), fps)
+        kp, source_rig = clip.positions, clip.source_rig
+        warnings.append(f"resampled {n} frames at {source_fps:g} fps to {kp.shape[0]} frames at {fps:g} fps")
+    valid = np.isfinite(kp).all(-1)
+    return PreparedSource(kp, valid, fps, source_rig, warnings, a, n)

@@ -1,0 +1,390 @@
+"""What the rig-space solve aims at, built from the source (no ``bpy``).
+
+Every position here is in the target rig's armature space, armature units.
+The source is brought there by ``x -> s * src_m``: ``src_m`` are the source's
+world points in the armature's axes (metres, origin at the armature's origin:
+the object transform undone), ``s`` the rig's size per source metre (leg
+length ratio, or ``BakeOptions.scale``); this is also where the root goes.
+
+Dense sources (:func:`dense_targets`)
+    - **bone directions** of the source: for each canonical bone whose joint
+      and child joint are mapped, ``head(child) - head(joint)`` on the rig
+      equals the rig's own rest distance times the source's unit direction,
+      so a rig with other proportions still moves like the performer; plus
+      the left-right directions of the hips and shoulders (the pelvis and
+      chest orientation);
+    - **effectors** relative to their chain roots at the rig's scale: hands
+      from the upper arms, feet from the thighs, the head from the pelvis,
+      each scaled by the chain's length ratio (rig / source);
+    - **contacts**: where the source's ankle or ball of the foot rests on its
+      floor, the rig's ankle or ball goes where the source's is (at the rig's
+      scale) with the rig's own foot height: the rig's feet stand on the
+      rig's floor and stay planted where the source's are;
+    - the **root** near the scaled source root, weakly, vertically shifted by
+      the median contact correction so the body does not pop between
+      contacts and flight.
+Sparse sources (:func:`sparse_targets`)
+    The effectors (pelvis, head, hands, feet) where they are, elbow and knee
+    hints weakly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
+from ..retarget.rigsolve import Targets
+
+__all__ = ["dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "WEIGHTS"]
+
+_J = {n: i for i, n in enumerate(JOINTS)}
+_K = {n: i for i, n in enumerate(KEYPOINTS)}
+
+#: Row weights (per armature unit of error) and prior weights (per radian).
+WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, root=0.3, root_vertical=0.1,
+               sparse_effector=1.0, sparse_hint=0.1)
+#: Frames over which a contact target fades in and out.
+CONTACT_BLEND = 4
+
+_CHAINS = (("hand_l", "upperarm_l", ("upperarm_l", "forearm_l", "hand_l")),
+           ("hand_r", "upperarm_r", ("upperarm_r", "forearm_r", "hand_r")),
+           ("foot_l", "thigh_l", ("thigh_l", "calf_l", "foot_l")),
+           ("foot_r", "thigh_r", ("thigh_r", "calf_r", "foot_r")),
+           ("head", "pelvis", ("pelvis", "head")))
+
+
+@dataclass
+class TargetInfo:
+    """What was built, for the figures and the messages.
+
+    Attributes
+    ----------
+    effectors : dict
+        Effector joint name -> row index (its position or relative row).
+    contacts : ndarray of bool (T, 4) or None
+        Source contacts of (ankle_l, ball_l, ankle_r, ball_r).
+    contact_rows : list of int
+    floor_points : list of int
+        Point indices (rig heels and balls, see :func:`foot_points`).
+    floor_offset : float
+        Vertical shift given to the root target (armature units).
+    reach : dict
+        Effector -> chain length (armature units), for reachability.
+    """
+
+    effectors: dict = field(default_factory=dict)
+    contacts: np.ndarray | None = None
+    contact_rows: list = field(default_factory=list)
+    floor_points: list = field(default_factory=list)
+    floor_offset: float = 0.0
+    reach: dict = field(default_factory=dict)
+
+
+def floor_normal(object_matrix) -> np.ndarray:
+    """World up expressed in armature axes (unit vector)."""
+    m = np.asarray(object_matrix, dtype=np.float64)[:3, :3]
+    n = m[2].copy()          # world z of an armature point p is m[2] . p + const
+    return n / np.linalg.norm(n)
+
+
+def _bone(plan, joint):
+    b = plan.mapping.entries.get(joint)
+    if b is None or not plan.rig.has(b):
+        return None
+    return plan.rig.index(b)
+
+
+def foot_points(plan, n) -> dict:
+    """Rig foot points per side: ``{side: [(name, bone, offset, rest height)]}``.
+
+    ``ankle``: the foot bone's head; ``ball``: the toe bone's head (or the
+    foot bone's tail without a toe bone); ``heel``: the point under the
+    ankle at the rig's rest floor. Heights along ``n`` above the rest floor
+    (the lowest rest point of either foot).
+    """
+    rig = plan.rig
+    Q = rig.rest_rotation()
+    out = {}
+    pts = []
+    for s in "lr":
+        f, t = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        if f is None:
+            continue
+        side = [("ankle", f, np.zeros(3), rig.head[f])]
+        if t is not None:
+            side.append(("ball", t, np.zeros(3), rig.head[t]))
+            pts += [rig.head[t], rig.tail[t]]
+        else:
+            side.append(("ball", f, Q[f].T @ (rig.tail[f] - rig.head[f]), rig.tail[f]))
+        pts += [rig.head[f], rig.tail[f]]
+        out[s] = side
+    if not pts:
+        return {}
+    floor = min(float(np.dot(n, p)) for p in pts)
+    res = {}
+    for s, side in out.items():
+        f = side[0][1]
+        heel = side[0][3] - n * (np.dot(n, side[0][3]) - floor)
+        entries = [(name, b, off, float(np.dot(n, p) - floor)) for name, b, off, p in side]
+        entries.append(("heel", f, Q[f].T @ (heel - rig.head[f]), 0.0))
+        res[s] = entries
+    return res
+
+
+def _smoothstep(x):
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def _ramp(contact, blend):
+    """Weights 1 on contact frames fading to 0 over ``blend`` frames around them."""
+    c = np.asarray(contact, dtype=bool)
+    T = c.shape[0]
+    if not c.any():
+        return np.zeros(T)
+    idx = np.arange(T)
+    big = 10 * T + 10
+    last = np.maximum.accumulate(np.where(c, idx, -big))
+    nxt = np.minimum.accumulate(np.where(c, idx, big)[::-1])[::-1]
+    d = np.minimum(idx - last, nxt - idx).astype(np.float64)
+    return _smoothstep(1.0 - d / (blend + 1.0))
+
+
+def _median_length(src, a, b, mask):
+    ok = mask[:, a] & mask[:, b]
+    if not ok.any():
+        return float("nan")
+    return float(np.median(np.linalg.norm(src[ok, b] - src[ok, a], axis=-1)))
+
+
+def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True, source_heights=None,
+                  weights=WEIGHTS):
+    """Targets for a dense source (see the module docstring).
+
+    Parameters
+    ----------
+    plan : RetargetPlan
+    src : ndarray (T, 32, 3)
+        Source keypoints in the armature's axes, metres (``src_m``).
+    mask : ndarray of bool (T, 32)
+    scale : float
+        Rig armature units per source metre.
+    fps : float
+    init_heads : ndarray (T, B, 3)
+        Posed heads of the initial (retargeted) pose.
+    n : ndarray (3,)
+        World up in armature axes.
+    foot_lock : bool
+        Add contact targets.
+    source_heights : dict, optional
+        ``{"ankle": h, "ball": h}`` flat-foot heights of the source (metres)
+        when its skeleton is known; estimated from the motion otherwise.
+
+    Returns
+    -------
+    Targets, TargetInfo
+    """
+    tg = Targets()
+    info = TargetInfo()
+    T = src.shape[0]
+    rig = plan.rig
+    rest = rig.head
+    x = src * scale
+    w = weights
+    # bone directions
+    for j, name in enumerate(JOINTS):
+        c = BONE_CHILD[j]
+        if c >= len(JOINTS):
+            continue
+        bj, bc = _bone(plan, name), _bone(plan, JOINTS[c])
+        if bj is None or bc is None or not rig.is_ancestor(bj, bc):
+            continue
+        L = float(np.linalg.norm(rest[bc] - rest[bj]))
+        if L < 1e-6:
+            continue
+        d = src[:, c] - src[:, j]
+        nd = np.linalg.norm(d, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = d / nd
+        ok = mask[:, j] & mask[:, c] & (nd[:, 0] > 1e-6)
+        tg.add({tg.point(bc): 1.0, tg.point(bj): -1.0}, L * u, w["direction"] * ok, name=f"{name}>{JOINTS[c]}",
+               kind="direction")
+    # joints missing in the middle of a bone chain (a rig with fewer spine
+    # bones): the direction from the nearest mapped ancestor along bone links
+    for j, name in enumerate(JOINTS):
+        if _bone(plan, name) is None or PARENTS[j] < 0:
+            continue
+        k, a = j, -1
+        while PARENTS[k] >= 0 and BONE_CHILD[PARENTS[k]] == k:
+            if _bone(plan, JOINTS[PARENTS[k]]) is not None:
+                a = PARENTS[k]
+                break
+            k = PARENTS[k]
+        if a < 0 or a == PARENTS[j]:
+            continue
+        ba, bj = _bone(plan, JOINTS[a]), _bone(plan, name)
+        if not rig.is_ancestor(ba, bj):
+            continue
+        L = float(np.linalg.norm(rest[bj] - rest[ba]))
+        d = src[:, j] - src[:, a]
+        nd = np.linalg.norm(d, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = d / nd
+        ok = mask[:, j] & mask[:, a] & (nd[:, 0] > 1e-6)
+        tg.add({tg.point(bj): 1.0, tg.point(ba): -1.0}, L * u, w["direction"] * ok, name=f"{JOINTS[a]}>{name}",
+               kind="direction")
+    # left-right directions of hips and shoulders
+    for a, b in (("thigh_r", "thigh_l"), ("upperarm_r", "upperarm_l")):
+        ba, bb = _bone(plan, a), _bone(plan, b)
+        if ba is None or bb is None:
+            continue
+        L = float(np.linalg.norm(rest[bb] - rest[ba]))
+        d = src[:, _J[b]] - src[:, _J[a]]
+        nd = np.linalg.norm(d, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = d / nd
+        ok = mask[:, _J[a]] & mask[:, _J[b]] & (nd[:, 0] > 1e-6)
+        tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, w["lateral"] * ok, name=f"{a}>{b}", kind="lateral")
+    # effectors relative to their chain roots, at the chain's scale
+    for eff, root, chain in _CHAINS:
+        be, br = _bone(plan, eff), _bone(plan, root)
+        if be is None or br is None or not mask[:, _J[eff]].any():
+            continue
+        if root == "pelvis":
+            rig_len = float(np.linalg.norm(rest[be] - rest[br]))
+            src_len = _median_length(src, _J[root], _J[eff], mask)
+        else:
+            bones = [_bone(plan, c) for c in chain]
+            if any(b is None for b in bones):
+                continue
+            rig_len = float(sum(np.linalg.norm(rest[bones[k + 1]] - rest[bones[k]]) for k in range(len(bones) - 1)))
+            src_len = sum(_median_length(src, _J[chain[k]], _J[chain[k + 1]], mask) for k in range(len(chain) - 1))
+        if not (np.isfinite(src_len) and src_len > 1e-6 and rig_len > 1e-9):
+            continue
+        k = rig_len / src_len
+        v = (src[:, _J[eff]] - src[:, _J[root]]) * k
+        ok = mask[:, _J[eff]] & mask[:, _J[root]]
+        info.effectors[eff] = len(tg.rows)
+        info.reach[eff] = rig_len
+        tg.add({tg.point(be): 1.0, tg.point(br): -1.0}, v, w["effector"] * ok, name=f"{eff} from {root}",
+               kind="effector")
+    # root
+    r = plan.root
+    nn = np.outer(n, n)
+    root_row = None
+    if r >= 0 and mask[:, _J["pelvis"]].any():
+        P = w["root"] * (np.eye(3) - nn) + w["root_vertical"] * nn
+        root_row = len(tg.rows)
+        tg.add({tg.point(r): 1.0}, x[:, _J["pelvis"]], 1.0, axes=P, name="pelvis", kind="root")
+    # contacts: ankle and ball of each foot
+    if foot_lock and T >= 3:
+        fp = foot_points(plan, n)
+        names = {"ankle": "foot", "ball": "toe"}
+        src_up = src @ n                                   # heights (metres) along world up
+        contacts = np.zeros((T, 4), dtype=bool)
+        offsets = []
+        for si, s in enumerate("lr"):
+            if s not in fp:
+                continue
+            # one vertical correction per foot, from the ankle: the rig's flat-foot
+            # ankle height against the source's (scaled); the ball gets the same
+            ka = _K[f"foot_{s}"]
+            if not mask[:, ka].any():
+                continue
+            h_rig_ankle = fp[s][0][3]
+            if source_heights is not None and "ankle" in source_heights:
+                h_src = float(source_heights["ankle"])
+            else:
+                h_src = _planted_height(src, mask, s, n, fps, ka)
+            delta = h_rig_ankle - scale * h_src
+            for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
+                k = _K[f"{names[pname]}_{s}"]
+                ok = mask[:, k]
+                if not ok.any():
+                    continue
+                h_pt = h_src if pname == "ankle" else h_src * h_rig / max(h_rig_ankle, 1e-9)
+                pts = src[:, k] - n * h_pt                   # the point lowered to flat-foot height
+                from ..retarget.metrics import foot_contacts
+                c = foot_contacts(np.where(ok[:, None], pts, np.nan)[:, None] @ _world_from(n).T, fps, floor=0.0,
+                                  height=0.03, speed=0.25, hysteresis=1.5, min_frames=3)[:, 0] & ok
+                contacts[:, 2 * si + pi] = c
+                if not c.any():
+                    continue
+                tgt = x[:, k] + n * delta
+                wts = w["contact"] * _ramp(c, CONTACT_BLEND) * ok
+                pidx = tg.point(bone, off)
+                info.contact_rows.append(len(tg.rows))
+                info.floor_points.append(pidx)
+                tg.add({pidx: 1.0}, tgt, wts, name=f"{pname}_{s} contact", kind="contact")
+                if not np.any(off):
+                    offsets.append(((tgt - init_heads[:, bone]) @ n)[c])
+        info.contacts = contacts
+        if offsets and root_row is not None:
+            shift = float(np.median(np.concatenate(offsets)))
+            info.floor_offset = shift
+            tg.rows[root_row]["target"] = tg.rows[root_row]["target"] + n * shift
+    return tg, info
+
+
+def _planted_height(src, mask, side, n, fps, k):
+    """The source point's height (metres) while its foot is planted flat, estimated from the motion.
+
+    The median height over frames where the ankle and the ball of that foot
+    are both low and still; the 5th percentile of its height when the foot is
+    never planted.
+    """
+    a, b = _K[f"foot_{side}"], _K[f"toe_{side}"]
+    h = src @ n
+    ok = mask[:, a] & mask[:, b] & mask[:, k]
+    if ok.sum() < 3:
+        ok = mask[:, k]
+        return float(np.percentile(h[ok, k], 5.0))
+    vel = np.zeros(len(src))
+    for j in (a, b):
+        v = np.gradient(np.where(mask[:, j, None], src[:, j], np.nan), axis=0) * float(fps)
+        vel = np.maximum(vel, np.nan_to_num(np.linalg.norm(v, axis=-1), nan=np.inf))
+    lo_a = np.percentile(h[ok, a], 5.0)
+    lo_b = np.percentile(h[ok, b], 5.0)
+    flat = ok & (vel < 0.15) & (h[:, a] < lo_a + 0.03) & (h[:, b] < lo_b + 0.03)
+    if flat.sum() < 3:
+        return float(np.percentile(h[mask[:, k], k], 5.0))
+    return float(np.median(h[flat, k]))
+
+
+def _world_from(n):
+    """A rotation taking ``n`` to +Z (so contact heights read along world up)."""
+    from ..model.rotations_np import rotation_between
+
+    return rotation_between(np.asarray(n, dtype=np.float64), np.array([0.0, 0.0, 1.0]))
+
+
+def sparse_targets(plan, src, mask, scale, weights=WEIGHTS):
+    """Targets for effectors (and elbow/knee hints) at ``scale * src``.
+
+    Returns
+    -------
+    Targets, TargetInfo
+    """
+    tg = Targets()
+    info = TargetInfo()
+    x = src * scale
+    rest = plan.rig.head
+    for name in SPARSE_EFFECTORS + SPARSE_HINTS:
+        b = _bone(plan, name)
+        k = _K[name]
+        if b is None or not mask[:, k].any():
+            continue
+        hint = name in SPARSE_HINTS
+        if not hint:
+            info.effectors[name] = len(tg.rows)
+            for eff, root, chain in _CHAINS:
+                if eff == name and root != "pelvis":
+                    bones = [_bone(plan, c) for c in chain]
+                    if all(bb is not None for bb in bones):
+                        info.reach[name] = float(sum(np.linalg.norm(rest[bones[i + 1]] - rest[bones[i]])
+                                                     for i in range(len(bones) - 1)))
+        wt = weights["sparse_hint" if hint else "sparse_effector"]
+        tg.add({tg.point(b): 1.0}, x[:, k], wt * mask[:, k], name=name, kind="hint" if hint else "effector")
+    return tg, info
