@@ -789,17 +789,69 @@ def write_cut_bvh(src, dst, frames, *, loop=True):
     return frames
 
 
+def run_batch(folder, target_path, *, scale=1.0, up="Y", mode="dense", export_dir=None):
+    """Blender's constraint bake of every ``.bvh`` of ``folder`` onto one target (one process, as a user's script).
+
+    The target (a BVH skeleton in its rest pose, or ``rigify``) is loaded
+    once; each clip is imported, constrained, baked, optionally exported
+    with Blender's BVH exporter, and its source deleted. Pole angles are
+    measured once per source skeleton. Returns (clips, frames, seconds).
+    """
+    import bpy
+
+    t0 = time.perf_counter()
+    new_scene()
+    if target_path == "rigify":
+        target = add_metarig()
+    else:
+        target = import_bvh(target_path, scale=scale, up=up, rest=True)
+    cache, frames, clips = {}, 0, 0
+    for name in sorted(os.listdir(folder)):
+        if not name.lower().endswith(".bvh"):
+            continue
+        to_rest(target)
+        res = constraint_bake(os.path.join(folder, name), target, scale=scale, up=up, mode=mode, pole_cache=cache)
+        if export_dir:
+            _set_mode(target, "OBJECT")
+            _quiet(bpy.ops.export_anim.bvh, filepath=os.path.join(export_dir, name), check_existing=False,
+                   frame_start=res.first_frame, frame_end=res.first_frame + res.frames - 1, root_transform_only=False)
+        ad = target.animation_data
+        if ad is not None and ad.action is not None:
+            act = ad.action
+            ad.action = None
+            bpy.data.actions.remove(act)
+        frames += res.frames
+        clips += 1
+    return clips, frames, time.perf_counter() - t0
+
+
 def _main(argv=None):
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("clip")
-    ap.add_argument("--target", default="own", choices=("own", "rigify"))
+    ap.add_argument("clip", nargs="?", help="one BVH clip (or --batch DIR)")
+    ap.add_argument("--batch", metavar="DIR", default=None,
+                    help="bake every .bvh of DIR onto --target (a BVH skeleton or rigify) in one process")
+    ap.add_argument("--export-dir", default=None, help="with --batch: export each baked clip with Blender's BVH exporter")
+    ap.add_argument("--target", default="own",
+                    help="own (the clip's own skeleton; with --batch the first clip's), rigify, or with --batch "
+                         "a BVH file")
     ap.add_argument("--mode", default="dense", choices=("dense", "sparse"))
     ap.add_argument("--max-frames", type=int, default=None)
     ap.add_argument("--scale", type=float, default=None, help="metres per file unit (default: by folder)")
     ap.add_argument("--up", default=None, choices=("Y", "Z"))
     args = ap.parse_args(argv)
+    if args.batch:
+        folder = os.path.basename(os.path.abspath(args.batch)).split("__")[0]
+        scale, up, _ = FOLDER_UNITS.get(folder, (1.0, "Y", None))
+        target = args.target if args.target != "own" else sorted(
+            os.path.join(args.batch, f) for f in os.listdir(args.batch) if f.lower().endswith(".bvh"))[0]
+        clips, frames, seconds = run_batch(args.batch, target, scale=args.scale or scale, up=args.up or up,
+                                           mode=args.mode, export_dir=args.export_dir)
+        print("{} clips, {} frames, {:.2f} s, {:.0f} frames/s".format(clips, frames, seconds, frames / seconds))
+        return 0
+    if args.clip is None:
+        ap.error("give a CLIP or --batch DIR")
     folder = os.path.basename(os.path.dirname(os.path.abspath(args.clip)))
     scale, up, _ = FOLDER_UNITS.get(folder, (1.0, "Y", None))
     scale = args.scale or scale
