@@ -1,26 +1,55 @@
-"""Exporting a baked armature with Blender's own exporters.
+"""Exporting a baked armature: BVH with numpy, FBX and glTF with Blender's exporters.
 
-``.bvh`` (``export_anim.bvh``), ``.fbx`` (``export_scene.fbx``) and
-``.glb``/``.gltf`` (``export_scene.gltf``). The exported skeleton keeps the
-target's bone names and rest pose: only the armature is exported, with the
-baked action over the baked frame range. Files are written to a temporary
-name and renamed when complete (:func:`.common.atomic_output`).
+``.bvh`` is written by :func:`write_armature_bvh` (numpy, no loop over
+frames): the same file Blender's exporter (``export_anim.bvh`` with
+``rotate_mode="NATIVE"``, ``root_transform_only=False``, scale 1) writes,
+i.e. the same hierarchy (bones in the armature's order, a ``__0`` root above
+several root bones), joint names, offsets (head minus the parent's head,
+armature space), End Sites (tail minus head of leaf bones), channels (six on
+root and unconnected bones, three rotations on connected ones, in each
+bone's Euler order, ``XYZ`` for quaternion and axis-angle bones) and
+values (degrees, Eulers kept continuous from frame to frame), only the
+number formatting differs (fields padded with spaces). The values come from
+the active action's fcurves (read with ``foreach_get``) and the pose
+bones' current values for channels without keys, composed with numpy
+through :func:`..retarget.solve.pose_rig`, in chunks of
+:data:`BVH_CHUNK_FRAMES` frames, so memory does not grow with the clip.
+Where that evaluation would not match Blender's (constraints, drivers, NLA
+strips, pose scale, non-default inheritance, fcurves without a key on every
+exported frame or with modifiers), Blender's own exporter writes the file
+instead; :func:`export_armature` returns which writer was used.
 
-Axes: Blender's BVH exporter writes the armature in Blender's own axes (Z up,
-armature space); the FBX and glTF exporters convert to Y up as their formats
-expect.
+``.fbx`` (``export_scene.fbx``) and ``.glb``/``.gltf`` (``export_scene.gltf``)
+go through Blender's exporters. The exported skeleton keeps the target's
+bone names and rest pose: only the armature is exported, with the baked
+action over the baked frame range. Files are written to a temporary name and
+renamed when complete (:func:`.common.atomic_output`).
+
+Axes: the BVH is written in Blender's own axes (Z up, armature space), as
+Blender's exporter does; the FBX and glTF exporters convert to Y up as their
+formats expect.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .common import CliError, UsageError, atomic_output
 
-__all__ = ["EXPORT_EXTENSIONS", "check_export_path", "export_armature"]
+__all__ = ["EXPORT_EXTENSIONS", "BVH_CHUNK_FRAMES", "PoseChannels", "check_export_path", "export_armature",
+           "bvh_hierarchy", "bvh_motion_chunks", "write_armature_bvh", "read_pose_channels", "save_blend"]
 
 #: File types ``--export`` writes.
 EXPORT_EXTENSIONS = (".bvh", ".fbx", ".glb", ".gltf")
+#: Frames composed and written at a time by the numpy BVH writer.
+BVH_CHUNK_FRAMES = 4096
+
+_EULER_ORDERS = ("XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX")
+_TRANSFORMS = ("location", "rotation_quaternion", "rotation_euler", "rotation_axis_angle", "scale")
+_SIZES = {"location": 3, "rotation_quaternion": 4, "rotation_euler": 3, "rotation_axis_angle": 4, "scale": 3}
 
 
 def check_export_path(path, flag="--export"):
@@ -32,6 +61,360 @@ def check_export_path(path, flag="--export"):
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise UsageError("{} {}: {} is not a folder".format(flag, path, folder))
+
+
+# ---------------------------------------------------------------------------
+# numpy BVH (no bpy below this line until read_pose_channels)
+
+
+@dataclass
+class PoseChannels:
+    """An armature's rest skeleton and its pose-bone channels over a frame range (plain arrays).
+
+    Attributes
+    ----------
+    rig : retarget.rig.RigDescription
+        Rest skeleton (bones in the armature's order).
+    connected : ndarray of bool, shape (B,)
+        ``Bone.use_connect`` (a connected bone's location has no effect and
+        its BVH joint has rotation channels only).
+    rotation_modes : list of str
+        ``PoseBone.rotation_mode`` per bone.
+    static : dict
+        ``location`` (B, 3), ``rotation_quaternion`` (B, 4), ``rotation_euler``
+        (B, 3), ``rotation_axis_angle`` (B, 4): the pose bones' current values.
+    keyed : dict
+        ``(property, bone, index) -> (T,) values``, one per fcurve, a value
+        per exported frame.
+    num_frames : int
+    frame_time : float
+        Seconds per frame.
+    """
+
+    rig: object
+    connected: np.ndarray
+    rotation_modes: list
+    static: dict
+    keyed: dict = field(default_factory=dict)
+    num_frames: int = 1
+    frame_time: float = 1.0 / 30.0
+
+    def values(self, prop, a, b):
+        """Channel ``prop`` for frames ``a:b``, shape (b - a, B, size), float64."""
+        base = np.asarray(self.static[prop], dtype=np.float64)
+        out = np.empty((b - a,) + base.shape)
+        out[:] = base
+        for (p, bone, i), v in self.keyed.items():
+            if p == prop:
+                out[:, bone, i] = v[a:b]
+        return out
+
+    def quaternions(self, a, b):
+        """Each bone's rotation (its rotation mode's channel) as quaternions, shape (b - a, B, 4)."""
+        from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+        from ..retarget.solve import euler_to_matrix_blender
+
+        modes = np.array(self.rotation_modes)
+        q = self.values("rotation_quaternion", a, b)
+        for order in _EULER_ORDERS:
+            idx = np.flatnonzero(modes == order)
+            if idx.size:
+                e = self.values("rotation_euler", a, b)[:, idx]
+                q[:, idx] = matrix_to_quat(euler_to_matrix_blender(e, order))
+        idx = np.flatnonzero(modes == "AXIS_ANGLE")
+        if idx.size:
+            aa = self.values("rotation_axis_angle", a, b)[:, idx]
+            n = np.linalg.norm(aa[..., 1:], axis=-1, keepdims=True)
+            vec = np.where(n > 0, aa[..., 1:] / np.where(n > 0, n, 1.0), 0.0) * aa[..., :1]
+            q[:, idx] = matrix_to_quat(axis_angle_to_matrix(vec))
+        return q
+
+    def locations(self, a, b):
+        """Pose locations for frames ``a:b`` (zero on connected bones: Blender ignores them), (b - a, B, 3)."""
+        loc = self.values("location", a, b)
+        loc[:, self.connected] = 0.0
+        return loc
+
+
+def _bvh_rot_order(mode):
+    """Channel order Blender's exporter writes for a rotation mode (``XYZ`` unless an Euler order)."""
+    return mode if mode in _EULER_ORDERS else "XYZ"
+
+
+def bvh_hierarchy(rig, connected, rotation_modes):
+    """The joints of Blender's BVH export of an armature.
+
+    Parameters
+    ----------
+    rig : RigDescription
+    connected : ndarray of bool (B,)
+    rotation_modes : sequence of str (B,)
+
+    Returns
+    -------
+    dict
+        ``names``, ``parents``, ``offsets`` (J, 3), ``channels``,
+        ``end_sites`` (for :func:`..model.bvh.write_bvh`) and ``bones``
+        (bone index of each joint, -1 for the ``__0`` root that Blender adds
+        above several root bones).
+    """
+    n = len(rig.names)
+    parents = np.asarray(rig.parents)
+    head = np.asarray(rig.head, dtype=np.float64)
+    tail = np.asarray(rig.tail, dtype=np.float64)
+    roots = [b for b in range(n) if parents[b] < 0]
+    names, jparents, offsets, channels, bones = [], [], [], [], []
+    extra = 0
+    if len(roots) != 1:  # Blender writes a dummy root without channels
+        taken = set(rig.names)
+        key = 0
+        while "__%d" % key in taken:
+            key += 1
+        names.append("__%d" % key)
+        jparents.append(-1)
+        offsets.append(np.zeros(3))
+        channels.append(())
+        bones.append(-1)
+        extra = 1
+    for b in range(n):
+        p = int(parents[b])
+        names.append(rig.names[b])
+        jparents.append(p + extra if p >= 0 else (0 if extra else -1))
+        offsets.append(head[b] - head[p] if p >= 0 else head[b])
+        order = _bvh_rot_order(rotation_modes[b])
+        rot = tuple(c + "rotation" for c in order)
+        channels.append(rot if (connected[b] and p >= 0) else ("Xposition", "Yposition", "Zposition") + rot)
+        bones.append(b)
+    has_child = np.zeros(n, dtype=bool)
+    has_child[parents[parents >= 0]] = True
+    end_sites = [(b + extra, tail[b] - head[b]) for b in range(n) if not has_child[b]]
+    return {"names": names, "parents": jparents, "offsets": np.array(offsets), "channels": channels,
+            "end_sites": end_sites, "bones": bones}
+
+
+def _other_branch(e, order):
+    """The other Tait-Bryan solution of Euler angles ``e`` (..., 3) by axis, Blender ``order``."""
+    i, j, k = ("XYZ".index(c) for c in order)
+    out = e.copy()
+    out[..., i] += np.pi
+    out[..., j] = np.pi - e[..., j]
+    out[..., k] += np.pi
+    return out
+
+
+def _continue_eulers(q, order, prev_q, prev_e):
+    """Continuous Blender Eulers (T, B, 3) of quaternions ``q`` (T, B, 4), following ``prev_e`` (B, 3).
+
+    :func:`..retarget.solve.quats_to_euler_continuous` on the chunk with the
+    previous chunk's last rotation in front; its first frame is then moved
+    onto the previous chunk's last Euler triple (the other Tait-Bryan branch
+    and/or whole turns), and the chunk with it.
+    """
+    from ..retarget.solve import quats_to_euler_continuous
+
+    if prev_q is None:
+        return quats_to_euler_continuous(q, order)
+    e = quats_to_euler_continuous(np.concatenate([prev_q[None], q]), order)
+    alt = _other_branch(e, order)
+    turn = 2.0 * np.pi
+
+    def wrapped(x):
+        return (x + np.pi) % turn - np.pi
+
+    d_same = (wrapped(prev_e - e[0]) ** 2).sum(-1)
+    d_alt = (wrapped(prev_e - alt[0]) ** 2).sum(-1)
+    e = np.where((d_alt < d_same)[None, :, None], alt, e)
+    e += np.round((prev_e - e[0]) / turn)[None] * turn
+    return e[1:]
+
+
+def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAMES):
+    """Channel values (t, C) of :func:`bvh_hierarchy`'s joints, chunk by chunk.
+
+    For a bone ``j`` with parent ``p`` (rest rotations ``Q``, pose rotations
+    ``W`` and heads ``X`` in armature space, from
+    :func:`..retarget.solve.pose_rig`), Blender's exporter writes the
+    rotation ``Q_p W_p^T W_j Q_j^T`` as Euler angles in the bone's order
+    (continuous from frame to frame) and the location ``Q_p W_p^T (X_j -
+    X_p)``; a root bone writes ``W_j Q_j^T`` and ``X_j``.
+
+    Yields
+    ------
+    ndarray, shape (t, C), float64
+    """
+    from ..retarget.solve import pose_rig
+    from ..model.rotations_np import matrix_to_quat
+
+    rig = pose.rig
+    n = len(rig.names)
+    parents = np.asarray(rig.parents)
+    par = np.where(parents >= 0, parents, 0)
+    is_root = parents < 0
+    Q = rig.rest_rotation()
+    orders = [_bvh_rot_order(m)[::-1] for m in pose.rotation_modes]  # Blender Euler order (reversed)
+    groups = {}
+    for b, o in enumerate(orders):
+        groups.setdefault(o, []).append(b)
+    groups = {o: np.array(bs) for o, bs in groups.items()}
+    # column sources: per joint, (bone, component) into src (t, B, 6): location xyz, then angles in channel order
+    cols_b, cols_c = [], []
+    for j, b in enumerate(hierarchy["bones"]):
+        if b < 0:
+            continue
+        if len(hierarchy["channels"][j]) == 6:
+            cols_b += [b, b, b]
+            cols_c += [0, 1, 2]
+        cols_b += [b, b, b]
+        cols_c += [3, 4, 5]
+    cols_b, cols_c = np.array(cols_b, dtype=np.int64), np.array(cols_c, dtype=np.int64)
+    # angle by axis -> channel order, per bone
+    axis_of = np.array([["XYZ".index(c) for c in _bvh_rot_order(m)] for m in pose.rotation_modes]).reshape(n, 3)
+    prev_q = {o: None for o in groups}
+    prev_e = {o: None for o in groups}
+    for a in range(0, pose.num_frames, max(int(chunk_frames), 1)):
+        b_ = min(a + max(int(chunk_frames), 1), pose.num_frames)
+        W, X = pose_rig(rig, pose.quaternions(a, b_), pose.locations(a, b_))
+        Wp, Xp = W[:, par], X[:, par]
+        frame = Q[par] @ np.swapaxes(Wp, -1, -2)  # (t, B, 3, 3): parent's pose undone, rest put back
+        frame[:, is_root] = np.eye(3)
+        rot = frame @ W @ np.swapaxes(Q, -1, -2)[None]
+        loc = np.where(is_root[None, :, None], X, (frame @ (X - Xp)[..., None])[..., 0])
+        del W, X, Wp, Xp, frame
+        quats = matrix_to_quat(rot)
+        del rot
+        src = np.empty((b_ - a, n, 6))
+        src[..., :3] = loc
+        for o, bs in groups.items():
+            e = _continue_eulers(quats[:, bs], o, prev_q[o], prev_e[o])
+            prev_q[o], prev_e[o] = quats[-1, bs], e[-1]
+            src[:, bs, 3:] = np.rad2deg(np.take_along_axis(e, axis_of[bs][None], axis=-1))
+        yield src[:, cols_b, cols_c]
+
+
+def write_armature_bvh(path, pose: PoseChannels, chunk_frames=BVH_CHUNK_FRAMES):
+    """Write Blender's BVH export of ``pose`` (see the module docstring) with numpy.
+
+    Parameters
+    ----------
+    path : str
+    pose : PoseChannels
+    chunk_frames : int
+        Frames composed at a time (memory is bounded by this, not by the clip length).
+    """
+    from ..model.bvh import write_bvh
+
+    h = bvh_hierarchy(pose.rig, pose.connected, pose.rotation_modes)
+    write_bvh(path, h["names"], h["parents"], h["offsets"], h["channels"], bvh_motion_chunks(pose, h, chunk_frames),
+              frame_time=pose.frame_time, end_sites=h["end_sites"], num_frames=pose.num_frames)
+
+
+# ---------------------------------------------------------------------------
+# Blender side
+
+
+def _numpy_bvh_unsupported(obj):
+    """Why the numpy BVH writer would not match Blender's evaluation of ``obj`` (``None``: it would)."""
+    arm = obj.data
+    if getattr(arm, "pose_position", "POSE") != "POSE":
+        return "the armature shows its rest position"
+    for pb in obj.pose.bones:
+        if any(not c.mute and c.influence > 0 for c in pb.constraints):
+            return "bone {!r} has constraints".format(pb.name)
+    for bone in arm.bones:
+        if (bone.inherit_scale != "FULL" or not bone.use_inherit_rotation or not bone.use_local_location
+                or bone.use_relative_parent):
+            return "bone {!r} does not inherit its parent's full transform".format(bone.name)
+    ad = obj.animation_data
+    if ad is not None:
+        if len(ad.drivers):
+            return "the armature has drivers"
+        if any(not t.mute and len(t.strips) for t in ad.nla_tracks) or getattr(ad, "use_tweak_mode", False):
+            return "the armature has NLA strips"
+        if ad.action is not None and (ad.action_blend_type != "REPLACE" or ad.action_influence < 1.0):
+            return "the action is blended"
+    return None
+
+
+def _bone_paths(obj):
+    """``'pose.bones["name"]'`` -> bone index."""
+    import bpy
+
+    return {'pose.bones["{}"]'.format(bpy.utils.escape_identifier(b.name)): i for i, b in enumerate(obj.data.bones)}
+
+
+def read_pose_channels(obj, frame_start, frame_end):
+    """Read an armature's rest skeleton and pose channels over ``frame_start..frame_end`` (inclusive).
+
+    Rest arrays and current pose values are read with ``foreach_get``, the
+    keyed channels from the active action's fcurves (keyframe coordinates
+    with ``foreach_get``; a value per frame where a key sits on every
+    exported frame, or a single key).
+
+    Returns
+    -------
+    PoseChannels or str
+        The channels, or why they cannot stand for Blender's evaluation (the
+        caller then uses Blender's exporter).
+    """
+    import bpy
+
+    from ..blender_io.actions import action_fcurves
+    from ..blender_io.rig import rig_description
+
+    reason = _numpy_bvh_unsupported(obj)
+    if reason is not None:
+        return reason
+    rig = rig_description(obj)
+    n = len(rig.names)
+    bones = obj.data.bones
+    pbones = obj.pose.bones
+    pose_index = {pb.name: i for i, pb in enumerate(pbones)}
+    perm = np.array([pose_index[name] for name in rig.names], dtype=np.int64)  # pose order -> bone order
+    connected = np.zeros(n, dtype=bool)
+    bones.foreach_get("use_connect", connected)
+    connected &= np.asarray(rig.parents) >= 0
+    static = {}
+    for prop in _TRANSFORMS:
+        buf = np.empty(n * _SIZES[prop], dtype=np.float32)
+        pbones.foreach_get(prop, buf)
+        static[prop] = buf.reshape(n, _SIZES[prop])[perm].astype(np.float64)
+    if not np.allclose(static["scale"], 1.0, atol=1e-6):
+        return "pose bones are scaled"
+    modes = [pbones[name].rotation_mode for name in rig.names]
+    frames = np.arange(int(frame_start), int(frame_end) + 1, dtype=np.float64)
+    keyed = {}
+    ad = obj.animation_data
+    action = ad.action if ad is not None else None
+    if action is not None:
+        paths = _bone_paths(obj)
+        for fc in action_fcurves(action, obj):
+            head, _, prop = fc.data_path.rpartition(".")
+            b = paths.get(head)
+            if b is None or prop not in _TRANSFORMS or fc.mute:
+                continue  # not a pose-bone transform (or muted: Blender ignores it too)
+            if len(fc.modifiers):
+                return "fcurve {}[{}] has modifiers".format(fc.data_path, fc.array_index)
+            k = len(fc.keyframe_points)
+            if k == 0:
+                continue
+            co = np.empty(2 * k, dtype=np.float32)
+            fc.keyframe_points.foreach_get("co", co)
+            x, y = co[0::2].astype(np.float64), co[1::2]
+            if k == 1:
+                values = np.full(len(frames), y[0], dtype=np.float32)
+            else:
+                at = np.clip(np.searchsorted(x, frames - 1e-3), 0, k - 1)
+                if not (np.abs(x[at] - frames) < 1e-3).all():
+                    return "fcurve {}[{}] has no key on some exported frames".format(fc.data_path, fc.array_index)
+                values = y[at]
+            if prop == "scale":
+                if not np.allclose(values, 1.0, atol=1e-6):
+                    return "pose bones are scaled"
+                continue
+            keyed[(prop, b, int(fc.array_index))] = values
+    scene = bpy.context.scene
+    return PoseChannels(rig=rig, connected=connected, rotation_modes=modes, static=static, keyed=keyed,
+                        num_frames=len(frames), frame_time=1.0 / (scene.render.fps / scene.render.fps_base))
 
 
 def _select_only(obj):
@@ -46,16 +429,24 @@ def _select_only(obj):
     view_layer.objects.active = obj
 
 
-def _write(obj, tmp, ext, frame_start, frame_end):
+def _write(obj, tmp, ext, frame_start, frame_end, bvh_writer="numpy"):
+    """Write one export; returns the writer used (``"numpy"`` or ``"blender"``, plus the reason)."""
     import bpy
 
     from .targets import quiet
 
     scene = bpy.context.scene
     if ext == ".bvh":
+        reason = "asked for"
+        if bvh_writer == "numpy":
+            pose = read_pose_channels(obj, frame_start, frame_end)
+            if not isinstance(pose, str):
+                write_armature_bvh(tmp, pose)
+                return "numpy"
+            reason = pose
         quiet(bpy.ops.export_anim.bvh, filepath=tmp, check_existing=False, frame_start=frame_start,
               frame_end=frame_end, global_scale=1.0, rotate_mode="NATIVE", root_transform_only=False)
-        return
+        return "blender ({})".format(reason)
     saved = (scene.frame_start, scene.frame_end)
     scene.frame_start, scene.frame_end = frame_start, frame_end
     try:
@@ -71,9 +462,10 @@ def _write(obj, tmp, ext, frame_start, frame_end):
                   export_optimize_animation_size=False, export_frame_range=True)
     finally:
         scene.frame_start, scene.frame_end = saved
+    return "blender"
 
 
-def export_armature(obj, path, frame_start, frame_end):
+def export_armature(obj, path, frame_start, frame_end, *, bvh_writer="numpy"):
     """Export ``obj`` with its active action over ``frame_start..frame_end`` (inclusive).
 
     Parameters
@@ -84,6 +476,15 @@ def export_armature(obj, path, frame_start, frame_end):
         ``.bvh``, ``.fbx``, ``.glb`` or ``.gltf``; written atomically.
     frame_start, frame_end : int
         Scene frames.
+    bvh_writer : {"numpy", "blender"}
+        ``"blender"`` forces Blender's BVH exporter (for comparisons); the
+        numpy writer falls back to it by itself where it would differ.
+
+    Returns
+    -------
+    str
+        The writer used: ``"numpy"``, or ``"blender"`` (for BVH with the
+        reason in parentheses).
 
     Raises
     ------
@@ -92,11 +493,13 @@ def export_armature(obj, path, frame_start, frame_end):
     """
     ext = os.path.splitext(path)[1].lower()
     check_export_path(path)
+    if bvh_writer not in ("numpy", "blender"):
+        raise ValueError("bvh_writer must be 'numpy' or 'blender', got {!r}".format(bvh_writer))
     _select_only(obj)
     try:
         with atomic_output(path) as tmp:
-            _write(obj, tmp, ext, int(frame_start), int(frame_end))
-    except RuntimeError as ex:
+            return _write(obj, tmp, ext, int(frame_start), int(frame_end), bvh_writer)
+    except (RuntimeError, OSError) as ex:
         message = " ".join(str(ex).replace("Error:", "").split())
         raise CliError("{}: export failed ({})".format(path, message[:300])) from None
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -482,6 +481,57 @@ def frames_from_rotations(channels, rotations, translations=None, offsets=None, 
     return np.stack(cols, axis=1) if cols else np.zeros((T, 0))
 
 
+def _format_rows(block, precision):
+    """Rows of ``block`` (n, C) as ``%.{precision}f`` numbers, one line per row, or None.
+
+    Vectorised fixed-point formatting (about three times faster than ``%``
+    formatting): every value of the block gets the same field width, right
+    aligned after a space, so numbers are separated by one or more spaces
+    (any BVH reader splits on whitespace). The digits are those of the value
+    rounded to ``precision`` decimals. Returns None for non-finite or huge
+    values (the caller formats those with ``%``).
+    """
+    n, C = block.shape
+    p10 = 10 ** int(precision)
+    big = float(2 ** 62) / p10
+    mag = np.abs(block)
+    if not np.isfinite(block).all() or (mag.size and float(mag.max()) >= big):
+        return None
+    I = np.rint(mag * float(p10)).astype(np.int64)
+    ip, fp = np.divmod(I, p10)
+    neg = (block < 0) & (I > 0)
+    kmax = len(str(int(ip.max()))) if ip.size else 1
+    if kmax <= 9:
+        ip = ip.astype(np.int32)
+    frac = precision + 1 if precision > 0 else 0
+    W = kmax + int(neg.any()) + frac  # widest number in the block
+    out = np.full((n, C, W + 1), 32, np.uint8)  # field + separator
+    f = fp.astype(np.int32) if precision <= 9 else fp
+    for k in range(precision):
+        f, d = np.divmod(f, 10)
+        out[:, :, W - 1 - k] = d
+        out[:, :, W - 1 - k] += 48
+    if precision:
+        out[:, :, W - 1 - precision] = 46  # "."
+    units = W - 1 - frac
+    q = ip
+    nd = np.ones(ip.shape, np.int8)  # integer digits
+    for k in range(kmax):
+        q, d = np.divmod(q, 10)
+        if k == 0:
+            out[:, :, units] = d
+            out[:, :, units] += 48
+        else:
+            has = ip >= 10 ** k
+            nd += has
+            out[:, :, units - k] = np.where(has, d + 48, 32)
+    if neg.any():
+        r, c = np.nonzero(neg)
+        out[r, c, units - nd[r, c]] = 45  # "-"
+    out[:, -1, W] = 10  # "\n"
+    return out.tobytes()
+
+
 def write_bvh(
     path,
     names,
@@ -494,8 +544,13 @@ def write_bvh(
     newline: str = "\n",
     indent: str = "\t",
     precision: int = 6,
+    num_frames: int | None = None,
 ) -> None:
     """Write a BVH file.
+
+    The motion is formatted with one ``%`` operation per block of frames (no
+    Python loop over frames or values) and written as it comes, so a motion
+    given as chunks is never held whole.
 
     Parameters
     ----------
@@ -509,10 +564,11 @@ def write_bvh(
     channels : sequence of sequence of str
         Channel names per joint, any order, e.g.
         ``("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")``.
-    motion : array-like, shape (T, C)
-        Channel values in file order (joints in the written depth-first
-        order, which equals the input order when it already is depth-first).
-        :func:`frames_from_rotations` builds it from matrices.
+    motion : array-like, shape (T, C), or an iterator of arrays (t, C)
+        Channel values in input joint order (reordered here to the written
+        depth-first order, which equals the input order when it already is
+        depth-first). :func:`frames_from_rotations` builds it from matrices.
+        An iterator (a generator of chunks of frames) needs ``num_frames``.
     frame_time : float
     end_sites : sequence of (int, offset), optional
         End Sites; by default one zero-offset End Site is written under
@@ -521,13 +577,24 @@ def write_bvh(
         Line ending and indentation (to produce tricky files in tests).
     precision : int
         Decimals written.
+    num_frames : int, optional
+        Frame count of an iterator ``motion`` (the header comes first);
+        a different number of frames raises ``ValueError``.
     """
     names = list(names)
     parents = [int(p) for p in parents]
     offsets = np.asarray(offsets, dtype=np.float64).reshape(len(names), 3)
-    motion = np.asarray(motion, dtype=np.float64)
-    if motion.ndim == 1:
-        motion = motion[None]
+    chunked = hasattr(motion, "__next__")
+    if chunked:
+        if num_frames is None:
+            raise ValueError("write_bvh: num_frames is needed when motion is an iterator")
+        chunks = motion
+    else:
+        motion = np.asarray(motion, dtype=np.float64)
+        if motion.ndim == 1:
+            motion = motion[None]
+        num_frames = motion.shape[0]
+        chunks = iter((motion,))
     children = {j: [c for c, p in enumerate(parents) if p == j] for j in range(len(names))}
     if end_sites is None:
         end_sites = [(j, np.zeros(3)) for j in range(len(names)) if not children[j]]
@@ -563,12 +630,36 @@ def write_bvh(
     starts = np.cumsum([0] + [len(c) for c in channels])
     colidx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in order]) if order else np.zeros(0, int)
     nchan = int(starts[-1])
-    if motion.shape[1] != nchan:
+    if not chunked and motion.shape[1] != nchan:
         raise ValueError(f"motion has {motion.shape[1]} columns, channels need {nchan}")
-    motion = motion[:, colidx]
+    if colidx.size and np.array_equal(colidx, np.arange(nchan)):
+        colidx = None  # already in written order: no copy
     out.append("MOTION")
-    out.append(f"Frames: {motion.shape[0]}")
+    out.append(f"Frames: {int(num_frames)}")
     out.append(f"Frame Time: {frame_time:.8f}")
-    for row in motion:
-        out.append(" ".join(fmt.format(v) for v in row))
-    Path(os.fspath(path)).write_text(newline.join(out) + newline, encoding="utf-8", newline="")
+    row = " ".join([f"%.{precision}f"] * nchan) + newline
+    written = 0
+    with open(os.fspath(path), "w", encoding="utf-8", newline="") as fh:
+        fh.write(newline.join(out) + newline)
+        for chunk in chunks:
+            chunk = np.asarray(chunk, dtype=np.float64)
+            if chunk.ndim == 1:
+                chunk = chunk[None]
+            if chunk.shape[1] != nchan:
+                raise ValueError(f"motion has {chunk.shape[1]} columns, channels need {nchan}")
+            if colidx is not None:
+                chunk = chunk[:, colidx]
+            written += chunk.shape[0]
+            if written > num_frames:
+                raise ValueError(f"motion has more than the {num_frames} frames announced")
+            # blocks of frames (bounded text size), each formatted without a loop over values
+            step = max(1, (1 << 21) // max(nchan, 1))
+            for a in range(0, chunk.shape[0], step):
+                block = chunk[a:a + step]
+                text = _format_rows(block, precision) if newline == "\n" and nchan else None
+                if text is None:
+                    fh.write((row * block.shape[0]) % tuple(block.ravel().tolist()))
+                else:
+                    fh.write(text.decode("ascii"))
+    if written != num_frames:
+        raise ValueError(f"motion has {written} frames, {num_frames} announced")
