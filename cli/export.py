@@ -12,7 +12,8 @@ values (degrees, Eulers kept continuous from frame to frame), only the
 number formatting differs (fields padded with spaces). The values come from
 the active action's fcurves (read with ``foreach_get``) and the pose
 bones' current values for channels without keys, composed with numpy
-through :func:`..retarget.solve.pose_rig`, in chunks of
+with numpy (each bone's channels are its own pose values seen in the
+armature's axes, no forward kinematics needed), in chunks of
 :data:`BVH_CHUNK_FRAMES` frames, so memory does not grow with the clip.
 Where that evaluation would not match Blender's (constraints, drivers, NLA
 strips, pose scale, non-default inheritance, fcurves without a key on every
@@ -99,40 +100,57 @@ class PoseChannels:
     num_frames: int = 1
     frame_time: float = 1.0 / 30.0
 
-    def values(self, prop, a, b):
-        """Channel ``prop`` for frames ``a:b``, shape (b - a, B, size), float64."""
-        base = np.asarray(self.static[prop], dtype=np.float64)
-        out = np.empty((b - a,) + base.shape)
-        out[:] = base
-        for (p, bone, i), v in self.keyed.items():
-            if p == prop:
-                out[:, bone, i] = v[a:b]
+    def _rotation_prop(self, b):
+        mode = self.rotation_modes[b]
+        return {"QUATERNION": "rotation_quaternion", "AXIS_ANGLE": "rotation_axis_angle"}.get(mode, "rotation_euler")
+
+    def moving(self):
+        """Bones whose BVH channels change over the frames (bool, (B,)): a key on their mode's rotation or,
+        unconnected, on their location."""
+        out = np.zeros(len(self.rotation_modes), dtype=bool)
+        for prop, b, _ in self.keyed:
+            if prop == self._rotation_prop(b) or (prop == "location" and not self.connected[b]):
+                out[b] = True
         return out
 
-    def quaternions(self, a, b):
-        """Each bone's rotation (its rotation mode's channel) as quaternions, shape (b - a, B, 4)."""
+    def values(self, prop, a, b, bones):
+        """Channel ``prop`` of ``bones`` for frames ``a:b``, shape (b - a, len(bones), size), float64."""
+        bones = np.asarray(bones, dtype=np.int64)
+        slot = {int(x): k for k, x in enumerate(bones)}
+        out = np.empty((b - a, len(bones), _SIZES[prop]))
+        out[:] = np.asarray(self.static[prop], dtype=np.float64)[bones]
+        for (p, bone, i), v in self.keyed.items():
+            if p == prop and bone in slot:
+                out[:, slot[bone], i] = v[a:b]
+        return out
+
+    def quaternions(self, a, b, bones):
+        """Rotation of ``bones`` (their rotation mode's channel) as quaternions, (b - a, len(bones), 4)."""
         from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat
         from ..retarget.solve import euler_to_matrix_blender
 
-        modes = np.array(self.rotation_modes)
-        q = self.values("rotation_quaternion", a, b)
+        bones = np.asarray(bones, dtype=np.int64)
+        modes = np.array(self.rotation_modes)[bones]
+        q = self.values("rotation_quaternion", a, b, bones)
+        q /= np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), 1e-30)
         for order in _EULER_ORDERS:
-            idx = np.flatnonzero(modes == order)
-            if idx.size:
-                e = self.values("rotation_euler", a, b)[:, idx]
-                q[:, idx] = matrix_to_quat(euler_to_matrix_blender(e, order))
-        idx = np.flatnonzero(modes == "AXIS_ANGLE")
-        if idx.size:
-            aa = self.values("rotation_axis_angle", a, b)[:, idx]
+            k = np.flatnonzero(modes == order)
+            if k.size:
+                e = self.values("rotation_euler", a, b, bones[k])
+                q[:, k] = matrix_to_quat(euler_to_matrix_blender(e, order))
+        k = np.flatnonzero(modes == "AXIS_ANGLE")
+        if k.size:
+            aa = self.values("rotation_axis_angle", a, b, bones[k])
             n = np.linalg.norm(aa[..., 1:], axis=-1, keepdims=True)
             vec = np.where(n > 0, aa[..., 1:] / np.where(n > 0, n, 1.0), 0.0) * aa[..., :1]
-            q[:, idx] = matrix_to_quat(axis_angle_to_matrix(vec))
+            q[:, k] = matrix_to_quat(axis_angle_to_matrix(vec))
         return q
 
-    def locations(self, a, b):
-        """Pose locations for frames ``a:b`` (zero on connected bones: Blender ignores them), (b - a, B, 3)."""
-        loc = self.values("location", a, b)
-        loc[:, self.connected] = 0.0
+    def locations(self, a, b, bones):
+        """Pose locations of ``bones`` for frames ``a:b`` (zero on connected bones: Blender ignores them)."""
+        bones = np.asarray(bones, dtype=np.int64)
+        loc = self.values("location", a, b, bones)
+        loc[:, self.connected[bones]] = 0.0
         return loc
 
 
@@ -228,34 +246,47 @@ def _continue_eulers(q, order, prev_q, prev_e):
     return e[1:]
 
 
+def _local_channels(pose, a, b, bones, Q, rest_offset):
+    """BVH rotation (quaternions) and location of ``bones`` for frames ``a:b``.
+
+    With full inheritance a bone's pose matrix is ``P_j = P_p R_p^-1 R_j
+    B_j`` (rest matrices ``R``, basis ``B`` = location, rotation), so the
+    matrix Blender's exporter writes, ``R_p P_p^-1 P_j R_j^-1``, is
+    ``R_j B_j R_j^-1``: the basis seen in the armature's axes. Its rotation
+    is the basis rotation with the axis turned by the rest rotation ``Q_j``
+    (quaternion ``(w, Q_j v)``), its location (the joint's offset plus the
+    translation) ``head_j - head_p + Q_j location_j``. No forward kinematics
+    and nothing from other bones.
+    """
+    q = pose.quaternions(a, b, bones)
+    Qb = Q[bones]
+    q[..., 1:] = np.einsum("bij,tbj->tbi", Qb, q[..., 1:])
+    loc = rest_offset[bones] + np.einsum("bij,tbj->tbi", Qb, pose.locations(a, b, bones))
+    return q, loc
+
+
 def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAMES):
     """Channel values (t, C) of :func:`bvh_hierarchy`'s joints, chunk by chunk.
 
-    For a bone ``j`` with parent ``p`` (rest rotations ``Q``, pose rotations
-    ``W`` and heads ``X`` in armature space, from
-    :func:`..retarget.solve.pose_rig`), Blender's exporter writes the
-    rotation ``Q_p W_p^T W_j Q_j^T`` as Euler angles in the bone's order
-    (continuous from frame to frame) and the location ``Q_p W_p^T (X_j -
-    X_p)``; a root bone writes ``W_j Q_j^T`` and ``X_j``.
+    Each bone's channels depend on its own pose values only (see
+    :func:`_local_channels`), so bones without keys are computed once and
+    only the keyed ones per frame. Eulers are in each bone's order and
+    continuous from frame to frame (as Blender's exporter keeps them),
+    across chunks too.
 
     Yields
     ------
     ndarray, shape (t, C), float64
     """
-    from ..retarget.solve import pose_rig
-    from ..model.rotations_np import matrix_to_quat
-
     rig = pose.rig
     n = len(rig.names)
     parents = np.asarray(rig.parents)
-    par = np.where(parents >= 0, parents, 0)
-    is_root = parents < 0
+    head = np.asarray(rig.head, dtype=np.float64)
+    rest_offset = head - np.where(parents[:, None] >= 0, head[np.maximum(parents, 0)], 0.0)
     Q = rig.rest_rotation()
-    orders = [_bvh_rot_order(m)[::-1] for m in pose.rotation_modes]  # Blender Euler order (reversed)
-    groups = {}
-    for b, o in enumerate(orders):
-        groups.setdefault(o, []).append(b)
-    groups = {o: np.array(bs) for o, bs in groups.items()}
+    orders = [_bvh_rot_order(m) for m in pose.rotation_modes]
+    axis_of = np.array([["XYZ".index(c) for c in o] for o in orders]).reshape(n, 3)  # angle by axis -> channel
+    moving = pose.moving()
     # column sources: per joint, (bone, component) into src (t, B, 6): location xyz, then angles in channel order
     cols_b, cols_c = [], []
     for j, b in enumerate(hierarchy["bones"]):
@@ -267,27 +298,36 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
         cols_b += [b, b, b]
         cols_c += [3, 4, 5]
     cols_b, cols_c = np.array(cols_b, dtype=np.int64), np.array(cols_c, dtype=np.int64)
-    # angle by axis -> channel order, per bone
-    axis_of = np.array([["XYZ".index(c) for c in _bvh_rot_order(m)] for m in pose.rotation_modes]).reshape(n, 3)
-    prev_q = {o: None for o in groups}
-    prev_e = {o: None for o in groups}
-    for a in range(0, pose.num_frames, max(int(chunk_frames), 1)):
-        b_ = min(a + max(int(chunk_frames), 1), pose.num_frames)
-        W, X = pose_rig(rig, pose.quaternions(a, b_), pose.locations(a, b_))
-        Wp, Xp = W[:, par], X[:, par]
-        frame = Q[par] @ np.swapaxes(Wp, -1, -2)  # (t, B, 3, 3): parent's pose undone, rest put back
-        frame[:, is_root] = np.eye(3)
-        rot = frame @ W @ np.swapaxes(Q, -1, -2)[None]
-        loc = np.where(is_root[None, :, None], X, (frame @ (X - Xp)[..., None])[..., 0])
-        del W, X, Wp, Xp, frame
-        quats = matrix_to_quat(rot)
-        del rot
-        src = np.empty((b_ - a, n, 6))
-        src[..., :3] = loc
-        for o, bs in groups.items():
-            e = _continue_eulers(quats[:, bs], o, prev_q[o], prev_e[o])
-            prev_q[o], prev_e[o] = quats[-1, bs], e[-1]
-            src[:, bs, 3:] = np.rad2deg(np.take_along_axis(e, axis_of[bs][None], axis=-1))
+
+    def eulers(q, bones, state=None):
+        """Degrees in channel order, (t, len(bones), 3); ``state`` carries continuity between chunks."""
+        out = np.empty(q.shape[:-1] + (3,))
+        for o in sorted(set(orders[b] for b in bones)):
+            k = np.flatnonzero([orders[b] == o for b in bones])
+            prev = (None, None) if state is None else state.get(o, (None, None))
+            e = _continue_eulers(q[:, k], o[::-1], *prev)  # Blender's Euler order is the channel order reversed
+            if state is not None:
+                state[o] = (q[-1, k], e[-1])
+            out[:, k] = np.rad2deg(np.take_along_axis(e, axis_of[bones[k]][None], axis=-1))
+        return out
+
+    fixed = np.flatnonzero(~moving)
+    keyed = np.flatnonzero(moving)
+    template = np.zeros((n, 6))
+    if fixed.size:
+        q, loc = _local_channels(pose, 0, 1, fixed, Q, rest_offset)
+        template[fixed, :3] = loc[0]
+        template[fixed, 3:] = eulers(q, fixed)[0]
+    state = {}
+    step = max(int(chunk_frames), 1)
+    for a in range(0, pose.num_frames, step):
+        b = min(a + step, pose.num_frames)
+        src = np.empty((b - a, n, 6))
+        src[:] = template
+        if keyed.size:
+            q, loc = _local_channels(pose, a, b, keyed, Q, rest_offset)
+            src[:, keyed, :3] = loc
+            src[:, keyed, 3:] = eulers(q, keyed, state)
         yield src[:, cols_b, cols_c]
 
 

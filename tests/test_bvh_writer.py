@@ -34,6 +34,18 @@ def test_format_rows_reads_back_like_percent_formatting(precision):
     assert not any(ln.split()[-1].startswith("-") for ln in lines[:-1])
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_format_rows_constant_columns(rows):
+    block = np.tile([[-123.4567891, 0.5, 1e-9, -7.25, 31415.9]], (rows, 1))
+    block[:, 1] += np.arange(rows)  # one varying column among constant ones
+    text = bvh._format_rows(block, 6).decode("ascii")
+    ours = np.array([ln.split() for ln in text.splitlines()], dtype=np.float64)
+    np.testing.assert_allclose(ours, np.round(block, 6), atol=1e-9)
+    const = np.tile([[-9.5, 2.0]], (3, 1))
+    ours = np.array([ln.split() for ln in bvh._format_rows(const, 2).decode().splitlines()], dtype=np.float64)
+    np.testing.assert_array_equal(ours, const)
+
+
 def test_format_rows_declines_non_finite():
     assert bvh._format_rows(np.array([[1.0, np.nan]]), 6) is None
     assert bvh._format_rows(np.array([[1.0, np.inf]]), 6) is None
