@@ -161,6 +161,13 @@ def make_fixtures(folder):
     frames = [[{"x": float(a), "y": float(b), "z": float(c), "visibility": 0.9} for a, b, c in fr] for fr in mp]
     (folder / "mediapipe_world.json").write_text(json.dumps({"fps": 30, "frames": frames}))
     out.append(("json MediaPipe world landmarks", folder / "mediapipe_world.json", False))
+    # markers: OpenCap anatomical marker set (joint centres by regression, no head points)
+    markers, _ = sf.opencap_markers(90)
+    sf.write_trc(folder / "opencap.trc", markers, units="mm", up="Y")
+    out.append(("trc OpenCap anatomical markers Y-up mm", folder / "opencap.trc", False))
+    half, _ = sf.opencap_markers(90, drop=("l_knee_study", "l_mknee_study", "l_ankle_study", "l_mankle_study"))
+    sf.write_trc(folder / "half_leg.trc", half)
+    out.append(("BAD trc marker set missing half a leg", folder / "half_leg.trc", True))
     # bad inputs: image-normalised landmarks, mixed units, a non-humanoid skeleton
     img = (mp[..., :2] - mp[..., :2].min()) / (np.ptp(mp[..., :2]) * 2.5) + 0.3
     frames = [[{"x": float(a), "y": float(b), "z": 0.0, "visibility": 0.9} for a, b in fr] for fr in img]

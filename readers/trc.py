@@ -93,6 +93,47 @@ def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     if n_frames is not None and n_frames != data.shape[0]:
         warns.append(f"header says {n_frames} frames, the file has {data.shape[0]}")
     pos = data[:, 2:].reshape(data.shape[0], len(names), 3)
+    if layout is None:
+        pos, names, layout = _with_joint_centres(path, pos, names, warns)
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
                        up_axis=up_axis, file_units=file_units, default_up_axis="Y", max_gap=max_gap,
                        warnings=warns, ground=ground)
+
+
+#: A leg needs these centres (from markers or from named points) to be solved.
+_LEG = (("thigh", "hip (ASIS and PSIS markers)"), ("calf", "knee (lateral and medial epicondyle markers)"),
+        ("foot", "ankle (lateral and medial malleolus markers)"))
+
+
+def _with_joint_centres(path, pos, names, warns):
+    """Append joint centres regressed from anatomical markers; returns ``(pos, names, layout or None)``."""
+    import numpy as np
+
+    from .base import _flag
+    from .layouts import canonical_weights, detect_layout
+    from .markers import marker_joint_centres, marker_layout
+
+    centre_names, centres, found = marker_joint_centres(names, pos)
+    if not centre_names:
+        return pos, names, None
+    name, score = detect_layout(names)
+    if name is not None and score >= 0.999:
+        return pos, names, None  # an exact keypoint layout: no regression needed
+    taken = set(names)
+    centre_names = [n if n not in taken else n + "_centre" for n in centre_names]
+    all_names = list(names) + centre_names
+    lay = marker_layout(all_names)
+    _, defined = canonical_weights(lay, all_names)
+    from ..model.skeleton import KEYPOINTS
+    missing = []
+    for s, side in (("l", "left"), ("r", "right")):
+        for joint, what in _LEG:
+            if not defined[KEYPOINTS.index(f"{joint}_{s}")]:
+                missing.append(f"{side} {what}")
+    if missing:
+        got = ", ".join(f"{side} {role}={n}" for (role, side), n in sorted(found.items())) or "none"
+        raise KeypointReadError(
+            path, f"marker set missing part of a leg: no {'; no '.join(missing)}. Recognised markers: {got}. "
+            f"Add the markers, or pass a mapping of marker names to canonical keypoints with {_flag('layout', 'MAPPING.json')}")
+    warns.append(f"joint centres regressed from {len(found)} anatomical markers ({', '.join(centre_names)})")
+    return np.concatenate([pos, centres], axis=1), all_names, lay

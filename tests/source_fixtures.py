@@ -6,6 +6,8 @@ canonical skeleton and a procedural walk.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 try:
@@ -166,5 +168,73 @@ def canonical_height() -> float:
     return CANONICAL.height()
 
 
-__all__ = ["SCHEMES", "UNIT_SCALE", "bone_names", "walk_rotations", "humanoid_bvh", "walk_keypoints",
+__all__ = ["SCHEMES", "UNIT_SCALE", "bone_names", "walk_rotations", "humanoid_bvh", "walk_keypoints", "opencap_markers", "write_trc",
            "KEYPOINTS"]
+
+
+def opencap_markers(frames=30, drop=()):
+    """An OpenCap-style anatomical marker set (``*_study`` names) around the walk: dict name -> (T, 3).
+
+    Placed so that the standard regressions give back the walk's joints: ASIS and PSIS 0.24 PD +
+    0.04 PW in front of / behind, 0.34 PW above and 0.36 PW lateral of... the hip centres, as the
+    Harrington regression assumes; epicondyles, malleoli, elbow and wrist markers in pairs around
+    the joints; acromions 12% of their distance above the shoulder joints. ``drop``: names left out.
+    """
+    w = walk_keypoints(frames)
+
+    def K(n):
+        return w[:, KEYPOINTS.index(n)]
+
+    pw, pd = 0.25, 0.16
+    post = 0.24 * pd + 0.04 * pw
+    width = np.linalg.norm(K("upperarm_l") - K("upperarm_r"), axis=-1, keepdims=True)
+    up = np.array([0.0, 0.0, 1.0])
+    m = {}
+    # the pelvis frame: left, up (hips -> pelvis), forward
+    xh = K("thigh_l") - K("thigh_r")
+    xh /= np.linalg.norm(xh, axis=-1, keepdims=True)
+    uh = K("pelvis") - 0.5 * (K("thigh_l") + K("thigh_r"))
+    uh /= np.linalg.norm(uh, axis=-1, keepdims=True)
+    fh = np.cross(xh, uh)
+    for s, S, sg in (("l", "L", 1.0), ("r", "R", -1.0)):
+        hip = K(f"thigh_{s}")
+        lat = sg * (0.5 * pw - 0.36 * pw)
+        m[f"{S}.ASIS_study"] = hip + lat * xh + post * fh + 0.34 * pw * uh
+        m[f"{S}.PSIS_study"] = hip + lat * xh + (post - pd) * fh + 0.34 * pw * uh
+        m[f"{s}_knee_study"] = K(f"calf_{s}") + [sg * 0.05, 0, 0]
+        m[f"{s}_mknee_study"] = K(f"calf_{s}") - [sg * 0.05, 0, 0]
+        m[f"{s}_ankle_study"] = K(f"foot_{s}") + [sg * 0.035, 0, 0]
+        m[f"{s}_mankle_study"] = K(f"foot_{s}") - [sg * 0.035, 0, 0]
+        m[f"{s}_toe_study"] = K(f"toe_tip_{s}")
+        m[f"{s}_calc_study"] = K(f"heel_{s}")
+        m[f"{s}_lelbow_study"] = K(f"forearm_{s}") + [0, 0, 0.03]
+        m[f"{s}_melbow_study"] = K(f"forearm_{s}") - [0, 0, 0.03]
+        m[f"{s}_lwrist_study"] = K(f"hand_{s}") + [0, 0.02, 0]
+        m[f"{s}_mwrist_study"] = K(f"hand_{s}") - [0, 0.02, 0]
+    hips = 0.5 * (K("thigh_l") + K("thigh_r"))
+    for s in "lr":
+        sh = K(f"upperarm_{s}")
+        down = hips - 0.5 * (K("upperarm_l") + K("upperarm_r"))
+        down /= np.linalg.norm(down, axis=-1, keepdims=True)
+        # acromion such that acromion + 0.12 width * down(acromions -> hips) is the shoulder joint
+        m[f"{s}_shoulder_study"] = sh - down * (0.12 * width) + 0 * up
+    return {k: v for k, v in m.items() if k not in drop}, w
+
+
+def write_trc(path, markers, rate=60.0, units="mm", up="Y"):
+    """Write a ``.trc`` file of named markers (metres, Z up in; ``units`` and ``up`` in the file)."""
+    names = list(markers)
+    pos = np.stack([markers[n] for n in names], 1)
+    if up == "Y":
+        pos = np.stack([pos[..., 0], pos[..., 2], -pos[..., 1]], -1)
+    pos = pos / UNIT_SCALE[units]
+    T = pos.shape[0]
+    lines = [f"PathFileType\t4\t(X/Y/Z)\t{Path(path).name}",
+             "DataRate\tCameraRate\tNumFrames\tNumMarkers\tUnits\tOrigDataRate\tOrigDataStartFrame\tOrigNumFrames",
+             f"{rate:g}\t{rate:g}\t{T}\t{len(names)}\t{units}\t{rate:g}\t1\t{T}",
+             "Frame#\tTime\t" + "\t\t\t".join(names),
+             "\t\t" + "\t".join(f"X{i + 1}\tY{i + 1}\tZ{i + 1}" for i in range(len(names))), ""]
+    for t in range(T):
+        lines.append(f"{t + 1}\t{t / rate:.5f}\t" + "\t".join(f"{v:.4f}" for v in pos[t].ravel()))
+    Path(path).write_text("\n".join(lines) + "\n")
+    return path

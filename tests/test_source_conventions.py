@@ -113,3 +113,31 @@ def test_two_candidates_for_a_limb_refused(tmp_path):
     f.write_text(text.replace("JOINT RightShoulder", arm2 + "JOINT RightShoulder", 1))
     with pytest.raises(KeypointReadError, match=r"two\.bvh.*two candidates for hand_l: LeftHand, LeftHand2.*--layout"):
         read_keypoints(f)
+
+
+def test_opencap_markers_give_joint_centres(tmp_path):
+    from source_fixtures import opencap_markers, write_trc
+
+    markers, walk = opencap_markers()
+    f = write_trc(tmp_path / "opencap.trc", markers, units="mm", up="Y")
+    clip = read_keypoints(f, ground=False)
+    assert clip.layout == "markers" and clip.units == "mm" and clip.up_axis == "Y"
+    assert any("regressed from 26 anatomical markers" in w for w in clip.warnings)
+    kp, mask = to_canonical(clip)
+    for name in ("pelvis", "thigh_l", "thigh_r", "calf_l", "foot_r", "upperarm_l", "forearm_r", "hand_l",
+                 "toe_tip_l", "heel_r"):
+        k = KEYPOINTS.index(name)
+        assert mask[:, k].all(), name
+        np.testing.assert_allclose(kp[:, k], walk[:, k], atol=2e-3, err_msg=name)  # within 2 mm
+    # no head points in the set: masked, not refused
+    assert not mask[:, KEYPOINTS.index("head")].any()
+
+
+def test_marker_set_missing_half_a_leg_refused(tmp_path):
+    from source_fixtures import opencap_markers, write_trc
+
+    markers, _ = opencap_markers(drop=("l_knee_study", "l_mknee_study", "l_ankle_study", "l_mankle_study"))
+    f = write_trc(tmp_path / "half.trc", markers)
+    with pytest.raises(KeypointReadError, match=r"half\.trc: marker set missing part of a leg: no left knee.*"
+                                                 r"no left ankle.*Recognised markers:.*--layout"):
+        read_keypoints(f)
