@@ -141,7 +141,7 @@ def main(argv=None):
           f"{'kp err mm':>10s} {'bone deg':>8s} {'jitter':>8s} {'slide mm':>8s}")
     for label, res, total in rows:
         s = res.seconds
-        cells = [f"{res.frames / s[k]:8.0f} f/s {s[k]:5.2f}s" if s[k] > 0 else "-" for k in ("solve", "retarget", "write")]
+        cells = [f"{res.frames / s[k]:8.0f} f/s {s[k]:5.2f}s" if s[k] > 0 else "-" for k in ("solve", "fit", "write")]
         print(f"{label:40s} {res.frames / total:10.0f} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s} "
               f"{res.keypoint_error_mm[0]:10.1f} {res.bone_direction_error_deg:8.2f} {res.jitter:8.2f} "
               f"{res.foot_sliding_mm:8.2f}")

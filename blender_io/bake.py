@@ -1,55 +1,41 @@
-"""The bake pipeline: canonical keypoints -> solver -> retarget -> a new action.
+"""The Blender side of a bake: read the rig, run the pipeline, write a new action.
 
 Shared by the sidebar operators and the CLI. One call does everything::
 
     result = bake_keypoints(armature, keypoints, mask, 30.0, BakeOptions(), source_name="walk")
 
-Stages
-------
-1. **Validate** (:meth:`BakeJob.__init__`, nothing in the scene changes):
-   the target is an armature, the mapping (given, stored on the armature by
-   the mapping operators, or :func:`..retarget.mapping.auto_map`) names
-   existing bones and covers a humanoid, the frame slice lies inside the
-   input, there are keypoints at all and the required ones
-   (:data:`REQUIRED_KEYPOINTS`) are present on every frame, the options are
-   known values. Any problem raises :class:`BakeError` with one clear
-   message.
-2. **Solve** (:meth:`BakeJob.solve`, pure torch/numpy, safe to run in a
-   thread): the keypoints are brought into the rig's body frame (armature
-   object transform and the rig's facing undone, so the baked character ends
-   up where the keypoints are in the world), optionally smoothed, and solved
-   by :class:`..model.inference.Solver`.
-3. **Retarget** (:meth:`BakeJob.retarget`, numpy): canonical rotations ->
-   pose-bone rotations (each bone's ``matrix_basis``) and the root bone's
-   location; optional rotation smoothing; foot lock (``foot_lock``: the
-   feet planted in the source stay planted, :mod:`..retarget.footlock`);
-   quality figures (:mod:`..retarget.metrics`).
-4. **Write** (:meth:`BakeJob.write`, main thread): a NEW action named after
+Everything that computes is in :mod:`..pipeline` (no ``bpy``): this module
+only reads the armature (:func:`.rig.rig_description`, the mapping, locked
+rotation axes, the object's transform and the scene's rate), hands them to
+:class:`..pipeline.RigBake`, and writes its result:
+
+1. **Validate** (:class:`BakeJob` constructor, nothing in the scene changes):
+   the target is an armature in Object or Pose Mode, the mapping (given,
+   stored on the armature by the mapping operators, or
+   :func:`..retarget.mapping.auto_map`) covers a humanoid, and everything the
+   pipeline checks (:mod:`..pipeline.prepare`). Any problem raises
+   :class:`BakeError` with one clear message.
+2. **Solve** and **fit** (:meth:`BakeJob.solve`, :meth:`BakeJob.retarget`,
+   pure, safe in a worker thread): the start pose, then the rig-space solve
+   on the rig's own bones, then the figures.
+3. **Write** (:meth:`BakeJob.write`, main thread): a NEW action named after
    the source (made unique) with a slot of the armature's own (Blender
    4.4+), one ``foreach_set`` per fcurve, assigned to the armature. The
    previous action is kept with a fake user; no existing action, keyframe or
    rest pose is touched.
-
-Root placement: with ``scale`` = target size / source size in armature
-units per metre, the pelvis bone's head goes to ``scale * K p`` in armature
-space (``p``: the solved pelvis in the body frame, i.e. the armature's frame
-with the rig's facing undone; the solver itself gets these keypoints shifted
-by the object's world position so that it sees world heights and the floor
-at z = 0): with a same-size rig the
-motion lands exactly on the keypoints in the world; a smaller rig scales the
-trajectory about the armature's origin. ``in_place`` keeps the pelvis over
-its rest position horizontally.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
+from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS
+from ..pipeline import BakeCancelled, BakeError, BakeOptions, RigBake, clear_solver_cache, get_solver
+from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
+from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..retarget.solve import quats_to_euler_continuous
 from .rig import NotAnArmatureError, rig_description
 
@@ -73,91 +59,8 @@ __all__ = [
     "SOLVE_MODES",
 ]
 
-#: Keypoints that must be present on every baked frame.
-REQUIRED_KEYPOINTS: tuple = SPARSE_EFFECTORS
-SMOOTH_METHODS = ("none", "oneeuro", "savgol", "butter")
-SMOOTH_TARGETS = ("keypoints", "rotations", "both")
-ROTATION_MODES = ("QUATERNION", "BONE")
-SOLVE_MODES = ("auto", "dense", "sparse")
 #: Name of the Object collection property holding a stored mapping.
 MAPPING_PROP = "neural_ik_mapping"
-
-_PELVIS = JOINTS.index("pelvis")
-
-
-class BakeError(ValueError):
-    """A user error (bad target, mapping or input); the scene is unchanged."""
-
-
-class BakeCancelled(Exception):
-    """The user cancelled the bake; the scene is unchanged."""
-
-
-@dataclass
-class BakeOptions:
-    """How to bake; every field has a usable default.
-
-    Attributes
-    ----------
-    frame_start : int or None
-        Scene frame of the first baked frame (default ``scene.frame_start``).
-    frames : tuple of int or None
-        Slice ``(A, B)`` of the source clip (source frames, end exclusive).
-    fps : float or None
-        Target rate (default: the scene's); the source is resampled to it.
-    smooth : str
-        ``"none"``, ``"oneeuro"``, ``"savgol"`` or ``"butter"``.
-    smooth_strength : float
-        0 (none) .. 1 (strong).
-    smooth_target : str
-        ``"keypoints"`` (before solving), ``"rotations"`` (after
-        retargeting) or ``"both"``.
-    refine : bool
-        Run the solver's optimisation refinement.
-    rotation_mode : str
-        ``"BONE"`` (default: each bone's own mode, Eulers and axis-angle
-        made continuous, nothing about the rig changes) or ``"QUATERNION"``
-        (keys ``rotation_quaternion`` and switches the baked bones to
-        quaternion mode, which the user's Euler actions then no longer drive).
-    in_place : bool
-        Drop the horizontal root motion.
-    ground : bool
-        Shift the whole clip vertically so that its lowest foot point
-        touches the floor (z = 0): for sources whose floor is elsewhere
-        (a BVH whose root channels replace the OFFSET, a camera-space
-        capture). The pose is unchanged; the shift is reported.
-    foot_lock : bool
-        Keep the feet planted where the source's are (heel / toe contacts):
-        two-bone IK on the legs after rotation smoothing, see
-        :mod:`..retarget.footlock`. Fixes the sliding that scaled root motion
-        causes on a rig with other proportions; only removes the target
-        foot's drift (nothing under 3 mm), with soft IK near full extension
-        and a small vertical pelvis move instead of a sharply bent knee.
-    scale : float or None
-        Armature units per source metre; ``None``: leg-length ratio.
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    mode : str
-        ``"auto"``, ``"dense"`` or ``"sparse"``.
-    action_name : str or None
-        Default: the source name; made unique, never overwrites.
-    """
-
-    frame_start: int | None = None
-    frames: tuple | None = None
-    fps: float | None = None
-    smooth: str = "none"
-    smooth_strength: float = 0.5
-    smooth_target: str = "both"
-    refine: bool = True
-    rotation_mode: str = "BONE"
-    in_place: bool = False
-    ground: bool = False
-    foot_lock: bool = True
-    scale: float | None = None
-    device: str = "auto"
-    mode: str = "auto"
-    action_name: str | None = None
 
 
 @dataclass
@@ -175,7 +78,7 @@ class BakeResult:
     frame_start : int
         Scene frame of the first key.
     seconds : dict
-        ``{"solve": s, "retarget": s, "write": s}``.
+        ``{"solve": s, "fit": s, "write": s}``.
     keypoint_error_mm : tuple of float
         Mean and max distance between the baked joints and the input
         keypoints scaled by the leg-length ratio (mm). Includes the
@@ -193,7 +96,12 @@ class BakeResult:
     solve_error_mm : float
         Mean solver fit error (mm, source size).
     retarget : RetargetResult or None
-        The retargeted pose-bone values (armature space heads included).
+        The baked pose-bone values (armature space heads included).
+    figures : pipeline.BakeFigures
+        What a user sees on the rig: effector reach, floor error, joint
+        error at the rig's scale, upright share, knees bent backwards.
+    mode : str
+        ``"dense"`` or ``"sparse"``.
     """
 
     action: object
@@ -209,46 +117,8 @@ class BakeResult:
     solve_error_mm: float = float("nan")
     retarget: object = None
     bone_direction_error_deg: float = float("nan")
-
-
-# -----------------------------------------------------------------------------
-# solver cache
-
-_SOLVERS: dict = {}
-
-
-def get_solver(device: str = "auto", weights=None):
-    """A :class:`..model.inference.Solver`, cached per (device, weights path).
-
-    Raises
-    ------
-    BakeError
-        When the weights are missing or do not load.
-    """
-    from .. import device as _device
-
-    try:
-        from ..model import inference
-    except ImportError as ex:  # torch found at registration but broken
-        raise BakeError(f"PyTorch does not import ({ex}); reinstall it from the add-on preferences") from None
-    try:
-        resolved = _device.resolve_device(device)
-    except ValueError as ex:
-        raise BakeError(str(ex)) from None
-    key = (resolved, None if weights is None else str(weights))
-    solver = _SOLVERS.get(key)
-    if solver is None:
-        try:
-            solver = inference.Solver(weights=weights, device=resolved)
-        except getattr(inference, "WeightsError", OSError) as ex:
-            raise BakeError(f"cannot load the network weights: {ex}") from None
-        _SOLVERS[key] = solver
-    return solver
-
-
-def clear_solver_cache():
-    """Forget cached solvers (frees their memory)."""
-    _SOLVERS.clear()
+    figures: object = None
+    mode: str = ""
 
 
 # -----------------------------------------------------------------------------
@@ -323,114 +193,21 @@ def resolve_mapping(obj, rig, mapping=None):
 # -----------------------------------------------------------------------------
 # helpers
 
-def _check_options(options: BakeOptions):
-    if options.smooth not in SMOOTH_METHODS:
-        raise BakeError(f"unknown smoothing method {options.smooth!r}; use one of {', '.join(SMOOTH_METHODS)}")
-    if options.smooth_target not in SMOOTH_TARGETS:
-        raise BakeError(f"unknown smoothing target {options.smooth_target!r}; use one of {', '.join(SMOOTH_TARGETS)}")
-    if options.rotation_mode not in ROTATION_MODES:
-        raise BakeError(f"unknown rotation mode {options.rotation_mode!r}; use one of {', '.join(ROTATION_MODES)}")
-    if options.mode not in SOLVE_MODES:
-        raise BakeError(f"unknown solve mode {options.mode!r}; use one of {', '.join(SOLVE_MODES)}")
-    if not 0.0 <= float(options.smooth_strength) <= 1.0:
-        raise BakeError(f"smoothing strength must be in 0..1, got {options.smooth_strength}")
-    if options.fps is not None and not (options.fps > 0 and math.isfinite(options.fps)):
-        raise BakeError(f"fps must be a positive number, got {options.fps}")
-    if options.scale is not None and not (options.scale > 0 and math.isfinite(options.scale)):
-        raise BakeError(f"scale must be a positive number, got {options.scale}")
-    if options.action_name is not None and not str(options.action_name).strip():
-        raise BakeError("the action name is empty")
-
-
-#: Foot keypoints and their height above the floor in the canonical rest pose.
-_GROUND_POINTS = (("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0),
-                  ("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))
-
-
-def _ground(kp, valid):
-    """Shift ``kp`` vertically so its lowest foot point is on the floor.
-
-    Uses heels and toe tips where the source has them, else toes and ankles
-    less their rest height. The 1st percentile, not the minimum, so a single
-    bad sample does not decide the floor.
-
-    Returns
-    -------
-    kp : ndarray (T, 32, 3)
-    shift : float or None
-        Metres added to every z (``None`` when the source has no foot points).
-    """
-    for names in (_GROUND_POINTS[:4], _GROUND_POINTS[4:]):
-        idx = [KEYPOINTS.index(n) for n, _ in names]
-        rest = np.array([h for _, h in names])
-        z = kp[:, idx, 2] - rest
-        z = z[valid[:, idx] & np.isfinite(z)]
-        if z.size:
-            shift = -float(np.percentile(z, 1.0))
-            out = kp.copy()
-            out[..., 2] += shift
-            return out, shift
-    return kp, None
-
-
 def _scene_fps(scene) -> float:
     return float(scene.render.fps) / float(scene.render.fps_base or 1.0)
 
 
-def _prepare_keypoints(keypoints, mask):
-    kp = np.asarray(keypoints, dtype=np.float64)
-    if kp.ndim != 3 or kp.shape[1:] != (len(KEYPOINTS), 3):
-        raise BakeError(f"keypoints must have shape (frames, {len(KEYPOINTS)}, 3), got {kp.shape}")
-    if kp.shape[0] == 0:
-        raise BakeError("the keypoint clip has no frames")
-    kp = kp.copy()
-    valid = np.isfinite(kp).all(-1)
-    if mask is not None:
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != valid.shape:
-            raise BakeError(f"mask must have shape {valid.shape}, got {m.shape}")
-        valid &= m
-    kp[~valid] = np.nan
-    return kp, valid
-
-
-def _check_required(kp, valid, offset, mode):
-    if not valid.any():
-        raise BakeError("every keypoint is missing (all NaN) in the chosen frames")
-    for name in REQUIRED_KEYPOINTS:
-        k = KEYPOINTS.index(name)
-        bad = np.flatnonzero(~valid[:, k])
-        if bad.size:
-            raise BakeError(f"required keypoint {name!r} is missing on {bad.size} of {len(kp)} frames "
-                            f"(first: source frame {int(bad[0]) + offset}); fill the gaps or bake another range")
-    if mode == "dense":
-        n_joints = valid[:, : len(JOINTS)].sum(1)
-        if (n_joints < len(JOINTS) // 2).any():
-            raise BakeError("dense mode needs most joints on every frame; use mode 'auto' or 'sparse'")
-
-
-def _resample(kp, src_fps, fps):
-    if abs(fps - src_fps) < 1e-6 or kp.shape[0] < 2:
-        return kp
-    from ..readers import KeypointClip, resample
-
-    clip = KeypointClip(kp, list(KEYPOINTS), float(src_fps))
-    return resample(clip, float(fps)).positions
-
-
-def _leg_length(skel) -> float:
-    o = np.asarray(skel.offsets)
-    return float(np.mean([np.linalg.norm(o[JOINTS.index(f"calf_{s}")]) + np.linalg.norm(o[JOINTS.index(f"foot_{s}")])
-                          for s in "lr"]))
-
-
-def _object_frame(obj):
-    """(Minv (4,4), unit scale s): world -> armature space, armature units -> metres."""
-    m = np.array(obj.matrix_world, dtype=np.float64)
-    s = abs(np.linalg.det(m[:3, :3])) ** (1.0 / 3.0)
-    if not s > 1e-12:
-        raise BakeError(f"the armature {obj.name!r} has a zero scale")
-    return np.linalg.inv(m), float(s)
+def _locked_axes(obj, rig) -> dict:
+    """Bone index -> (3,) bool of ``PoseBone.lock_rotation`` where any axis is locked."""
+    pbs = obj.pose.bones
+    buf = np.zeros(len(pbs) * 3, dtype=bool)
+    pbs.foreach_get("lock_rotation", buf)
+    buf = buf.reshape(-1, 3)
+    out = {}
+    for i, pb in enumerate(pbs):
+        if buf[i].any() and rig.has(pb.name):
+            out[rig.index(pb.name)] = buf[i].copy()
+    return out
 
 
 def _axis_angle_continuous(q):
@@ -451,36 +228,22 @@ def _axis_angle_continuous(q):
     return out
 
 
-def _smooth_call(name, *args):
-    try:
-        from ..retarget import smoothing
-    except ImportError as ex:
-        raise BakeError(f"smoothing is not available ({ex})") from None
-    return getattr(smoothing, name)(*args)
-
-
 # -----------------------------------------------------------------------------
 # the job
 
 class BakeJob:
-    """One bake, split into stages so a modal operator can run the solve in a thread.
+    """One bake onto an armature object: the Blender side of :class:`..pipeline.RigBake`.
 
     Construct (validates; raises :class:`BakeError`), then call :meth:`solve`
-    (no ``bpy``), :meth:`retarget` (no ``bpy``) and :meth:`write` (main
-    thread) in order, or :meth:`run` for all three.
+    and :meth:`retarget` (no ``bpy``; a worker thread may run them) and
+    :meth:`write` (main thread) in order, or :meth:`run` for all three.
     """
 
     def __init__(self, obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
-                 source_name: str, mapping=None, solver=None, scene=None):
+                 source_name: str, mapping=None, solver=None, scene=None, source_rig=None):
         import bpy
 
-        from ..retarget.solve import plan_retarget
-
         options = options or BakeOptions()
-        self.options = options
-        self.warnings: list = []
-        self.seconds: dict = {}
-        _check_options(options)
         if obj is None or getattr(obj, "type", None) != "ARMATURE":
             kind = "nothing" if obj is None else f"{obj.name!r} ({obj.type.lower()})"
             raise BakeError(f"the target must be an armature, got {kind}")
@@ -492,187 +255,82 @@ class BakeJob:
         if ad is not None and getattr(ad, "use_tweak_mode", False):
             raise BakeError(f"{obj.name!r} is in NLA tweak mode: exit it before baking")
         scene = scene or bpy.context.scene
-        if not (source_fps and source_fps > 0 and math.isfinite(source_fps)):
-            raise BakeError(f"the source frame rate must be positive, got {source_fps}")
-        kp, valid = _prepare_keypoints(keypoints, mask)
-        total = kp.shape[0]
-        a, b = 0, total
-        if options.frames is not None:
-            a, b = (int(x) for x in options.frames)
-            if not (0 <= a < b <= total):
-                raise BakeError(f"frame range {a}:{b} is outside the input (source frames 0:{total})")
-        kp, valid = kp[a:b], valid[a:b]
-        _check_required(kp, valid, a, options.mode)
-        if options.ground:
-            kp, shift = _ground(kp, valid)
-            if shift is not None:
-                self.warnings.append(f"grounded: the motion was moved {shift * 100.0:+.1f} cm vertically "
-                                     "so that the feet touch the floor")
-        self.fps = float(options.fps) if options.fps is not None else _scene_fps(scene)
-        self.frame_start = int(options.frame_start if options.frame_start is not None else scene.frame_start)
-        self.source_fps = float(source_fps)
         try:
             rig = rig_description(obj)
         except NotAnArmatureError as ex:
             raise BakeError(str(ex)) from None
         if len(rig) == 0:
             raise BakeError(f"the armature {obj.name!r} has no bones")
-        self.mapping = resolve_mapping(obj, rig, mapping)
-        unsure = [f"{j}->{b}" for j, b in self.mapping.entries.items()
-                  if self.mapping.confidence.get(j, 1.0) < 0.6]
+        mapping = resolve_mapping(obj, rig, mapping)
+        warnings = []
+        unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
         if unsure:
-            self.warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
+            warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
+        constrained = [pb.name for pb in obj.pose.bones
+                       if pb.name in set(mapping.entries.values()) and any(c.enabled and c.influence > 0
+                                                                           for c in pb.constraints)]
+        if constrained:
+            warnings.append("constraints on " + ", ".join(constrained[:6]) + (" ..." if len(constrained) > 6 else "")
+                            + " override the baked keys: mute them to see the bake")
+        locked = _locked_axes(obj, rig)
+        fps = float(options.fps) if options.fps is not None else _scene_fps(scene)
         try:
-            self.plan = plan_retarget(rig, self.mapping)
-        except ValueError as ex:
-            raise BakeError(f"cannot retarget onto {obj.name!r}: {ex}") from None
-        if self.plan.root < 0:
-            raise BakeError(f"no pelvis bone mapped on {obj.name!r}")
-        self.minv, self.unit = _object_frame(obj)
-        if self.unit < 0.999 or self.unit > 1.001:
-            self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
-
-        kp = _resample(kp, self.source_fps, self.fps)
-        if kp.shape[0] != b - a:
-            self.warnings.append(f"resampled {b - a} frames at {self.source_fps:g} fps to "
-                                 f"{kp.shape[0]} frames at {self.fps:g} fps")
-        if abs(self.fps - _scene_fps(scene)) > 1e-4 * self.fps:  # fps_base is single precision
-            self.warnings.append(f"baked at {self.fps:g} fps but the scene plays at {_scene_fps(scene):g} fps")
-        # world -> armature space -> body frame (canonical axes), metres
-        K = self.plan.K
-        arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
-        self.kp_body = (arm @ K) * self.unit
-        # the solver sees world heights (its floor is z = 0): only the object's
-        # rotation and the rig's facing are undone, its translation is added
-        # back as a constant offset and removed again when placing the root
-        self.offset = -(self.minv[:3, 3] @ K) * self.unit
-        self.mask = np.isfinite(self.kp_body).all(-1)
+            self.core = RigBake(rig, mapping, keypoints, mask, source_fps, options,
+                                object_matrix=np.array(obj.matrix_world, dtype=np.float64), fps=fps,
+                                source_rig=source_rig, locked=locked, solver=solver, source_name=source_name)
+        except BakeError as ex:
+            raise BakeError(f"{obj.name!r}: {ex}") from None
+        core = self.core
+        core.warnings[:0] = warnings
+        if locked:
+            names = [rig.names[b] for b in locked]
+            core.warnings.append("locked rotation axes kept on " + ", ".join(names[:6])
+                                 + (" ..." if len(names) > 6 else ""))
+        self.options = options
         self.obj = obj
         self.scene = scene
         self.rig = rig
-        self.solver = solver
-        self.source_name = str(source_name or "Neural IK")
+        self.mapping = mapping
+        self.plan = core.plan
+        self.fps = core.fps
+        self.frame_start = int(options.frame_start if options.frame_start is not None else scene.frame_start)
+        self.source_name = core.source_name
         self.action_name = str(options.action_name).strip() if options.action_name else self.source_name
-        self.n_frames = int(self.kp_body.shape[0])
+        self.n_frames = core.n_frames
+        if abs(self.fps - _scene_fps(scene)) > 1e-4 * self.fps:  # fps_base is single precision
+            core.warnings.append(f"baked at {self.fps:g} fps but the scene plays at {_scene_fps(scene):g} fps")
         end = self.frame_start + self.n_frames - 1
         if end > scene.frame_end or self.frame_start < scene.frame_start:
-            self.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
+            core.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
                                  f"{scene.frame_start}-{scene.frame_end}")
-        self.solved = None
-        self.result = None
-        #: Source skeleton given to the solver (None: fitted from the keypoints).
-        self.skeleton = None
+        self.seconds = core.seconds
 
-    # -- stage 2 ---------------------------------------------------------------
+    @property
+    def warnings(self) -> list:
+        return self.core.warnings
+
+    @property
+    def solver(self):
+        return self.core.solver
+
+    @solver.setter
+    def solver(self, value):
+        self.core.solver = value
+
+    @property
+    def result(self):
+        return self.core.result
+
+    # -- stages 2 and 3 (no bpy) ------------------------------------------------
     def solve(self, progress=None, cancel=None, batch_size: int = 4096):
-        """Run the network (and refinement). No ``bpy``; may run in a thread.
+        """The start pose (see :meth:`..pipeline.RigBake.solve`)."""
+        return self.core.solve(progress, cancel, batch_size=batch_size)
 
-        Parameters
-        ----------
-        progress : callable, optional
-            ``progress(fraction, stage)`` with ``fraction`` in 0..1 of this stage.
-        cancel : callable, optional
-            Returns true to abort; raises :class:`BakeCancelled` (checked
-            after every batch of frames).
-        batch_size : int
-            Frames per solver batch (smaller: finer progress and cancelling).
-        """
-        o = self.options
-        t0 = time.perf_counter()
-        kp = self.kp_body + self.offset
-        if o.smooth != "none" and o.smooth_target in ("keypoints", "both"):
-            kp = np.asarray(_smooth_call("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
-            kp = np.where(self.mask[..., None], kp, np.nan)
-        self.kp_solve = kp
-        if cancel is not None and cancel():
-            raise BakeCancelled("bake cancelled")
-        solver = self.solver or get_solver(o.device)
-
-        def _progress(done, total):
-            if cancel is not None and cancel():
-                raise BakeCancelled("bake cancelled")
-            if progress is not None and total:
-                progress(min(done / total, 1.0), "solve")
-
-        try:
-            kwargs = {"batch_size": int(batch_size)}
-            if self.skeleton is not None:
-                kwargs["skeleton"] = self.skeleton
-            self.solved = solver.solve(kp, self.mask, mode=o.mode, refine=bool(o.refine), progress=_progress,
-                                       **kwargs)
-        except BakeCancelled:
-            raise
-        except ValueError as ex:
-            raise BakeError(f"the solver rejected the keypoints: {ex}") from None
-        self.seconds["solve"] = time.perf_counter() - t0
-        return self.solved
-
-    # -- stage 3 ---------------------------------------------------------------
-    def retarget(self):
-        """Retarget the solve onto the rig and compute the quality figures (no ``bpy``)."""
-        from ..retarget import metrics
-        from ..retarget.solve import pose_rig, quat_continuity, retarget, target_keypoints
-
-        if self.solved is None:
-            raise RuntimeError("solve() first")
-        o = self.options
-        t0 = time.perf_counter()
-        sol = self.solved
-        skel = getattr(sol, "skeleton", None) or Skeleton()
-        plan = self.plan
-        if o.scale is not None:
-            scale = float(o.scale)
-        else:
-            src_leg = _leg_length(skel)
-            scale = plan.leg_length / src_leg if plan.leg_length > 0 and src_leg > 0 else 1.0 / self.unit
-        # a source skeleton whose rest root maps onto the rig's rest pelvis:
-        # pelvis head = scale * K p (see the module docstring)
-        offsets = np.array(skel.offsets, dtype=np.float64)
-        offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
-        src = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
-        res = retarget(plan, sol.local_rot, sol.root_pos, src, scale=scale, in_place=bool(o.in_place))
-        if o.smooth != "none" and o.smooth_target in ("rotations", "both"):
-            q = np.asarray(_smooth_call("smooth_rotations", res.quaternions, o.smooth,
-                                        float(o.smooth_strength), self.fps))
-            q = q / np.linalg.norm(q, axis=-1, keepdims=True)
-            res.quaternions = quat_continuity(np.where(res.driven[None, :, None], q, res.quaternions))
-            r = plan.root
-            loc = _smooth_call("smooth_keypoints", res.locations[:, r:r + 1], o.smooth,
-                               float(o.smooth_strength), self.fps)
-            res.locations[:, r] = np.asarray(loc)[:, 0]
-            _, res.heads = pose_rig(plan.rig, res.quaternions, res.locations)
-        if o.foot_lock and self.n_frames >= 3:
-            res = self._foot_lock(res, sol, skel)
-        self.scale = scale
-        tk = target_keypoints(plan, res.quaternions, res.locations) * self.unit   # metres, body axes
-        expected = self.kp_body * (scale * self.unit)
-        J = len(JOINTS)
-        self.keypoint_error_mm = metrics.keypoint_error(tk[:, :J], expected[:, :J], self.mask[:, :J])
-        self.bone_direction_error_deg = metrics.bone_direction_error(tk, self.kp_body, self.mask)
-        self.jitter = metrics.jitter(tk[:, :J], self.fps)
-        self.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
-        self.target_keypoints = tk
-        err = np.asarray(getattr(sol, "error_mm", np.array([np.nan])), dtype=np.float64)
-        self.solve_error_mm = float(np.nanmean(err)) if np.isfinite(err).any() else float("nan")
-        self.result = res
-        self.seconds["retarget"] = time.perf_counter() - t0
+    def retarget(self, progress=None, cancel=None):
+        """The rig-space solve and the figures (see :meth:`..pipeline.RigBake.fit`)."""
+        res = self.core.fit(progress, cancel)
+        self.core.measure()
         return res
-
-    def _foot_lock(self, res, sol, skel):
-        """Apply :func:`..retarget.footlock.foot_lock` with contacts from the solved motion."""
-        from ..model.skeleton import keypoints_from_fk_np
-        from ..retarget.footlock import foot_lock
-
-        root = np.asarray(sol.root_pos, dtype=np.float64)
-        src = keypoints_from_fk_np(np.asarray(sol.local_rot, dtype=np.float64), root, skel)
-        if self.options.in_place:   # as baked: feet walking under a fixed pelvis are not planted
-            src[..., :2] -= (root[:, :2] - root[:1, :2])[:, None]
-        out = foot_lock(self.plan, res, src, self.fps)
-        rep = out.foot_lock
-        if rep.limited_frames:
-            self.warnings.append(f"foot lock: {rep.limited_frames} leg-frames more than 3 mm short of their lock "
-                                 "(nearly straight legs; feet may slide there)")
-        return out
 
     # -- stage 4 ---------------------------------------------------------------
     def _channels(self):
@@ -769,42 +427,43 @@ class BakeJob:
         if previous is not None:
             self.warnings.append(f"previous action {previous.name!r} kept (fake user)")
         self.seconds["write"] = time.perf_counter() - t0
+        f = self.core.figures
         return BakeResult(
             action=writer.action,
             frames=self.n_frames,
             fps=self.fps,
             frame_start=self.frame_start,
             seconds=dict(self.seconds),
-            keypoint_error_mm=tuple(float(x) for x in self.keypoint_error_mm),
-            jitter=float(self.jitter),
-            foot_sliding_mm=float(self.foot_sliding_mm),
-            bone_direction_error_deg=float(self.bone_direction_error_deg),
+            keypoint_error_mm=tuple(float(x) for x in f.joint_error_mm),
+            jitter=float(f.jitter),
+            foot_sliding_mm=float(f.foot_sliding_mm),
+            bone_direction_error_deg=float(f.bone_direction_error_deg),
             warnings=list(self.warnings),
             mapping=self.mapping,
-            solve_error_mm=self.solve_error_mm,
+            solve_error_mm=float(np.nanmean(getattr(self.core.solved, "error_mm", [np.nan]))),
             retarget=self.result,
+            figures=f,
+            mode=self.core.mode,
         )
 
     def run(self, progress=None, cancel=None):
-        """All stages: solve (0-85 %), retarget (85-90 %), write (90-100 %)."""
+        """All stages: solve (0-50 %), fit on the rig (50-90 %), write (90-100 %)."""
         def stage(lo, hi):
             if progress is None:
                 return None
             return lambda f, name: progress(lo + (hi - lo) * f, name)
 
-        self.solve(stage(0.0, 0.85), cancel)
+        self.solve(stage(0.0, 0.5), cancel)
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
-        self.retarget()
-        if progress is not None:
-            progress(0.9, "retarget")
+        self.retarget(stage(0.5, 0.9), cancel)
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
         return self.write(stage(0.9, 1.0))
 
 
 def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *, source_name: str,
-                   mapping=None, solver=None, progress=None, cancel=None) -> BakeResult:
+                   mapping=None, solver=None, progress=None, cancel=None, source_rig=None) -> BakeResult:
     """Solve canonical keypoints and bake them onto an armature as a new action.
 
     Parameters
@@ -826,10 +485,13 @@ def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None
         Default: :func:`get_solver` for ``options.device``.
     progress : callable, optional
         ``progress(fraction, stage)``, fraction 0..1, stage ``"solve"``,
-        ``"retarget"`` or ``"write"``.
+        ``"fit"`` or ``"write"``.
     cancel : callable, optional
         Polled during the bake; returning true raises :class:`BakeCancelled`
         before anything is written.
+    source_rig : readers.source_rig.SourceRig, optional
+        The source skeleton's motion (BVH, FBX, armature sources): its joint
+        rotations start the solve instead of the network's.
 
     Returns
     -------
@@ -843,7 +505,7 @@ def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None
         ``cancel()`` returned true; nothing in the scene changed.
     """
     job = BakeJob(obj, keypoints, mask, source_fps, options, source_name=source_name,
-                  mapping=mapping, solver=solver)
+                  mapping=mapping, solver=solver, source_rig=source_rig)
     return job.run(progress, cancel)
 
 
@@ -886,36 +548,41 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     Returns
     -------
     dict
-        ``keypoint_error_mm`` (mean, max at the target's size),
-        ``bone_direction_error_deg``,
-        ``solve_error_mm`` and ``seconds``.
+        ``effector_reach_mm`` (mean, max), ``unreachable`` (list of str),
+        ``keypoint_error_mm`` (joints at the rig's scale),
+        ``bone_direction_error_deg``, ``seconds`` and ``warnings``.
     """
+    from ..model.skeleton import CANONICAL
+    from ..pipeline.core import leg_length
+
     options = options or BakeOptions()
     kp = np.asarray(keypoints, dtype=np.float64)
     if kp.ndim == 2:
         kp = kp[None]
     single = BakeOptions(**{**options.__dict__, "frames": None, "smooth": "none", "fps": None,
-                            "frame_start": None})
+                            "frame_start": None, "foot_lock": False, "ground": False,
+                            "rig_iterations": max(int(options.rig_iterations), 10)})
     t0 = time.perf_counter()
     job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
                   source_name="pose", mapping=mapping, solver=solver)
-    job.fps = 1.0
-    known = job.mask[0]
+    core = job.core
+    known = core.mask[0]
     sparse_only = not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any()
     if single.mode == "sparse" or sparse_only:
         # a few effectors say little about bone lengths: use the rig's own size
-        from ..model.skeleton import CANONICAL
-
-        size = job.plan.leg_length * job.unit / _leg_length(CANONICAL) if job.plan.leg_length > 0 else 1.0
-        job.skeleton = CANONICAL.scaled(size)
-    job.solve()
-    res = job.retarget()
-    names = [n if (res.driven[b] or b == job.plan.root) else None for b, n in enumerate(res.bone_names)]
-    _set_pose(obj, names, res.quaternions[0], res.locations[0], job.plan.root, single.rotation_mode)
+        size = core.plan.leg_length * core.unit / leg_length(CANONICAL) if core.plan.leg_length > 0 else 1.0
+        core.skeleton = CANONICAL.scaled(size)
+        core.mode = "sparse"
+    core.solve()
+    res = core.fit()
+    f = core.measure()
+    names = [n if (res.driven[b] or b == core.plan.root) else None for b, n in enumerate(res.bone_names)]
+    _set_pose(obj, names, res.quaternions[0], res.locations[0], core.plan.root, single.rotation_mode)
     return {
-        "keypoint_error_mm": tuple(float(x) for x in job.keypoint_error_mm),
-        "bone_direction_error_deg": float(job.bone_direction_error_deg),
-        "solve_error_mm": job.solve_error_mm,
+        "effector_reach_mm": tuple(float(x) for x in f.effector_reach_mm),
+        "unreachable": list(f.unreachable),
+        "keypoint_error_mm": tuple(float(x) for x in f.joint_error_mm),
+        "bone_direction_error_deg": float(f.bone_direction_error_deg),
         "seconds": time.perf_counter() - t0,
-        "warnings": job.warnings,
+        "warnings": list(core.warnings),
     }

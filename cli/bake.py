@@ -242,8 +242,7 @@ def run(args):
                   "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
         common.emit_report(args.report, report)
         return 2 if ex.code == 2 else 1
-    progress.end_clip("done, {} frames, {} fps, keypoint error {} mm mean".format(
-        row["frames"], row["fps"], row["keypoint_error_mm"]["mean"]))
+    progress.end_clip("done, {} frames, {} fps: {}".format(row["frames"], row["fps"], common.headline(row)))
     report = {"command": "bake", "clips": [row],
               "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
     common.emit_report(args.report, report)

@@ -285,8 +285,7 @@ def run(args):
                     job.row = row
                     done_rows.append(row)
                     _estimate_total(progress, done_rows, pending, i)
-                    progress.end_clip("done, {} frames, keypoint error {} mm mean".format(
-                        row["frames"], row["keypoint_error_mm"]["mean"]))
+                    progress.end_clip("done, {} frames: {}".format(row["frames"], common.headline(row)))
                 except KeyboardInterrupt:
                     common.remove_pending()
                     _remove_action(action_name)

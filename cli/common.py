@@ -554,13 +554,13 @@ def result_row(result, clip, source, target, seconds):
     source, target : str
     seconds : dict
         Stage timings measured here (``read``, ``export``...), merged with
-        the pipeline's own (``solve``, ``retarget``, ``write``).
+        the pipeline's own (``solve``, ``fit``, ``write``).
 
     Returns
     -------
     dict
     """
-    stages = {"read": 0.0, "solve": 0.0, "retarget": 0.0, "write": 0.0, "export": 0.0}
+    stages = {"read": 0.0, "solve": 0.0, "fit": 0.0, "write": 0.0, "export": 0.0}
     for key, value in dict(getattr(result, "seconds", {}) or {}).items():
         stages[key] = float(value)
     for key, value in seconds.items():
@@ -568,6 +568,7 @@ def result_row(result, clip, source, target, seconds):
     total = sum(stages.values())
     frames = int(result.frames)
     err = getattr(result, "keypoint_error_mm", None) or (None, None)
+    fig = getattr(result, "figures", None)
     warnings = list(getattr(clip, "warnings", []) or []) + list(getattr(result, "warnings", []) or [])
     return {
         "source": source,
@@ -582,6 +583,15 @@ def result_row(result, clip, source, target, seconds):
         "seconds": {k: round(v, 4) for k, v in stages.items()},
         "seconds_total": round(total, 4),
         "frames_per_second": round(frames / total, 2) if total > 0 else None,
+        "effector_reach_mm": {"mean": _rounded(fig.effector_reach_mm[0], 3),
+                              "max": _rounded(fig.effector_reach_mm[1], 3)} if fig else None,
+        "floor_error_cm": _rounded(fig.floor_error_cm, 2) if fig else None,
+        "joint_error_mm": {"mean": _rounded(fig.joint_error_mm[0], 2),
+                           "max": _rounded(fig.joint_error_mm[1], 2)} if fig else None,
+        "upright_share": _rounded(fig.upright_share, 4) if fig else None,
+        "source_upright_share": _rounded(fig.source_upright_share, 4) if fig else None,
+        "knees_backwards": int(fig.knees_backwards) if fig else None,
+        "source_jitter": _rounded(fig.source_jitter, 4) if fig else None,
         "keypoint_error_mm": {"mean": _rounded(err[0], 2), "max": _rounded(err[1], 2)},
         "bone_direction_error_deg": _rounded(getattr(result, "bone_direction_error_deg", None), 3),
         "jitter": _rounded(getattr(result, "jitter", None), 4),
@@ -589,6 +599,21 @@ def result_row(result, clip, source, target, seconds):
         "warnings": warnings,
         "outputs": [],
     }
+
+
+def headline(row) -> str:
+    """The figures that matter for a done clip row, in one line (floor, reach, directions)."""
+    parts = []
+    if row.get("floor_error_cm") is not None:
+        parts.append("floor {:+.1f} cm".format(row["floor_error_cm"]))
+    reach = (row.get("effector_reach_mm") or {}).get("max")
+    if reach is not None:
+        parts.append("effectors within {:.1f} mm".format(reach))
+    if row.get("bone_direction_error_deg") is not None:
+        parts.append("bone directions {:.1f}\u00b0".format(row["bone_direction_error_deg"]))
+    if row.get("knees_backwards"):
+        parts.append("knees backwards on {} frames".format(row["knees_backwards"]))
+    return ", ".join(parts)
 
 
 def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None):
@@ -613,14 +638,9 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     from ..readers import to_canonical
 
     keypoints, mask = to_canonical(clip)
-    mode = options.mode
-    if mode == "auto":
-        from ..model.inference import detect_mode
-
-        mode = detect_mode(mask)
-    result = bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
-                            solver=solver, progress=progress, cancel=cancel)
-    result.mode = mode
+    return bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
+                          solver=solver, progress=progress, cancel=cancel,
+                          source_rig=getattr(clip, "source_rig", None))
     return result
 
 
@@ -648,6 +668,9 @@ def summary(rows, seconds, **extra):
     errs = [r["keypoint_error_mm"]["mean"] for r in done if (r.get("keypoint_error_mm") or {}).get("mean") is not None]
     maxs = [r["keypoint_error_mm"]["max"] for r in done if (r.get("keypoint_error_mm") or {}).get("max") is not None]
     dirs = [r["bone_direction_error_deg"] for r in done if r.get("bone_direction_error_deg") is not None]
+    floors = [abs(r["floor_error_cm"]) for r in done if r.get("floor_error_cm") is not None]
+    reach = [r["effector_reach_mm"]["max"] for r in done
+             if (r.get("effector_reach_mm") or {}).get("max") is not None]
     out = {
         "clips": len(rows),
         "done": len(done),
@@ -663,6 +686,8 @@ def summary(rows, seconds, **extra):
             "max": round(max(maxs), 2) if maxs else None,
         },
         "bone_direction_error_deg": round(sum(dirs) / len(dirs), 3) if dirs else None,
+        "floor_error_cm_max": round(max(floors), 2) if floors else None,
+        "effector_reach_mm_max": round(max(reach), 3) if reach else None,
     }
     out.update(extra)
     return out

@@ -122,8 +122,7 @@ def run(args):
     outputs, t_export = write_outputs(target, result, paths["blend"], [paths["bvh"]])
     row["outputs"] = outputs
     row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
-    progress.end_clip("done, {} frames, keypoint error {} mm mean".format(
-        row["frames"], row["keypoint_error_mm"]["mean"]))
+    progress.end_clip("done, {} frames: {}".format(row["frames"], common.headline(row)))
 
     t0 = time.perf_counter()
     idx = pick_frames(result.frames, args.sheet_frames)
@@ -143,12 +142,8 @@ def run(args):
                                         contact_sheet={"path": paths["contact_sheet"], "width": size[0],
                                                        "height": size[1], "frames": frames})}
     common.emit_report(paths["report"], report)
-    err = row["keypoint_error_mm"]
-    print("Neural IK demo: {} frames of walking at {:g} fps baked onto Rigify's meta-rig in {:.1f} s: "
-          "bone-direction error {}\u00b0; keypoint error {} mm mean, {} mm max "
-          "(the meta-rig's proportions differ from the walker's)".format(
-              row["frames"], args.fps, time.perf_counter() - started,
-              row.get("bone_direction_error_deg"), err["mean"], err["max"]))
+    print("Neural IK demo: {} frames of walking at {:g} fps baked onto Rigify's meta-rig in {:.1f} s: {}".format(
+        row["frames"], args.fps, time.perf_counter() - started, common.headline(row)))
     print("  input keypoints  {}".format(paths["input"]))
     print("  blend            {}  (action {!r})".format(paths["blend"], row["action"]))
     print("  bvh              {}".format(paths["bvh"]))

@@ -17,7 +17,7 @@ from ..blender_io import bake as bake_mod
 from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
 from .mapping import target_armature
-from .solve import EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, effector_keypoints, effector_objects
+from .solve import EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, _pose_summary, effector_keypoints, effector_objects
 
 #: Timer interval of Live Solve (seconds).
 LIVE_INTERVAL = 1.0 / 30.0
@@ -120,7 +120,7 @@ class NEURAL_IK_OT_live_solve(bpy.types.Operator):
         except bake_mod.BakeError as ex:
             self.report({'ERROR'}, str(ex))
             return False
-        s.status = f"Live: {out['seconds'] * 1000:.0f} ms, error {out['keypoint_error_mm'][0]:.1f} mm"
+        s.status = "Live: " + _pose_summary(out)
         return True
 
     def modal(self, context, event):

@@ -117,10 +117,33 @@ def _options(context):
 
 
 def _summary(result):
-    mean, mx = result.keypoint_error_mm
-    return (f"Baked {result.frames} frames into {result.action.name!r}: keypoint error {mean:.1f} mm "
-            f"(max {mx:.1f}), bone directions {getattr(result, 'bone_direction_error_deg', float('nan')):.1f}°, "
-            f"jitter {result.jitter:.2f} m/s², foot sliding {result.foot_sliding_mm:.1f} mm/frame")
+    """One status line leading with what a user sees: floor, effectors, bone directions."""
+    import math
+
+    f = result.figures
+    parts = []
+    if f is not None and math.isfinite(f.floor_error_cm):
+        parts.append(f"feet {f.floor_error_cm:+.1f} cm from the floor")
+    if f is not None and math.isfinite(f.effector_reach_mm[1]):
+        parts.append(f"effectors within {f.effector_reach_mm[1]:.1f} mm")
+    if math.isfinite(result.bone_direction_error_deg):
+        parts.append(f"bone directions {result.bone_direction_error_deg:.1f}°")
+    if f is not None and f.knees_backwards:
+        parts.append(f"knees backwards on {f.knees_backwards} frames")
+    return f"Baked {result.frames} frames into {result.action.name!r}: " + ", ".join(parts)
+
+
+def _pose_summary(out):
+    """Status line of a one-frame solve: the effectors' reach first."""
+    import math
+
+    mean, mx = out["effector_reach_mm"]
+    msg = f"Solved in {out['seconds'] * 1000:.0f} ms"
+    if math.isfinite(mx):
+        msg += f": effectors within {mx:.1f} mm"
+    if out["unreachable"]:
+        msg += "; not reached: " + "; ".join(out["unreachable"])
+    return msg
 
 
 class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
@@ -138,10 +161,9 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         except (InputError, bake_mod.BakeError) as ex:
             self.report({'ERROR'}, str(ex))
             return {'CANCELLED'}
-        mean, mx = out["keypoint_error_mm"]
-        msg = f"Solved in {out['seconds'] * 1000:.0f} ms: keypoint error {mean:.1f} mm (max {mx:.1f})"
+        msg = _pose_summary(out)
         context.scene.neural_ik.status = msg
-        self.report({'INFO'}, msg)
+        self.report({'WARNING'} if out["unreachable"] else {'INFO'}, msg)
         return {'FINISHED'}
 
 
@@ -276,7 +298,7 @@ class BakeRunner:
             self.job.solve(self._on_progress, lambda: self._cancel, batch_size=self.batch_size)
             if self._cancel:
                 raise bake_mod.BakeCancelled("bake cancelled")
-            self.job.retarget()
+            self.job.retarget(lambda f, _s: setattr(self, "progress", 0.5 + 0.4 * f), lambda: self._cancel)
             self.progress = 0.9
         except BaseException as ex:  # handed to the main thread by finish()
             self.error = ex
@@ -284,7 +306,7 @@ class BakeRunner:
             self.done = True
 
     def _on_progress(self, fraction, _stage):
-        self.progress = 0.85 * fraction
+        self.progress = 0.5 * fraction
 
     def cancel(self):
         """Ask the worker to stop after the current batch."""

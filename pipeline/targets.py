@@ -11,7 +11,7 @@ Dense sources (:func:`dense_targets`)
       and child joint are mapped, ``head(child) - head(joint)`` on the rig
       equals the rig's own rest distance times the source's unit direction,
       so a rig with other proportions still moves like the performer; plus
-      the left-right directions of the hips and shoulders (the pelvis and
+      the left-right directions of the hips and clavicles (the pelvis and
       chest orientation);
     - **effectors** relative to their chain roots at the rig's scale: hands
       from the upper arms, feet from the thighs, the head from the pelvis,
@@ -37,7 +37,7 @@ import numpy as np
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..retarget.rigsolve import Targets
 
-__all__ = ["dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "WEIGHTS"]
+__all__ = ["dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -236,7 +236,9 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         tg.add({tg.point(bj): 1.0, tg.point(ba): -1.0}, L * u, w["direction"] * ok, name=f"{JOINTS[a]}>{name}",
                kind="direction")
     # left-right directions of hips and shoulders
-    for a, b in (("thigh_r", "thigh_l"), ("upperarm_r", "upperarm_l")):
+    # (joints fixed on the pelvis and on the chest: the clavicles, not the upper
+    # arms, whose distance changes when the clavicles turn)
+    for a, b in (("thigh_r", "thigh_l"), ("clavicle_r", "clavicle_l")):
         ba, bb = _bone(plan, a), _bone(plan, b)
         if ba is None or bb is None:
             continue
@@ -252,15 +254,13 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         be, br = _bone(plan, eff), _bone(plan, root)
         if be is None or br is None or not mask[:, _J[eff]].any():
             continue
-        if root == "pelvis":
-            rig_len = float(np.linalg.norm(rest[be] - rest[br]))
-            src_len = _median_length(src, _J[root], _J[eff], mask)
-        else:
-            bones = [_bone(plan, c) for c in chain]
-            if any(b is None for b in bones):
-                continue
-            rig_len = float(sum(np.linalg.norm(rest[bones[k + 1]] - rest[bones[k]]) for k in range(len(bones) - 1)))
-            src_len = sum(_median_length(src, _J[chain[k]], _J[chain[k + 1]], mask) for k in range(len(chain) - 1))
+        if root == "pelvis":   # along the mapped spine and neck joints (bending does not change it)
+            chain = [j for j in ("pelvis", "spine1", "spine2", "spine3", "neck", "head") if _bone(plan, j) is not None]
+        bones = [_bone(plan, c) for c in chain]
+        if any(b is None for b in bones):
+            continue
+        rig_len = float(sum(np.linalg.norm(rest[bones[k + 1]] - rest[bones[k]]) for k in range(len(bones) - 1)))
+        src_len = sum(_median_length(src, _J[chain[k]], _J[chain[k + 1]], mask) for k in range(len(chain) - 1))
         if not (np.isfinite(src_len) and src_len > 1e-6 and rig_len > 1e-9):
             continue
         k = rig_len / src_len
@@ -297,7 +297,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             if source_heights is not None and "ankle" in source_heights:
                 h_src = float(source_heights["ankle"])
             else:
-                h_src = _planted_height(src, mask, s, n, fps, ka)
+                h_src = planted_height(src, mask, s, n, fps, ka)
             delta = h_rig_ankle - scale * h_src
             for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
                 k = _K[f"{names[pname]}_{s}"]
@@ -328,7 +328,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     return tg, info
 
 
-def _planted_height(src, mask, side, n, fps, k):
+def planted_height(src, mask, side, n, fps, k):
     """The source point's height (metres) while its foot is planted flat, estimated from the motion.
 
     The median height over frames where the ankle and the ball of that foot

@@ -15,7 +15,7 @@ Typical use by the Blender layer::
     # res.locations[t, b]   -> pose.bones[...].location (root bone only)
 
 Modules: :mod:`.rig` (plain-data armature), :mod:`.conventions` (name data),
-:mod:`.mapping` (auto mapping), :mod:`.solve` (maths), :mod:`.footlock`
-(planted feet stay planted: two-bone IK on the legs), :mod:`.smoothing`
+:mod:`.mapping` (auto mapping), :mod:`.solve` (maths), :mod:`.rigsolve`
+(the rig-space least-squares solve), :mod:`.smoothing`
 (filters), :mod:`.metrics` (quality figures), :mod:`.presets` (JSON presets).
 """

@@ -225,8 +225,6 @@ class RetargetResult:
         the others are identity and may be left unkeyed.
     root_bone : str or None
         Bone carrying the root motion.
-    foot_lock : FootLockReport or None
-        Set by :func:`.footlock.foot_lock` on the results it makes.
     """
 
     bone_names: list
@@ -236,7 +234,6 @@ class RetargetResult:
     scale: float
     driven: np.ndarray
     root_bone: str | None = None
-    foot_lock: object = None
 
 
 def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:

@@ -46,7 +46,7 @@ def test_batch_skips_a_corrupt_clip_then_reruns(run_cli, tmp_path):
     assert report["summary"]["frames"] == 90 and report["summary"]["frames_per_second"] > 0
     for row in report["clips"]:
         if row["status"] == "done":
-            assert set(row["seconds"]) >= {"read", "solve", "retarget", "write", "export"}
+            assert set(row["seconds"]) >= {"read", "solve", "fit", "write", "export"}
             assert row["keypoint_error_mm"]["mean"] is not None
     for rel in ("walk_0.bvh", "walk_1.bvh", "sub/walk_2.bvh", "batch.blend"):
         assert (out / rel).is_file(), rel
