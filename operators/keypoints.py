@@ -9,12 +9,18 @@ empty and one keyed empty per point in a new collection. The file browser's
 side panel previews what was detected (layout, units, up axis, frames, fps),
 read once per selected file and cached. Errors are reported and leave
 nothing behind; one undo step removes the import.
+
+``neural_ik.armature_input`` ("Armature as Input") does the same with an
+animated armature already in the scene: its bones are sampled over its action
+(:func:`..cli.fbx_source.armature_clip`, mapped by the one skeleton mapper)
+into a keypoint object that becomes the Input; the root empty remembers the
+armature (``source_armature``).
 """
 
 import os
 
 import bpy
-from bpy.props import EnumProperty, FloatProperty, IntProperty, StringProperty
+from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 from bpy_extras.io_utils import ImportHelper
 
 from ..blender_io.keypoint_objects import create_keypoint_object
@@ -35,22 +41,23 @@ def _layout_items(self, context):
     return _layout_enum
 
 
-_UNIT_ITEMS = (('AUTO', "Detect", "Guess the unit from the body size"),
+_UNIT_ITEMS = (('AUTO', "Detect", "Detect the unit from the body's height (m, cm, mm, inches, CMU units)"),
                ('m', "Metres", ""), ('cm', "Centimetres", ""), ('mm', "Millimetres", ""),
-               ('dm', "Decimetres", ""), ('in', "Inches", ""), ('ft', "Feet", ""))
-_UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the body"),
+               ('dm', "Decimetres", ""), ('in', "Inches", ""), ('ft', "Feet", ""),
+               ('cmu', "CMU Units", "The CMU database's length unit, 1/0.45 inch"))
+_UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the motion (feet to head)"),
              ('Z', "Z Up", ""), ('Y', "Y Up", ""), ('-Z', "-Z Up", ""), ('-Y', "-Y Up", ""))
 
 
-def _read(path, layout, units, up_axis, fps):
+def _read(path, layout, units, up_axis, fps, ground=True):
     from ..readers import read_keypoints
     return read_keypoints(path, layout=None if layout == 'AUTO' else layout,
                           units=None if units == 'AUTO' else units,
                           up_axis=None if up_axis == 'AUTO' else up_axis,
-                          fps=fps if fps > 0 else None)
+                          fps=fps if fps > 0 else None, ground=ground)
 
 
-def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0):
+def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=True):
     """Short description lines of a keypoint file (cached per file and overrides).
 
     Returns
@@ -65,7 +72,7 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0):
     if os.path.splitext(path)[1].lower() not in EXTENSIONS:
         return ["Not a keypoint file (" + ", ".join(EXTENSIONS) + ")"]
     stat = os.stat(path)
-    key = (path, stat.st_mtime, stat.st_size, layout, units, up_axis, fps)
+    key = (path, stat.st_mtime, stat.st_size, layout, units, up_axis, fps, ground)
     lines = _preview_cache.get(key)
     if lines is not None:
         return lines
@@ -74,7 +81,7 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0):
         lines = [f"{size:.0f} MB: no preview (read on import)"]
     else:
         try:
-            clip = _read(path, layout, units, up_axis, fps)
+            clip = _read(path, layout, units, up_axis, fps, ground)
             lines = [f"Layout: {clip.layout or 'unknown'}",
                      f"Units: {clip.units}, up axis: {clip.up_axis}",
                      f"{clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.1f} s)",
@@ -105,6 +112,9 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
                        description="Frames per second of the file (0: from the file, else 30)")
     frame_start: IntProperty(name="Start Frame", default=-1,
                              description="Scene frame of the clip's first sample (-1: the scene's start frame)")
+    ground: BoolProperty(name="Ground", default=True,
+                         description="Move the clip vertically so that its lowest foot point touches the floor "
+                                     "(the shift is reported); off: keep the file's heights")
 
     def check(self, context):
         return True   # redraw the preview when the selection or an override changes
@@ -117,47 +127,112 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
         layout.prop(self, "up_axis")
         layout.prop(self, "fps")
         layout.prop(self, "frame_start")
+        layout.prop(self, "ground")
         box = layout.box()
         box.label(text="Preview", icon='INFO')
-        for line in preview(self.filepath, self.layout_name, self.units, self.up_axis, self.fps):
+        for line in preview(self.filepath, self.layout_name, self.units, self.up_axis, self.fps, self.ground):
             box.label(text=line)
 
     def execute(self, context):
         from ..readers import KeypointReadError
 
         try:
-            clip = _read(self.filepath, self.layout_name, self.units, self.up_axis, self.fps)
+            clip = _read(self.filepath, self.layout_name, self.units, self.up_axis, self.fps, self.ground)
         except (KeypointReadError, OSError, ValueError) as ex:
             self.report({'ERROR'}, f"cannot import keypoints: {ex}")
             return {'CANCELLED'}
-        if clip.num_frames == 0:
-            self.report({'ERROR'}, f"{self.filepath}: no frames")
-            return {'CANCELLED'}
         name = os.path.splitext(os.path.basename(self.filepath))[0] or "Keypoints"
         start = self.frame_start if self.frame_start >= 0 else context.scene.frame_start
-        before = (set(bpy.data.objects), set(bpy.data.collections), set(bpy.data.actions))
-        try:
-            root = create_keypoint_object(clip, name=name, frame_start=start)
-        except Exception as ex:
-            for obj in set(bpy.data.objects) - before[0]:
-                bpy.data.objects.remove(obj)
-            for coll in set(bpy.data.collections) - before[1]:
-                bpy.data.collections.remove(coll)
-            for act in set(bpy.data.actions) - before[2]:
-                bpy.data.actions.remove(act)
-            self.report({'ERROR'}, f"cannot create the keypoint object: {ex}")
+        return _make_input(self, context, clip, name, start)
+
+
+def _make_input(op, context, clip, name, start):
+    """Create the keypoint object of a clip, make it the Input, report; nothing is left on failure."""
+    from ..readers import LAYOUTS
+
+    if clip.num_frames == 0:
+        op.report({'ERROR'}, f"{clip.source}: no frames")
+        return {'CANCELLED'}
+    before = (set(bpy.data.objects), set(bpy.data.collections), set(bpy.data.actions))
+    try:
+        root = create_keypoint_object(clip, name=name, frame_start=start)
+        if clip.mapping is not None and clip.layout not in LAYOUTS:
+            # a mapping made for this clip (a skeleton's bones, regressed marker centres): keep all of it
+            root["layout"] = clip.mapping.to_json()
+    except Exception as ex:
+        for obj in set(bpy.data.objects) - before[0]:
+            bpy.data.objects.remove(obj)
+        for coll in set(bpy.data.collections) - before[1]:
+            bpy.data.collections.remove(coll)
+        for act in set(bpy.data.actions) - before[2]:
+            bpy.data.actions.remove(act)
+        op.report({'ERROR'}, f"cannot create the keypoint object: {ex}")
+        return {'CANCELLED'}
+    settings = getattr(context.scene, "neural_ik", None)
+    if settings is not None:
+        settings.keypoint_object = root
+        settings.source = 'KEYPOINTS'
+    for w in clip.warnings:
+        op.report({'WARNING'}, w)
+    if not clip.layout:
+        op.report({'WARNING'}, "unknown layout: choose one on import to solve these keypoints")
+    op.report({'INFO'}, f"Imported {clip.num_frames} frames of {clip.num_joints} points "
+                        f"({clip.layout or 'unknown layout'}) as {root.name!r}")
+    return {'FINISHED'}
+
+
+def _armature_items(self, context):
+    items = [(o.name, o.name, "Animated armature") for o in context.scene.objects
+             if o.type == 'ARMATURE' and o.animation_data is not None and o.animation_data.action is not None]
+    _armature_enum[:] = items or [('NONE', "(no animated armature)", "")]
+    return _armature_enum
+
+
+_armature_enum = []
+
+
+class NEURAL_IK_OT_armature_input(bpy.types.Operator):
+    """Use an animated armature in the scene as the Input: its bones' motion becomes keypoints"""
+
+    bl_idname = "neural_ik.armature_input"
+    bl_label = "Armature as Input"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    armature: EnumProperty(name="Armature", items=_armature_items,
+                           description="Animated armature whose motion is the source (mapped by its bones)")
+    ground: BoolProperty(name="Ground", default=True,
+                         description="Move the motion vertically so that its lowest foot point touches the floor")
+
+    def invoke(self, context, event):
+        obj = context.active_object
+        if obj is not None and obj.type == 'ARMATURE' and obj.animation_data and obj.animation_data.action:
+            self.armature = obj.name
+        return context.window_manager.invoke_props_dialog(self)
+
+    def execute(self, context):
+        from ..cli.fbx_source import armature_clip
+        from ..readers import KeypointReadError
+
+        obj = context.scene.objects.get(self.armature)
+        if obj is None or obj.type != 'ARMATURE':
+            self.report({'ERROR'}, "choose an animated armature in the scene ('Armature')")
             return {'CANCELLED'}
-        settings = getattr(context.scene, "neural_ik", None)
-        if settings is not None:
-            settings.keypoint_object = root
-            settings.source = 'KEYPOINTS'
-        for w in clip.warnings:
-            self.report({'WARNING'}, w)
-        if not clip.layout:
-            self.report({'WARNING'}, "unknown layout: choose one on import to solve these keypoints")
-        self.report({'INFO'}, f"Imported {clip.num_frames} frames of {clip.num_joints} points "
-                              f"({clip.layout or 'unknown layout'}) as {root.name!r}")
-        return {'FINISHED'}
+        action = obj.animation_data.action if obj.animation_data else None
+        if action is None:
+            self.report({'ERROR'}, f"the armature {obj.name!r} has no animation to use as input")
+            return {'CANCELLED'}
+        try:
+            clip = armature_clip(obj, obj.name, ground=self.ground)
+        except (KeypointReadError, ValueError) as ex:
+            self.report({'ERROR'}, f"cannot use {obj.name!r} as input: {ex}")
+            return {'CANCELLED'}
+        start = int(round(action.frame_range[0]))
+        result = _make_input(self, context, clip, f"{obj.name} motion", start)
+        if result == {'FINISHED'}:
+            root = context.scene.neural_ik.keypoint_object if hasattr(context.scene, "neural_ik") else None
+            if root is not None:
+                root["source_armature"] = obj.name  # the source rig can be read again from it
+        return result
 
 
 def menu_import(self, context):
@@ -165,7 +240,7 @@ def menu_import(self, context):
                          text="Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy)")
 
 
-classes = [NEURAL_IK_OT_import_keypoints]
+classes = [NEURAL_IK_OT_import_keypoints, NEURAL_IK_OT_armature_input]
 
 
 def register():

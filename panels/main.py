@@ -1,5 +1,7 @@
 """Sub-panels of the Neural IK sidebar tab: Target, Mapping, Input, Solve & Bake, Device."""
 
+import json
+
 import bpy
 
 from .. import device, preferences
@@ -111,9 +113,12 @@ class VIEW3D_PT_neural_ik_input(_Sub, bpy.types.Panel):
             layout.prop(s, "keypoint_object")
             root = s.keypoint_object
             if root is not None:
-                layout.label(text=f"{root.get('layout', '?')}: {root.get('frame_count', 0)} frames "
+                lay = str(root.get('layout', '?'))
+                lay = json.loads(lay).get("name", "mapping") if lay.startswith("{") else lay  # Layout.to_json
+                layout.label(text=f"{lay}: {root.get('frame_count', 0)} frames "
                                   f"at {root.get('fps', 0):g} fps")
             layout.operator("neural_ik.import_keypoints", text="Import Keypoints...", icon='IMPORT')
+            layout.operator("neural_ik.armature_input", icon='ARMATURE_DATA')
         else:
             layout.prop(s, "effector_root")
             layout.operator("neural_ik.add_effectors", icon='EMPTY_AXIS')

@@ -113,6 +113,14 @@ class Layout:
             names |= set(normalize_name(s) for s, _ in terms)
         return names
 
+    def to_json(self) -> str:
+        """The layout as one JSON string that :func:`get_layout` reads back (for a layout with no
+        registry name, e.g. stored on a keypoint object)."""
+        return json.dumps({"name": self.name, "description": self.description,
+                           "to_canonical": dict(self.to_canonical),
+                           "derived": {k: [[s, w] for s, w in v] for k, v in self.derived.items()},
+                           "up_axis": self.up_axis}, sort_keys=True)
+
     def canonical_coverage(self) -> list:
         """Canonical keypoints this layout can give (with all its points present)."""
         return [k for k in KEYPOINTS if k in self.to_canonical.values() or k in self.derived]
@@ -521,7 +529,8 @@ def get_layout(layout) -> Layout:
     Parameters
     ----------
     layout : str, dict, os.PathLike or Layout
-        A registry name, a ``.json`` mapping file, a mapping dict or a Layout.
+        A registry name, a ``.json`` mapping file, a mapping dict, a Layout
+        or a :meth:`Layout.to_json` string.
 
     Raises
     ------
@@ -535,6 +544,11 @@ def get_layout(layout) -> Layout:
     if isinstance(layout, dict):
         return load_mapping(layout)
     key = str(layout)
+    if key.lstrip().startswith("{"):  # Layout.to_json()
+        try:
+            return load_mapping(json.loads(key))
+        except json.JSONDecodeError as ex:
+            raise ValueError(f"layout JSON: {ex}") from None
     if key in LAYOUTS:
         return LAYOUTS[key]
     if key.lower() in LAYOUTS:

@@ -73,3 +73,35 @@ def test_root_bone_as_object(mods, tmp_path):
     # the pelvis point follows the object
     p = clip.positions[:, clip.joint_names.index("Hips")]
     np.testing.assert_allclose(np.diff(p[:, 1]), -0.05, atol=1e-5)
+
+
+def test_armature_as_input_bakes(mods, ext, tmp_path):
+    """Armature as Input: an animated armature in the scene becomes the Input and bakes onto the meta-rig."""
+    import addon_utils
+
+    readers = mods["readers"]
+    kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "asf", up="Y", units="in", orients="random", frames=10)
+    src = _import_bvh(path)
+    bpy.context.view_layer.objects.active = src
+    assert bpy.ops.neural_ik.armature_input(armature=src.name) == {'FINISHED'}
+    root = bpy.context.scene.neural_ik.keypoint_object
+    assert root is not None and root["source_armature"] == src.name
+    pos, names, fps, layout = kpo.read_keypoint_object(root)
+    lay = readers.get_layout(layout)  # the skeleton's own mapping, stored as JSON
+    assert lay.name == "skeleton"
+    clip = readers.KeypointClip(pos, names, fps, layout=lay.name, mapping=lay)
+    kp, mask = readers.to_canonical(clip)
+    sk = importlib.import_module(ext.__name__ + ".model.skeleton")
+    assert mask[:, [sk.KEYPOINTS.index(j) for j in sk.JOINTS]].all()
+    addon_utils.enable("rigify", default_set=True)
+    bpy.ops.object.armature_human_metarig_add()
+    rig = bpy.context.active_object
+    bpy.context.scene.neural_ik.target = rig
+    assert bpy.ops.neural_ik.bake('EXEC_DEFAULT', True) == {'FINISHED'}
+    assert rig.animation_data.action is not None
+
+
+def test_no_animated_armature(mods):
+    with pytest.raises(RuntimeError, match="choose an animated armature"):
+        bpy.ops.neural_ik.armature_input()

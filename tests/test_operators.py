@@ -111,7 +111,8 @@ def test_import_keypoints_and_undo(ext, sk, rnp, tmp_path):
     bpy.ops.ed.undo_push(message="before import")
     before = _counts()
     # undo=True: push an undo step like the UI does after an operator with 'UNDO'
-    assert bpy.ops.neural_ik.import_keypoints('EXEC_DEFAULT', True, filepath=str(path)) == {'FINISHED'}
+    assert bpy.ops.neural_ik.import_keypoints('EXEC_DEFAULT', True, filepath=str(path),
+                                              ground=False) == {'FINISHED'}
     s = bpy.context.scene.neural_ik
     root = s.keypoint_object
     assert root is not None and root.name == "clip10" and s.source == 'KEYPOINTS'
@@ -141,10 +142,13 @@ def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
     _local, _root, kp = motion(sk, rnp, T=10)
     path = tmp_path / "raw.npy"
     np.save(path, kp[..., [0, 2, 1]] * [1, 1, -1] * 100.0)        # Y up, centimetres
-    with pytest.raises(RuntimeError):                                # a bare .npy needs its layout
-        bpy.ops.neural_ik.import_keypoints(filepath=str(path))
+    odd = tmp_path / "odd.npy"
+    np.save(odd, kp[:, :12])
+    with pytest.raises(RuntimeError, match="12 points per frame"):  # a nameless .npy of no known layout
+        bpy.ops.neural_ik.import_keypoints(filepath=str(odd))
     assert bpy.ops.neural_ik.import_keypoints(filepath=str(path), layout_name="canonical", units="cm",
-                                              up_axis="Y", fps=50.0, frame_start=11) == {'FINISHED'}
+                                              up_axis="Y", fps=50.0, frame_start=11,
+                                              ground=False) == {'FINISHED'}
     root = bpy.context.scene.neural_ik.keypoint_object
     kpo = importlib.import_module(ext.__name__ + ".blender_io.keypoint_objects")
     pos, _names, fps, layout = kpo.read_keypoint_object(root)
@@ -153,8 +157,8 @@ def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
     ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
     log = []
     fake = SimpleNamespace(layout=_Layout(log), filepath=str(path), layout_name="canonical", units="cm",
-                           up_axis="Y", fps=50.0,
-                           bl_rna=SimpleNamespace(properties={"layout_name", "units", "up_axis", "fps",
+                           up_axis="Y", fps=50.0, ground=False,
+                           bl_rna=SimpleNamespace(properties={"layout_name", "units", "up_axis", "fps", "ground",
                                                               "frame_start"}))
     ops.NEURAL_IK_OT_import_keypoints.draw(fake, bpy.context)
     labels = [t for kind, t in log if kind == "label"]
