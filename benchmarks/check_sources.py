@@ -9,8 +9,7 @@ be refused with a clear message.
 Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
 through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
 Printed per source: mapped canonical joints, detected units and up axis, the floor shift applied,
-the share of baked frames in which the rig stands upright (head above the pelvis, within 60 degrees
-of vertical), and the floor error of the baked rig (median over frames of its lowest foot point's
+the share of baked frames in which the rig stands upright (its head above its pelvis), and the floor error of the baked rig (median over frames of its lowest foot point's
 height, cm; 0 = on the floor).
 
     .venv/bin/python benchmarks/check_sources.py [--seconds 10] [--only NAME] [--json out.json]
@@ -90,8 +89,7 @@ def baked_figures(obj, result):
     low = np.minimum(H[:, feet, 2], tails[:, feet, 2]).min(1)
     floor_cm = float(np.median(low)) * 100.0
     pel, head = rig.index(m["pelvis"]), rig.index(m["head"])
-    d = H[:, head] - H[:, pel]
-    up = float(np.mean(d[:, 2] / np.linalg.norm(d, axis=1) > 0.5))
+    up = float(np.mean(H[:, head, 2] > H[:, pel, 2]))  # the head above the pelvis
     return up, floor_cm
 
 
@@ -196,13 +194,18 @@ def root_as_object_fbx(folder):
     p, _ = sf.humanoid_bvh(Path(folder) / "rootobj.bvh", "mixamo", up="Y", units="m", frames=90)
     bpy.ops.import_anim.bvh(filepath=str(p), global_scale=1.0)
     obj = bpy.context.active_object
+    # the object's origin goes where the root bone was (as an FBX root node is): bones move down by its head
+    hips = np.array(obj.data.bones["Hips"].head_local)
     bpy.ops.object.mode_set(mode='EDIT')
     eb = obj.data.edit_bones
+    for b in eb:
+        b.head = np.array(b.head) - hips
+        b.tail = np.array(b.tail) - hips
     eb.remove(eb["Hips"])
     bpy.ops.object.mode_set(mode='OBJECT')
     obj.name = "Hips"
     for f in range(1, 91, 5):
-        obj.location = (0.0, -0.03 * f, 0.93)
+        obj.location = hips + np.array([0.0, -0.03 * f, 0.0])
         obj.keyframe_insert("location", frame=f)
     fbx = Path(folder) / "root_as_object.fbx"
     bpy.ops.object.select_all(action='DESELECT')
@@ -242,17 +245,13 @@ def main():
     target = load_target("rigify")
     solver = get_solver(cli_args("x.npz", 0))
     rows = []
-    first_baked = None
+    own = Path(tmp) / "own_export.bvh"
     t0 = time.perf_counter()
     for name, path, bad in sources:
-        if path is None:  # export the first baked clip with Blender's BVH exporter and bake it back
-            if first_baked is None:
+        if path is None:  # the project's own BVH export of the first baked clip, baked back
+            if not own.exists():
                 continue
-            path = Path(tmp) / "own_export.bvh"
-            target = load_target("rigify")
-            target.obj.animation_data_create()
-            target.obj.animation_data.action = bpy.data.actions[first_baked[0]]
-            export_armature(target.obj, str(path), first_baked[1], first_baked[2])
+            path = own
         row = {"source": name}
         try:
             target = load_target("rigify")
@@ -261,10 +260,9 @@ def main():
             row.update(status="REFUSED?" if bad else "ok", mapped=mapped_count(clip), units=clip.units,
                        up_axis=clip.up_axis, shift_cm=round(clip.floor_shift * 100, 1),
                        upright=round(up, 3), floor_cm=round(floor, 1), frames=int(result.frames))
-            if first_baked is None and not bad:
-                first_baked = (result.action.name, int(result.frame_start),
-                               int(result.frame_start) + int(result.frames) - 1)
-                result.action.use_fake_user = True
+            if not bad and not own.exists():
+                start = int(result.frame_start)
+                export_armature(target.obj, str(own), start, start + int(result.frames) - 1)
         except (KeypointReadError, CliError) as ex:
             row.update(status="refused" if bad else "FAILED", error=str(ex).split(": ", 1)[-1][:300])
         rows.append(row)

@@ -45,8 +45,9 @@ __all__ = [
     "SOURCE_EXTENSIONS",
 ]
 
-#: Keypoint files ``bake`` and ``batch`` read (FBX through Blender's importer).
-SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh", ".fbx")
+#: Keypoint files ``bake`` and ``batch`` read (FBX and glTF through Blender's importers, a ``.blend``'s
+#: animated armature).
+SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh", ".fbx", ".glb", ".gltf", ".blend")
 SMOOTH_CHOICES = ("none", "oneeuro", "savgol", "butter")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -525,10 +526,10 @@ def read_source(path, args):
     kwargs = dict(layout=getattr(args, "layout", None), units=getattr(args, "units", None),
                   up_axis=getattr(args, "up_axis", None), fps=getattr(args, "source_fps", None),
                   ground=getattr(args, "ground", True))
-    if path.lower().endswith(".fbx"):
-        from .fbx_source import read_fbx_keypoints
+    if path.lower().endswith((".fbx", ".glb", ".gltf", ".blend")):
+        from .fbx_source import read_armature_file
 
-        return read_fbx_keypoints(path, **kwargs)
+        return read_armature_file(path, **kwargs)
     from ..readers import read_keypoints
 
     return read_keypoints(path, **kwargs)

@@ -1,4 +1,4 @@
-"""Armature sources: FBX files through Blender's own FBX importer, and animated armatures.
+"""Armature sources: FBX and glTF files through Blender's importers, ``.blend`` files, animated armatures.
 
 The file is imported into the current scene, :func:`armature_clip` samples
 the armature's bones over its action (world positions of every bone head,
@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-__all__ = ["read_fbx_keypoints"]
+__all__ = ["read_armature_file", "armature_clip", "ARMATURE_SOURCE_EXTENSIONS"]
 
 
 def _new_ids(before):
@@ -43,16 +43,27 @@ def _snapshot():
              "collections", "cameras", "lights", "node_groups", "shape_keys") if hasattr(bpy.data, name)}
 
 
-def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
-    """Read an FBX animation's bone positions as a keypoint clip, with its source rig.
+#: Files read as armature sources, by extension.
+ARMATURE_SOURCE_EXTENSIONS = (".fbx", ".glb", ".gltf", ".blend")
+
+
+def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True,
+                       armature=None):
+    """Read the animated armature of an FBX, glTF or ``.blend`` file as a keypoint clip with its source rig.
+
+    FBX and glTF go through Blender's importers; a ``.blend`` file's objects
+    are appended. The animated armature with the most bones is read (or the
+    one named ``armature``), by :func:`armature_clip`; everything the import
+    created is removed again and the scene's frame and rate are restored.
 
     Parameters
     ----------
     path : str
     layout, units, up_axis, fps, max_gap, ground
         As for :func:`..readers.read_keypoints`. Positions are in Blender's
-        world frame after the importer's conversion (metres, Z up) unless
-        overridden.
+        world frame after the importer's conversion.
+    armature : str, optional
+        Name of the armature object to read.
 
     Returns
     -------
@@ -69,6 +80,9 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
     from .targets import quiet
 
     path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in ARMATURE_SOURCE_EXTENSIONS:
+        raise KeypointReadError(path, "not an armature file ({})".format(", ".join(ARMATURE_SOURCE_EXTENSIONS)))
     if not os.path.isfile(path):
         raise KeypointReadError(path, "no such file")
     if os.path.getsize(path) == 0:
@@ -77,18 +91,38 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
     before = _snapshot()
     saved_frame = scene.frame_current
     saved_fps = (scene.render.fps, scene.render.fps_base)
+    file_fps = None
     try:
         try:
-            quiet(bpy.ops.import_scene.fbx, filepath=os.path.abspath(path), use_anim=True)
-        except RuntimeError as ex:
+            if ext == ".fbx":
+                quiet(bpy.ops.import_scene.fbx, filepath=os.path.abspath(path), use_anim=True)
+                file_fps = scene.render.fps / scene.render.fps_base  # the importer sets the scene's rate
+            elif ext in (".glb", ".gltf"):
+                quiet(bpy.ops.import_scene.gltf, filepath=os.path.abspath(path))
+            else:
+                with bpy.data.libraries.load(os.path.abspath(path), link=False) as (src, dst):
+                    dst.objects = list(src.objects)
+                    dst.scenes = list(src.scenes)[:1]
+                for obj in dst.objects:
+                    if obj is not None and obj.type == "ARMATURE":
+                        scene.collection.objects.link(obj)
+                if dst.scenes and dst.scenes[0] is not None:
+                    other = dst.scenes[0].render
+                    file_fps = other.fps / other.fps_base
+        except (RuntimeError, OSError) as ex:
             message = " ".join(str(ex).replace("Error:", "").split())
-            raise KeypointReadError(path, "Blender's FBX importer failed ({})".format(message[:300])) from None
+            raise KeypointReadError(path, "Blender could not read the file ({})".format(message[:300])) from None
         arms = [o for o in bpy.data.objects if o not in before["objects"] and o.type == "ARMATURE"]
+        if armature is not None:
+            arms = [o for o in arms if o.name == armature]
+            if not arms:
+                raise KeypointReadError(path, "no armature named {!r}".format(armature))
         if not arms:
-            raise KeypointReadError(path, "no armature in the FBX file")
+            raise KeypointReadError(path, "no armature in the file")
+        for o in arms:
+            _use_first_strip(o)
         # the animated armature with the most bones
         arms.sort(key=lambda o: (_action_of(o) is not None, len(o.data.bones)), reverse=True)
-        file_fps = scene.render.fps / scene.render.fps_base  # the importer sets the scene's rate
         return armature_clip(arms[0], path, layout=layout, units=units, up_axis=up_axis, fps=fps,
                              file_fps=file_fps, max_gap=max_gap, ground=ground)
     finally:
@@ -97,6 +131,18 @@ def read_fbx_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
             bpy.data.batch_remove(ids)
         scene.render.fps, scene.render.fps_base = saved_fps
         scene.frame_set(saved_frame)
+
+
+def _use_first_strip(obj):
+    """An armature whose animation sits in NLA strips only (glTF): make the first strip's action active."""
+    ad = obj.animation_data
+    if ad is None or ad.action is not None:
+        return
+    for track in ad.nla_tracks:
+        for strip in track.strips:
+            if strip.action is not None:
+                ad.action = strip.action
+                return
 
 
 def _action_of(obj):

@@ -365,7 +365,7 @@ def detect_up_axis(kp: np.ndarray, mask: np.ndarray | None = None) -> tuple[str 
 
 
 def upright_share(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """Fraction of frames (with the points) whose feet-to-head direction points up (+Z, within 60 deg)."""
+    """Fraction of frames (with the points) in which the head is above the feet (Z up)."""
     kp = np.asarray(kp, dtype=np.float64)
     mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
     tb = _top_bottom(kp, mask)
@@ -374,7 +374,7 @@ def upright_share(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
     d = tb[0] - tb[1]
     n = np.linalg.norm(d, axis=-1)
     ok = n > 0
-    return float(np.mean(d[ok, 2] / n[ok] > 0.5)) if ok.any() else float("nan")
+    return float(np.mean(d[ok, 2] > 0)) if ok.any() else float("nan")
 
 
 #: Foot keypoints and their height above the floor in the canonical rest pose.

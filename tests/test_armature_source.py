@@ -48,7 +48,7 @@ def test_scene_armature_and_fbx(mods, tmp_path):
     bpy.context.view_layer.objects.active = obj
     bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=True, add_leaf_bones=False)
     n_objects = len(bpy.data.objects)
-    from_fbx = mods["fbx"].read_fbx_keypoints(str(fbx))
+    from_fbx = mods["fbx"].read_armature_file(str(fbx))
     assert len(bpy.data.objects) == n_objects  # the import is removed again
     _check(mods, from_fbx)
 
@@ -105,3 +105,25 @@ def test_armature_as_input_bakes(mods, ext, tmp_path):
 def test_no_animated_armature(mods):
     with pytest.raises(RuntimeError, match="choose an animated armature"):
         bpy.ops.neural_ik.armature_input()
+
+
+@pytest.mark.parametrize("ext_name", [".glb", ".blend"])
+def test_gltf_and_blend_sources(mods, tmp_path, ext_name):
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "mixamo", up="Y", units="cm", frames=8)
+    obj = _import_bvh(path)
+    bpy.ops.object.select_all(action='DESELECT')
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+    out = tmp_path / ("walk" + ext_name)
+    if ext_name == ".glb":
+        bpy.ops.export_scene.gltf(filepath=str(out), use_selection=True, export_animations=True)
+    else:
+        bpy.ops.wm.save_as_mainfile(filepath=str(out), copy=True)
+    bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
+    clip = mods["fbx"].read_armature_file(str(out), ground=False)
+    assert len(bpy.data.objects) == 0  # nothing left behind
+    assert clip.source_rig.mapping.entries["foot_r"] == "RightFoot"
+    _check(mods, clip)
+    direct = mods["readers"].read_keypoints(path, ground=False)
+    i, k = clip.joint_names.index("LeftHand"), direct.joint_names.index("LeftHand")
+    np.testing.assert_allclose(clip.positions[:, i], direct.positions[:, k], atol=2e-3)
