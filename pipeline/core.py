@@ -86,8 +86,9 @@ class BakeFigures:
         Mean and max distance of the effectors (hands, feet, head; the
         dragged empties in sparse mode) from their targets.
     floor_error_cm : float
-        Median height of the rig's lowest foot point above its floor over the
-        source's contact frames, less the source's own (positive: floats).
+        Median height of the rig's lowest foot point (heel under the ankle,
+        ankle, ball of the foot) above the floor (world z = 0) over the
+        frames where the source has a foot planted (positive: floats).
     joint_error_mm : tuple
         Mean and max distance of the rig's mapped joints from the source's
         joints at the rig's scale (includes proportion differences; on the
@@ -491,18 +492,7 @@ class RigBake:
         pts = np.stack([X[:, b] + W[:, b] @ off for side in fp.values() for _n, b, off, _h in side], 1)
         low = self._world_heights(pts).min(axis=1)
         c = info.contacts.any(1)
-        # the source's own lowest foot point over the same frames, at the rig's scale
-        names = [n for n in ("heel_l", "heel_r", "toe_tip_l", "toe_tip_r", "foot_l", "foot_r", "toe_l", "toe_r")]
-        k = [_K[n] for n in names]
-        sh = self.src_m[:, k] @ self.up
-        src_low = np.nanmin(np.where(self.mask[:, k], sh, np.nan), axis=1)
-        heel_known = self.mask[:, [_K["heel_l"], _K["heel_r"]]].any(1)
-        # without heels and toe tips the source's lowest point is an ankle or a ball: not on the floor
-        src_low = np.where(heel_known, src_low, 0.0)
-        ok = c & np.isfinite(src_low)
-        if not ok.any():
-            return float("nan")
-        return float(np.median(low[ok] - self.scale * self.unit * src_low[ok]) * 100.0)
+        return float(np.median(low[c]) * 100.0)
 
     def _knees_backwards(self, heads, ent) -> int:
         out = np.zeros(self.n_frames, dtype=bool)

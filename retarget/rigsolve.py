@@ -242,7 +242,7 @@ def posed_points(W, X, points_bone_slot, points_offset):
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
-              prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024,
+              prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-7,
               dtype=torch.float32, progress=None) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
@@ -269,6 +269,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         Bone index -> (3,) bool: rotation axes (bone frame) kept as they are.
     chunk : int
         Frames per batch (bounds memory).
+    tol : float
+        Stop early once no frame's step exceeds this (radians / units).
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
 
@@ -441,6 +443,9 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
                                            for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
             cost = torch.where(better, cand[-1], cost)
             lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
+            # every frame converged: a further step would move nothing (1e-7 of a unit)
+            if float(step.abs().max()) < tol:
+                break
             if progress is not None:
                 progress(c0 + n * 0.999, T)
         basis = _orthonormalise(basis)
