@@ -149,8 +149,6 @@ class RigBake:
 
     def __init__(self, rig, mapping, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
                  object_matrix=None, fps=None, source_rig=None, locked=None, solver=None, source_name=""):
-        from ..retarget.solve import plan_retarget
-
         options = options or BakeOptions()
         check_options(options)
         self.options = options
@@ -170,7 +168,7 @@ class RigBake:
         self.rig = rig
         self.mapping = mapping
         try:
-            self.plan = plan_retarget(rig, mapping)
+            self.plan = _cached_plan(rig, mapping)
         except ValueError as ex:
             raise BakeError(f"cannot retarget: {ex}") from None
         if self.plan.root < 0:
@@ -540,6 +538,39 @@ class RigBake:
         self.fit(stage(0.6, 0.95), cancel)
         self.measure()
         return self.result
+
+
+_PLANS: dict = {}
+
+
+def _cached_plan(rig, mapping):
+    """:func:`..retarget.solve.plan_retarget`, remembered for the last few (rig, mapping) pairs.
+
+    Solve Frame and Live Solve plan the same rig many times a second; the key
+    is the rig's content (names, parents, rest) and the mapping, so an edited
+    rig or mapping is planned anew.
+    """
+    from ..retarget.solve import plan_retarget
+
+    import hashlib
+
+    h = hashlib.sha1()
+    h.update("\0".join(rig.names).encode())
+    for a in (rig.parents, rig.matrix_local, rig.head, rig.tail):
+        h.update(np.ascontiguousarray(a).tobytes())
+    if rig.reference_matrix is not None:
+        h.update(np.ascontiguousarray(rig.reference_matrix).tobytes())
+    h.update(repr(sorted(mapping.entries.items())).encode())
+    h.update(repr(sorted((k, tuple(v)) for k, v in getattr(mapping, "twist", {}).items())).encode())
+    h.update(repr(list(getattr(mapping, "extra_spine", []))).encode())
+    key = h.hexdigest()
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = plan_retarget(rig, mapping)
+        if len(_PLANS) >= 8:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan
 
 
 def _backwards(H, Kn, A, F, up, degrees: float = 5.0):

@@ -174,6 +174,35 @@ def _logmap(R):
     return w * f[..., None]
 
 
+#: Up to this many frames the solve runs on one torch thread: for tiny
+#: problems the thread pool's hand-offs cost milliseconds per call (and make
+#: the other thread pools in the process, numpy's BLAS, wait), more than the work.
+SMALL_BATCH = 32
+
+
+class _threads:
+    """Context: torch runs on ``n`` threads inside, as before outside."""
+
+    def __init__(self, n):
+        self.n = int(n)
+
+    def __enter__(self):
+        self.old = torch.get_num_threads()
+        if self.n != self.old:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        if self.n != self.old:
+            torch.set_num_threads(self.old)
+
+
+def _solve_spd(H, g):
+    """``-H^-1 g`` per frame for symmetric positive definite ``H`` (n, m, m); 0 where singular."""
+    L, info = torch.linalg.cholesky_ex(H)
+    step = -torch.cholesky_solve(g[..., None], L)[..., 0]
+    return torch.where((info == 0)[:, None], step, torch.zeros_like(step))
+
+
 def _orthonormalise(m):
     u, _, vh = torch.linalg.svd(m)
     return u @ vh
@@ -201,39 +230,30 @@ class _RigFK:
                 par[i] = self.slot[p]
                 rel_rot[i] = Q[p].T @ Q[b]
                 rel_pos[i] = Q[p].T @ (h[b] - h[p])
-        self.rel_rot = torch.as_tensor(rel_rot, dtype=dtype)
-        self.rel_pos = torch.as_tensor(rel_pos, dtype=dtype)
+        self.rel_rot_list = list(torch.as_tensor(rel_rot, dtype=dtype).unbind(0))
+        self.rel_pos_list = list(torch.as_tensor(rel_pos, dtype=dtype).unbind(0))
         self.par = par
         depth = np.array([rig.depth[b] for b in self.posed])
-        self.level_index = []
-        for d in sorted(set(depth.tolist())):
-            idx = np.flatnonzero(depth == d)
-            roots = par[idx] < 0
-            if roots.all():
-                self.level_index.append((torch.as_tensor(idx), None))
-            elif not roots.any():
-                self.level_index.append((torch.as_tensor(idx), torch.as_tensor(par[idx])))
-            else:   # roots deeper than other roots' children cannot happen (depth 0 = root)
-                raise ValueError("inconsistent depths")
+        self.par = [int(x) for x in par]
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
         T, n = basis.shape[:2]
-        W = torch.empty((T, n, 3, 3), dtype=basis.dtype)
-        X = torch.empty((T, n, 3), dtype=basis.dtype)
-        B = torch.empty((T, n, 3, 3), dtype=basis.dtype)
-        for idx, par in self.level_index:      # one batch per depth level
-            if par is None:
-                br = self.rel_rot[idx].expand(T, -1, 3, 3)
-                bp = self.rel_pos[idx].expand(T, -1, 3)
+        W, X, B = [None] * n, [None] * n, [None] * n
+        rr, rp = self.rel_rot_list, self.rel_pos_list
+        for i in range(n):           # parents first; per-bone views, no gathers
+            p = self.par[i]
+            if p < 0:
+                br = rr[i].expand(T, 3, 3)
+                bp = rp[i].expand(T, 3)
             else:
-                Wp = W[:, par]
-                br = Wp @ self.rel_rot[idx]
-                bp = X[:, par] + (Wp @ self.rel_pos[idx][..., None])[..., 0]
-            B[:, idx] = br
-            W[:, idx] = br @ basis[:, idx]
-            X[:, idx] = bp + (br @ loc[:, idx, :, None])[..., 0]
-        return W, X, B
+                Wp = W[p]
+                br = Wp @ rr[i]
+                bp = X[p] + Wp @ rp[i]
+            B[i] = br
+            W[i] = br @ basis[:, i]
+            X[i] = bp + (br @ loc[:, i, :, None])[..., 0]
+        return torch.stack(W, 1), torch.stack(X, 1), torch.stack(B, 1)
 
 
 def posed_points(W, X, points_bone_slot, points_offset):
@@ -242,7 +262,8 @@ def posed_points(W, X, points_bone_slot, points_offset):
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
-              prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-7,
+              prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
+              prior_decay: float = 0.3, prior_floor: float = 1e-3,
               dtype=torch.float32, progress=None) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
@@ -271,6 +292,12 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         Frames per batch (bounds memory).
     tol : float
         Stop early once no frame's step exceeds this (radians / units).
+    prior_decay, prior_floor : float
+        The prior's weight is multiplied by ``prior_decay`` every iteration,
+        down to ``prior_floor`` times its start: the first steps stay near the
+        initial pose (its basin: natural twist, the network's posture), the
+        last ones meet reachable targets exactly (an effector is not left
+        millimetres short because the prior pulls back).
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
 
@@ -349,118 +376,130 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     posed_idx = np.array(posed, dtype=np.int64)
     eye3 = torch.eye(3, dtype=dtype)
 
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
-        n = c1 - c0
-        basis = torch.as_tensor(basis_all[c0:c1][:, posed_idx], dtype=dtype)
-        loc = torch.as_tensor(locations[c0:c1][:, posed_idx], dtype=dtype)
-        basis0 = basis[:, fslot].clone()
-        root_head0 = None
-        tgt = torch.as_tensor(tgt_all[c0:c1], dtype=dtype)
-        wts = torch.as_tensor(w_all[c0:c1], dtype=dtype)
-        wproj = wts[..., None, None] * proj[None]                   # (n, R, 3, 3)
-        wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
-        lam = torch.full((n,), 1e-3, dtype=dtype)
+    done_iterations = 0
+    # while the prior fades, keep iterating until it is nearly gone
+    min_iterations = int(np.ceil(np.log(prior_floor) / np.log(prior_decay))) if 0 < prior_decay < 1 else 0
+    min_iterations = min(min_iterations, int(iterations))
+    with _threads(1 if T <= SMALL_BATCH else torch.get_num_threads()):
+        for c0 in range(0, T, chunk):
+            c1 = min(T, c0 + chunk)
+            n = c1 - c0
+            basis = torch.as_tensor(basis_all[c0:c1][:, posed_idx], dtype=dtype)
+            loc = torch.as_tensor(locations[c0:c1][:, posed_idx], dtype=dtype)
+            basis0 = basis[:, fslot].clone()
+            root_head0 = None
+            tgt = torch.as_tensor(tgt_all[c0:c1], dtype=dtype)
+            wts = torch.as_tensor(w_all[c0:c1], dtype=dtype)
+            wproj = wts[..., None, None] * proj[None]                   # (n, R, 3, 3)
+            wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
+            lam = torch.full((n,), 1e-3, dtype=dtype)
 
-        def evaluate(basis, loc):
-            W, X, Bm = fk(basis, loc)
-            pts = posed_points(W, X, pslot, poff)                    # (n, P, 3)
+            def evaluate(basis, loc):
+                W, X, Bm = fk(basis, loc)
+                pts = posed_points(W, X, pslot, poff)                    # (n, P, 3)
+                comb = torch.einsum("rp,tpi->tri", Ct, pts)
+                if diag_only:
+                    r_t = wdiag * (comb - tgt)                            # (n, R, 3)
+                else:
+                    r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
+                eta = _logmap(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
+                r_p = [eta.reshape(n, -1)]
+                if root >= 0:
+                    r_p.append(X[:, slot[root]] - root_head0)
+                r_prior = pw * torch.cat(r_p, 1)
+                cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
+                return W, X, Bm, pts, r_t, r_prior, cost
+
+            W, X, Bm, pts, r_t, r_prior, cost = (None,) * 7
+            pw = prior_t
+            if root >= 0:
+                _, X0, _ = fk(basis, loc)
+                root_head0 = X0[:, slot[root]].clone()
+            W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
+            pw = prior_t
+            for it in range(int(iterations)):
+                if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
+                    new_pw = prior_t * max(prior_decay ** it, prior_floor)
+                    ratio = new_pw / pw
+                    cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
+                    r_prior = r_prior * ratio
+                    pw = new_pw
+                # Jacobian of row r w.r.t. a world-axis increment d_k of free bone k
+                # (the subtree of k turns about X_k): sum_p C[r,p] A[p,k] d_k x (p - X_k)
+                # = -[v_rk]_x d_k with v_rk = q_rk - M_rk X_k.
+                q = torch.einsum("rpk,tpi->trki", CA, pts)               # (n, R, F, 3)
+                v = q - M[None, :, :, None] * X[:, None, fslot]          # (n, R, F, 3)
+                Jd = torch.zeros((n, R, 3, nF, 3), dtype=dtype)
+                vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
+                Jd[:, :, 0, :, 1] = vz
+                Jd[:, :, 0, :, 2] = -vy
+                Jd[:, :, 1, :, 0] = -vz
+                Jd[:, :, 1, :, 2] = vx
+                Jd[:, :, 2, :, 0] = vy
+                Jd[:, :, 2, :, 1] = -vx
+                if diag_only:
+                    Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
+                else:
+                    Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
+                if root >= 0:
+                    Jr = Mroot[None, :, None, None] * wproj                    # (n, R, 3, 3)
+                    Jd = torch.cat([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+                rt = r_t.reshape(n, 3 * R)
+                H = Jd.transpose(1, 2) @ Jd
+                g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
+                # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
+                Wf = W[:, fslot]
+                gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
+                if root >= 0:
+                    gp = torch.cat([gp, r_prior[:, 3 * nF:]], 1)
+                H = H + torch.diag_embed(pw ** 2).expand_as(H)
+                g = g + pw * gp
+                diag = torch.diagonal(H, dim1=-2, dim2=-1)
+                H = H + torch.diag_embed(lam[:, None] * diag + 1e-9)
+                if lock_axes is not None:   # locked bone axes: stiff springs on (W_k e_a) . d_k
+                    u = (Wf[:, lock_f] @ lock_e[None, :, :, None])[..., 0]        # (n, Lk, 3)
+                    for j, f_i in enumerate(lock_f.tolist()):
+                        sl = slice(3 * f_i, 3 * f_i + 3)
+                        H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
+                step = _solve_spd(H, g)
+                d_w = step[:, :3 * nF].reshape(n, nF, 3)
+                eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
+                nb_basis = basis.clone()
+                nb_basis[:, fslot] = basis[:, fslot] @ _expmap(eta)
+                nloc = loc
+                if root >= 0:
+                    tau = step[:, 3 * nF:]
+                    rs = slot[root]
+                    nloc = loc.clone()
+                    nloc[:, rs] = loc[:, rs] + (Bm[:, rs].transpose(-1, -2) @ tau[..., None])[..., 0]
+                cand = evaluate(nb_basis, nloc)
+                better = cand[-1] <= cost
+                bm = better[:, None, None, None]
+                basis = torch.where(bm, nb_basis, basis)
+                loc = torch.where(better[:, None, None], nloc, loc)
+                W, X, Bm, pts, r_t, r_prior = (torch.where(better.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
+                                               for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
+                cost = torch.where(better, cand[-1], cost)
+                lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
+                done_iterations = max(done_iterations, it + 1)
+                # every frame converged: a further step would move nothing that matters
+                if float(step.abs().max()) < tol and it + 1 >= min_iterations:
+                    break
+                if progress is not None:
+                    progress(c0 + n * 0.999, T)
+            basis = _orthonormalise(basis)
+            W, X, _ = fk(basis, loc)
+            # unweighted residual lengths
+            pts = posed_points(W, X, pslot, poff)
             comb = torch.einsum("rp,tpi->tri", Ct, pts)
-            if diag_only:
-                r_t = wdiag * (comb - tgt)                            # (n, R, 3)
-            else:
-                r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-            eta = _logmap(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
-            r_p = [eta.reshape(n, -1)]
-            if root >= 0:
-                r_p.append(X[:, slot[root]] - root_head0)
-            r_prior = prior_t * torch.cat(r_p, 1)
-            cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
-            return W, X, Bm, pts, r_t, r_prior, cost
-
-        W, X, Bm, pts, r_t, r_prior, cost = (None,) * 7
-        if root >= 0:
-            _, X0, _ = fk(basis, loc)
-            root_head0 = X0[:, slot[root]].clone()
-        W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
-        for _ in range(int(iterations)):
-            # Jacobian of row r w.r.t. a world-axis increment d_k of free bone k
-            # (the subtree of k turns about X_k): sum_p C[r,p] A[p,k] d_k x (p - X_k)
-            # = -[v_rk]_x d_k with v_rk = q_rk - M_rk X_k.
-            q = torch.einsum("rpk,tpi->trki", CA, pts)               # (n, R, F, 3)
-            v = q - M[None, :, :, None] * X[:, None, fslot]          # (n, R, F, 3)
-            Jd = torch.zeros((n, R, 3, nF, 3), dtype=dtype)
-            vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
-            Jd[:, :, 0, :, 1] = vz
-            Jd[:, :, 0, :, 2] = -vy
-            Jd[:, :, 1, :, 0] = -vz
-            Jd[:, :, 1, :, 2] = vx
-            Jd[:, :, 2, :, 0] = vy
-            Jd[:, :, 2, :, 1] = -vx
-            if diag_only:
-                Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
-            else:
-                Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
-            if root >= 0:
-                Jr = Mroot[None, :, None, None] * wproj                    # (n, R, 3, 3)
-                Jd = torch.cat([Jd, Jr.reshape(n, 3 * R, 3)], -1)
-            rt = r_t.reshape(n, 3 * R)
-            H = Jd.transpose(1, 2) @ Jd
-            g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
-            # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
-            Wf = W[:, fslot]
-            gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
-            if root >= 0:
-                gp = torch.cat([gp, r_prior[:, 3 * nF:]], 1)
-            H = H + torch.diag_embed(prior_t ** 2).expand_as(H)
-            g = g + prior_t * gp
-            diag = torch.diagonal(H, dim1=-2, dim2=-1)
-            H = H + torch.diag_embed(lam[:, None] * diag + 1e-9)
-            if lock_axes is not None:   # locked bone axes: stiff springs on (W_k e_a) . d_k
-                u = (Wf[:, lock_f] @ lock_e[None, :, :, None])[..., 0]        # (n, Lk, 3)
-                for j, f_i in enumerate(lock_f.tolist()):
-                    sl = slice(3 * f_i, 3 * f_i + 3)
-                    H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
-            L, info = torch.linalg.cholesky_ex(H)
-            step = -torch.cholesky_solve(g[..., None], L)[..., 0]
-            step = torch.where((info == 0)[:, None], step, torch.zeros_like(step))
-            d_w = step[:, :3 * nF].reshape(n, nF, 3)
-            eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
-            nb_basis = basis.clone()
-            nb_basis[:, fslot] = basis[:, fslot] @ _expmap(eta)
-            nloc = loc
-            if root >= 0:
-                tau = step[:, 3 * nF:]
-                rs = slot[root]
-                nloc = loc.clone()
-                nloc[:, rs] = loc[:, rs] + (Bm[:, rs].transpose(-1, -2) @ tau[..., None])[..., 0]
-            cand = evaluate(nb_basis, nloc)
-            better = cand[-1] <= cost
-            bm = better[:, None, None, None]
-            basis = torch.where(bm, nb_basis, basis)
-            loc = torch.where(better[:, None, None], nloc, loc)
-            W, X, Bm, pts, r_t, r_prior = (torch.where(better.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
-                                           for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-            cost = torch.where(better, cand[-1], cost)
-            lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
-            # every frame converged: a further step would move nothing (1e-7 of a unit)
-            if float(step.abs().max()) < tol:
-                break
+            resid[c0:c1] = torch.linalg.norm((proj[None] @ (comb - tgt)[..., None])[..., 0], dim=-1).numpy()
+            b_np = basis.numpy()
+            out_quats[c0:c1, posed_idx] = matrix_to_quat(b_np)
+            out_locs[c0:c1, posed_idx] = loc.numpy()
+            heads[c0:c1, posed_idx] = X.numpy()
+            rots[c0:c1, posed_idx] = W.numpy()
             if progress is not None:
-                progress(c0 + n * 0.999, T)
-        basis = _orthonormalise(basis)
-        W, X, _ = fk(basis, loc)
-        # unweighted residual lengths
-        pts = posed_points(W, X, pslot, poff)
-        comb = torch.einsum("rp,tpi->tri", Ct, pts)
-        resid[c0:c1] = torch.linalg.norm((proj[None] @ (comb - tgt)[..., None])[..., 0], dim=-1).numpy()
-        b_np = basis.numpy()
-        out_quats[c0:c1, posed_idx] = matrix_to_quat(b_np)
-        out_locs[c0:c1, posed_idx] = loc.numpy()
-        heads[c0:c1, posed_idx] = X.numpy()
-        rots[c0:c1, posed_idx] = W.numpy()
-        if progress is not None:
-            progress(c1, T)
+                progress(c1, T)
     # bones outside the posed subset: full FK for the outputs (cheap, numpy)
     rest = np.setdiff1d(np.arange(nb), posed_idx)
     if rest.size:
@@ -469,4 +508,4 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         heads[:, rest] = Xf[:, rest]
         rots[:, rest] = Wf[:, rest]
     from .solve import quat_continuity
-    return RigSolveResult(quat_continuity(out_quats), out_locs, heads, rots, resid, int(iterations))
+    return RigSolveResult(quat_continuity(out_quats), out_locs, heads, rots, resid, done_iterations)
