@@ -9,8 +9,9 @@ be refused with a clear message.
 Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
 through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
 Printed per source: mapped canonical joints, detected units and up axis, the floor shift applied,
-the share of baked frames in which the rig stands upright (its head above its pelvis), and the floor error of the baked rig (median over frames of its lowest foot point's
-height, cm; 0 = on the floor).
+the share of baked frames in which the rig stands upright (its head above its pelvis), and the
+floor figure of the source and of the baked rig: the median over frames of the lowest foot point's
+height (cm; 0 = on the floor; a source standing on a step or jumping reads above 0 too).
 
     .venv/bin/python benchmarks/check_sources.py [--seconds 10] [--only NAME] [--json out.json]
 """
@@ -91,6 +92,25 @@ def baked_figures(obj, result):
     pel, head = rig.index(m["pelvis"]), rig.index(m["head"])
     up = float(np.mean(H[:, head, 2] > H[:, pel, 2]))  # the head above the pelvis
     return up, floor_cm
+
+
+def source_floor(clip, frames):
+    """The source's own floor figure (cm): median over its first ``frames`` frames of the lowest foot
+    point's height (heels and toe tips, else toes and ankles less their rest height, as
+    ``readers.floor_height`` picks them), for comparison with the baked rig's."""
+    from neural_ik.model.skeleton import KEYPOINTS
+    from neural_ik.readers import to_canonical
+
+    kp, mask = to_canonical(clip)
+    kp, mask = kp[:frames], mask[:frames]
+    for names in ((("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0)),
+                  (("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))):
+        idx = [KEYPOINTS.index(n) for n, _ in names]
+        z = np.where(mask[:, idx], kp[:, idx, 2] - [h for _, h in names], np.inf).min(1)
+        z = z[np.isfinite(z)]
+        if z.size:
+            return float(np.median(z)) * 100.0
+    return float("nan")
 
 
 def mapped_count(clip):
@@ -247,6 +267,7 @@ def main():
     rows = []
     own = Path(tmp) / "own_export.bvh"
     t0 = time.perf_counter()
+    print(HEADER)
     for name, path, bad in sources:
         if path is None:  # the project's own BVH export of the first baked clip, baked back
             if not own.exists():
@@ -257,9 +278,11 @@ def main():
             target = load_target("rigify")
             clip, result = bake_source(path, target, solver, args.seconds)
             up, floor = baked_figures(target.obj, result)
+            src_floor = source_floor(clip, int(round(args.seconds * clip.fps)))
             row.update(status="REFUSED?" if bad else "ok", mapped=mapped_count(clip), units=clip.units,
                        up_axis=clip.up_axis, shift_cm=round(clip.floor_shift * 100, 1),
-                       upright=round(up, 3), floor_cm=round(floor, 1), frames=int(result.frames))
+                       upright=round(up, 3), source_floor_cm=round(src_floor, 1), floor_cm=round(floor, 1),
+                       frames=int(result.frames))
             if not bad and not own.exists():
                 start = int(result.frame_start)
                 export_armature(target.obj, str(own), start, start + int(result.frames) - 1)
@@ -272,11 +295,16 @@ def main():
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
+HEADER = ("| source | status | mapped joints | units | up | floor shift (cm) | upright | source floor (cm) "
+          "| baked floor (cm) |\n|---|---|---:|---|---|---:|---:|---:|---:|")
+
+
 def _line(r):
     if "mapped" in r:
         return (f"| {r['source']:<46} | {r['status']:<7} | {r['mapped']:>2}/22 | {r['units']:>3} | {r['up_axis']:>2} "
-                f"| {r['shift_cm']:+7.1f} | {r['upright'] * 100:5.1f}% | {r['floor_cm']:+6.1f} |")
-    return f"| {r['source']:<46} | {r['status']:<7} | {r.get('error', '')}"
+                f"| {r['shift_cm']:+7.1f} | {r['upright'] * 100:5.1f}% | {r['source_floor_cm']:+6.1f} "
+                f"| {r['floor_cm']:+6.1f} |")
+    return f"| {r['source']:<46} | {r['status']:<7} | {r.get('error', '')} |"
 
 
 if __name__ == "__main__":

@@ -231,7 +231,8 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
     -------
     dict
         Point name -> canonical end point (``head_top``, ``toe_tip_l``...):
-        the mapped head's, toes' or hands' End Site, or a child joint whose
+        the mapped head's, toes' (a foot's, when the skeleton has no toe
+        bone) or hands' End Site, or a child joint whose
         name says it is an end (``HeadTop_End``, ``LeftHandEnd``) and that
         has no children of its own but an End Site. A hand with finger
         joints gives no hand tip.
@@ -239,7 +240,11 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
     from ..retarget.mapping import parse_name
 
     out = {}
-    for joint, end in _END_POINTS:
+    pairs = list(_END_POINTS)
+    for s in "lr":  # a foot without a toe bone: its End Site is at the toes
+        if f"toe_{s}" not in mapping.entries:
+            pairs.append((f"foot_{s}", f"toe_tip_{s}"))
+    for joint, end in pairs:
         bone = mapping.entries.get(joint)
         if bone is None or not rig.has(bone):
             continue

@@ -23,6 +23,17 @@ The mapping is decided with the hierarchy, names only give hints:
    interpolated rotation (see :mod:`.solve`). Neck: the first neck bone.
 5. Twist / segment bones are attached to the nearest mapped limb bone above
    them (:attr:`BoneMapping.twist`).
+6. Geometry when names say nothing (``j0``...``j21``, another language):
+   :meth:`_Mapper.geometric_anchors` finds the hands, feet and toes from the
+   hierarchy's branching and the rest pose (pelvis and chest where three
+   long branches meet, the limb's two longest consecutive segments, left =
+   up x forward from the toes); steps 3-5 then run as for named bones.
+   Joints decided this way get confidence 0.6 ("hierarchy position only").
+
+Two equally good candidates for a hand or a foot (two chains on one side)
+are kept in :attr:`BoneMapping.ambiguous` and fail :func:`humanoid_check`.
+This is the one mapper of skeletons: target rigs, and sources with a
+hierarchy (BVH, FBX, glTF, ``.blend`` and scene armatures) alike.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..model.skeleton import JOINTS, PARENTS
 from . import conventions as C
@@ -346,6 +359,14 @@ class _Mapper:
                 rivals = self.rivals(self.candidates(role, s), picked[s])
                 if rivals:
                     self.ambiguous[f"{role}_{s.lower()}"] = [rig.names[i] for i in [picked[s]] + rivals]
+        self.geo_toes = {}
+        if None in hands.values() or None in feet.values():
+            geo = self.geometric_anchors()
+            if geo is not None:
+                for s in "LR":
+                    if hands[s] is None and feet[s] is None:
+                        hands[s], feet[s] = geo["hand"][s], geo["foot"][s]
+                        self.geo_toes[s] = geo["toe"][s]
         arms = {s: self.limb_chain(hands, s) for s in "LR"}
         legs = {s: self.limb_chain(feet, s) for s in "LR"}
         head = self.pick(self.candidates("head", "C"))
@@ -382,6 +403,8 @@ class _Mapper:
                 toe = self.find_toe(feet[s], s)
                 if toe is not None:
                     self.set("toe" + sfx, toe, "toe-named child of the foot")
+                elif self.geo_toes.get(s) is not None:
+                    self.set("toe" + sfx, self.geo_toes[s], "the foot's child (skeleton geometry)")
         extra = self.map_spine(path, pelvis, head)
         twist = self.find_twist(set(path))
         return BoneMapping(self.entries, self.conf, twist, [rig.names[i] for i in extra], self.reasons,
@@ -394,6 +417,119 @@ class _Mapper:
         depth = self.rig.depth[picked]
         return [i for i in cands if i != picked and self.rig.depth[i] == depth
                 and not self.rig.is_ancestor(i, picked) and not self.rig.is_ancestor(picked, i)]
+
+    # -- geometry: skeletons whose names say nothing --------------------------
+    def _chain_down(self, b):
+        """``b`` and its descendants along the child with the longest reach (a limb's main chain)."""
+        out = [b]
+        while True:
+            kids = [c for c in self.rig.children(out[-1]) if self.p[c].kind != "ignore"]
+            if not kids:
+                return out
+            out.append(max(kids, key=lambda c: (self._reach(c), -c)))
+
+    def _reach(self, b):
+        if b not in self._reach_cache:
+            h = self.rig.head
+            kids = self.rig.children(b)
+            self._reach_cache[b] = max((float(np.linalg.norm(h[c] - h[b])) + self._reach(c) for c in kids),
+                                       default=float(np.linalg.norm(self.rig.tail[b] - h[b])))
+        return self._reach_cache[b]
+
+    def _branches(self, b, min_reach):
+        """Children of ``b`` whose subtree reaches further than ``min_reach``."""
+        h = self.rig.head
+        return [c for c in self.rig.children(b)
+                if float(np.linalg.norm(h[c] - h[b])) + self._reach(c) > min_reach]
+
+    def geometric_anchors(self):
+        """Hands, feet and toes of a skeleton from its rest geometry alone (no usable names).
+
+        The pelvis is the first bone from the root where three long branches
+        meet (two legs and the spine); the chest the first bone up the spine
+        where three meet again (two arms and the neck). On each limb the two
+        longest consecutive segments are the upper and lower limb, so the
+        joint after them is the hand (foot). Left and right come from the
+        rest pose: up is pelvis to chest, forward is the feet's direction
+        to the toes, left = up x forward. ``None`` when the skeleton does not
+        branch like a human or has no toes to tell its front.
+        """
+        rig = self.rig
+        self._reach_cache = {}
+        roots = [i for i in range(len(rig)) if rig.parents[i] < 0]
+        if not roots:
+            return None
+        root = max(roots, key=self._reach)
+        size = self._reach(root)
+        if not size > 0:
+            return None
+        min_reach = 0.2 * size
+
+        def fork(b, want):
+            while True:
+                br = self._branches(b, min_reach)
+                if len(br) >= want:
+                    return b, br
+                if len(br) != 1:
+                    return None, []
+                b = br[0]
+
+        pelvis, br = fork(root, 3)
+        if pelvis is None:
+            return None
+        # the spine branch forks again (arms + neck); the legs do not
+        spine = None
+        for c in br:
+            chest, arms_br = fork(c, 3)
+            if chest is not None:
+                spine, chest_br = c, arms_br
+                break
+        if spine is None:
+            return None
+        legs = [c for c in br if c != spine][:2]
+        if len(legs) != 2:
+            return None
+        h = rig.head
+        # arms: the two chest branches whose reaches match best; the rest is the neck
+        pairs = [(abs(self._reach(a) - self._reach(b)), a, b) for i, a in enumerate(chest_br)
+                 for b in chest_br[i + 1:]]
+        _, a1, a2 = min(pairs)
+
+        def anchor(first):
+            chain = self._chain_down(first)
+            seg = [float(np.linalg.norm(h[chain[k + 1]] - h[chain[k]])) for k in range(len(chain) - 1)]
+            if len(seg) < 2:
+                return None, None
+            k = max(range(len(seg) - 1), key=lambda k: seg[k] + seg[k + 1])
+            end = chain[k + 2] if k + 2 < len(chain) else None
+            after = chain[k + 3] if k + 3 < len(chain) else None
+            return end, after
+
+        feet = [anchor(c) for c in legs]
+        hands = [anchor(c)[0] for c in (a1, a2)]
+        if any(f is None for f, _ in feet) or any(x is None for x in hands):
+            return None
+        toes = [t for _, t in feet]
+        if any(t is None for t in toes):
+            return None
+        up = h[chest] - h[pelvis]
+        forward = np.mean([h[t] - h[f] for (f, _), t in zip(feet, toes)], axis=0)
+        left = np.cross(up, forward)
+        if not np.linalg.norm(left) > 0:
+            return None
+
+        def side(b):
+            return "L" if float(np.dot(h[b] - h[pelvis], left)) > 0 else "R"
+
+        out = {"hand": {}, "foot": {}, "toe": {}}
+        for (f, t), c in zip(feet, legs):
+            out["foot"][side(c)] = f
+            out["toe"][side(c)] = t
+        for hd, c in zip(hands, (a1, a2)):
+            out["hand"][side(c)] = hd
+        if set(out["hand"]) != {"L", "R"} or set(out["foot"]) != {"L", "R"}:
+            return None
+        return out
 
     def limb_chain(self, anchors, side):
         """Usable ancestors of a hand/foot up to where the other side's limb joins."""
@@ -419,8 +555,10 @@ class _Mapper:
         b = self.rig.parents[tops[0]] if len(tops) == 1 else self.rig.lca(*tops)
         if b is None or b < 0:
             return None
+        in_arms = {i for c in arms.values() for i in c}
         while True:
-            kids = [c for c in self.rig.children(b) if self.usable(c) and self.p[c].side in ("", "C")]
+            kids = [c for c in self.rig.children(b) if self.usable(c) and self.p[c].side in ("", "C")
+                    and c not in in_arms]
             if not kids:
                 return b
             b = max(kids, key=lambda c: len(self.rig.descendants(c)))

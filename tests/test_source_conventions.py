@@ -3,6 +3,7 @@ nameless arrays, units (inches, CMU), up axis from the motion, image-normalised 
 units, non-humanoid skeletons, two candidates for a limb."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -141,3 +142,23 @@ def test_marker_set_missing_half_a_leg_refused(tmp_path):
     with pytest.raises(KeypointReadError, match=r"half\.trc: marker set missing part of a leg: no left knee.*"
                                                  r"no left ankle.*Recognised markers:.*--layout"):
         read_keypoints(f)
+
+
+@pytest.mark.parametrize("orients", ["none", "A"])
+def test_nameless_skeleton_mapped_by_geometry(tmp_path, orients):
+    """Joints named j0..j21: the hierarchy and the rest geometry decide (sides from the toes' direction)."""
+    from source_fixtures import bone_names
+
+    from neural_ik.model.skeleton import JOINTS
+
+    p, world = humanoid_bvh(tmp_path / "anon.bvh", "mixamo", up="Y", units="cm", orients=orients)
+    text = p.read_text()
+    for i, n in sorted(enumerate(bone_names("mixamo")), key=lambda x: -len(x[1])):
+        text = re.sub(rf"\b{n}\b", f"j{i}", text)
+    p.write_text(text)
+    clip = read_keypoints(p)
+    m = clip.source_rig.mapping
+    assert m.entries == {j: f"j{i}" for i, j in enumerate(JOINTS)}
+    assert all(m.confidence[j] <= 0.6 for j in m.entries)
+    kp, mask = to_canonical(clip)
+    np.testing.assert_allclose(kp[:, :22], world[:, :22] + [0, 0, clip.floor_shift], atol=1e-5)
