@@ -1,6 +1,6 @@
 """Import keypoint files as animated keypoint objects.
 
-File > Import > "Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy)" and the
+File > Import > "Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy/.fbx/.glb/.blend)" and the
 Import button of the sidebar's Input panel run ``neural_ik.import_keypoints``:
 the file is read with :func:`..readers.read_keypoints` (layout, units, up
 axis and frame rate detected unless overridden), then
@@ -50,11 +50,13 @@ _UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the motion (feet to hea
 
 
 def _read(path, layout, units, up_axis, fps, ground=True):
+    from ..cli.fbx_source import ARMATURE_SOURCE_EXTENSIONS, read_armature_file
     from ..readers import read_keypoints
-    return read_keypoints(path, layout=None if layout == 'AUTO' else layout,
-                          units=None if units == 'AUTO' else units,
-                          up_axis=None if up_axis == 'AUTO' else up_axis,
-                          fps=fps if fps > 0 else None, ground=ground)
+    kwargs = dict(layout=None if layout == 'AUTO' else layout, units=None if units == 'AUTO' else units,
+                  up_axis=None if up_axis == 'AUTO' else up_axis, fps=fps if fps > 0 else None, ground=ground)
+    if os.path.splitext(path)[1].lower() in ARMATURE_SOURCE_EXTENSIONS:
+        return read_armature_file(path, **kwargs)   # imported, sampled and removed again
+    return read_keypoints(path, **kwargs)
 
 
 def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=True):
@@ -65,12 +67,16 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
     list of str
         Detected layout, units, up axis, frame count and rate, or the error.
     """
+    from ..cli.fbx_source import ARMATURE_SOURCE_EXTENSIONS
     from ..readers import EXTENSIONS, KeypointReadError
 
     if not path or not os.path.isfile(path):
         return ["Select a keypoint file"]
-    if os.path.splitext(path)[1].lower() not in EXTENSIONS:
-        return ["Not a keypoint file (" + ", ".join(EXTENSIONS) + ")"]
+    ext = os.path.splitext(path)[1].lower()
+    if ext in ARMATURE_SOURCE_EXTENSIONS:
+        return ["Armature file: read on import (its animated armature)"]
+    if ext not in EXTENSIONS:
+        return ["Not a keypoint file (" + ", ".join(EXTENSIONS + ARMATURE_SOURCE_EXTENSIONS) + ")"]
     stat = os.stat(path)
     key = (path, stat.st_mtime, stat.st_size, layout, units, up_axis, fps, ground)
     lines = _preview_cache.get(key)
@@ -103,7 +109,8 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     bl_options = {'REGISTER', 'UNDO'}
 
     filename_ext = ".npz"
-    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.bvh;*.npy", options={'HIDDEN'})
+    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.bvh;*.npy;*.fbx;*.glb;*.gltf;*.blend",
+                                options={'HIDDEN'})
     layout_name: EnumProperty(name="Layout", items=_layout_items,
                          description="Keypoint layout of the file (which point is which joint)")
     units: EnumProperty(name="Units", items=_UNIT_ITEMS, default='AUTO', description="Length unit of the file")
@@ -237,7 +244,7 @@ class NEURAL_IK_OT_armature_input(bpy.types.Operator):
 
 def menu_import(self, context):
     self.layout.operator(NEURAL_IK_OT_import_keypoints.bl_idname,
-                         text="Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy)")
+                         text="Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy/.fbx/.glb/.blend)")
 
 
 classes = [NEURAL_IK_OT_import_keypoints, NEURAL_IK_OT_armature_input]

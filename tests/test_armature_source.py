@@ -127,3 +127,18 @@ def test_gltf_and_blend_sources(mods, tmp_path, ext_name):
     direct = mods["readers"].read_keypoints(path, ground=False)
     i, k = clip.joint_names.index("LeftHand"), direct.joint_names.index("LeftHand")
     np.testing.assert_allclose(clip.positions[:, i], direct.positions[:, k], atol=2e-3)
+
+
+def test_import_keypoints_reads_an_fbx(mods, tmp_path):
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "studio", up="Y", units="cm", frames=6)
+    obj = _import_bvh(path)
+    bpy.ops.object.select_all(action='DESELECT')
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+    fbx = tmp_path / "walk.fbx"
+    bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=True, add_leaf_bones=False)
+    bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(fbx)) == {'FINISHED'}
+    root = bpy.context.scene.neural_ik.keypoint_object
+    assert root is not None and root["layout"].startswith("{")  # the skeleton's own mapping
+    assert not [o for o in bpy.data.objects if o.type == 'ARMATURE']  # the import was removed
