@@ -59,7 +59,7 @@ def _metarig():
 def untrained_weights(spec, folder):
     """Write an untrained network of ``"WIDTHxBLOCKS"`` as a weights file; returns its path."""
     from neural_ik.model.network import IKNet
-    from neural_ik.model.train import export_weights
+    from training.train import export_weights
 
     width, blocks = (int(x) for x in spec.lower().split("x"))
     return export_weights(IKNet(width, blocks), Path(folder) / f"untrained_{width}x{blocks}.pt")

@@ -26,7 +26,8 @@ from _pkg import import_package  # the script's folder is on sys.path
 
 def _pkg():
     import_package()
-    from neural_ik.model import inference, train
+    from neural_ik.model import inference
+    from training import train
     from neural_ik.model.skeleton import CANONICAL, keypoints_from_fk_np
 
     return inference, train, CANONICAL, keypoints_from_fk_np

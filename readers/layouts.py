@@ -427,7 +427,7 @@ CC_BASE = Layout(
     } | {
         f"toe_tip_{s}": ((f"CC_Base_{S}_MidToe1", 2.0), (f"CC_Base_{S}_ToeBase", -1.0)) for S, s in (("L", "l"), ("R", "r"))
     },
-    notes="joint origins one-to-one, as in model/joint_maps/cmu_cc_base.json (the training data): "
+    notes="joint origins one-to-one, as in training/joint_maps/cmu_cc_base.json (the training data): "
     "hand_tip = Mid3 + 0.8 (Mid3 - Mid2), thumb = Thumb2, toe_tip = MidToe1 + (MidToe1 - ToeBase); "
     "head_top and nose (built from the eyes in the head frame there) and heels are masked",
 )

@@ -1,68 +1,106 @@
-"""Test harness: the extension is built, installed and enabled as a user would.
+"""Test layout (read this before adding a test).
 
-Blender's user folders are pointed at a temporary folder *before* ``bpy`` is
-imported, so the real Blender configuration is never read or written.
+``.venv/bin/python -m pytest`` runs everything below ``tests/`` in one run (one
+closing line, one exit code); ``.ci/run`` runs the same command.
 
-Fixtures for every test module
-------------------------------
-repo_root
-    ``pathlib.Path`` of the repository (the extension source).
-ext_zip
-    Path of the extension zip built with Blender's own ``blender_ext.py build``.
-ext
-    The installed, enabled package module ``bl_ext.user_default.neural_ik``.
-    Import submodules relatively to it, e.g. ``importlib.import_module(ext.__name__ + ".device")``.
-reset_scene (autouse)
-    Factory startup file with an empty scene before each test; the add-on stays
-    enabled and its preferences are reset to their defaults.
-run_cli
-    ``run_cli("info", "--device", "cpu")`` runs ``./neural-ik`` and returns the
-    ``subprocess.CompletedProcess`` (text mode, stdout and stderr captured).
-blender_ext
-    ``blender_ext("validate", path)`` runs Blender's extension tool and returns
-    the ``CompletedProcess``.
+tests/pure/
+    Tests of code that computes (``model/``, ``retarget/``, ``readers/``,
+    ``pipeline/``, ``cli`` helpers, ``training/``): **Blender is unimportable**
+    while these modules are collected and while their tests run (``bpy``,
+    ``mathutils``, ``bmesh``... are ``None`` in ``sys.modules``), so an
+    accidental ``import bpy`` fails the test. No scene reset, no extension
+    install: they are fast. Import the package as ``neural_ik`` (already
+    imported here through :func:`devpkg.import_package`)::
+
+        from neural_ik.retarget.footlock import foot_lock
+        from training import train       # training code, not shipped
+        from rigs import humanoid        # test armatures as plain data
+
+    ``rigs.rigify_metarig_description()`` is Rigify's meta-rig as stored data.
+    Run them alone with ``.venv/bin/python -m pytest tests/pure -q``.
+
+tests/blender/
+    Tests that need Blender: the real ``bpy`` and the extension as it ships
+    (``tests/blender/conftest.py`` builds the zip with Blender's tool, installs
+    and enables it in temporary user folders, and reloads the factory scene
+    before every test). Fixtures: ``ext``, ``ext_zip``, ``bake``, ``sk``,
+    ``rnp``, ``blender_ext``, the autouse ``reset_scene``. Operators, panels,
+    properties, ``blender_io/`` and the command line (``run_cli``) go here.
+
+Shared helpers live in ``tests/`` (``rigs.py``; ``data/``); fixtures for both
+kinds here: ``repo_root``, ``run_cli``. Test file names must be unique across
+both folders (pytest imports them by their base name).
 """
 
-import atexit
-import importlib
-import importlib.util
-import os
+import contextlib
 import pathlib
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
-# --- Isolate Blender's user folders (must happen before `import bpy`). -----
-_USER_ROOT = pathlib.Path(tempfile.mkdtemp(prefix="neural_ik_blender_user_"))
-os.environ["BLENDER_USER_RESOURCES"] = str(_USER_ROOT)
-for _kind in ("CONFIG", "SCRIPTS", "DATAFILES", "EXTENSIONS"):
-    os.environ["BLENDER_USER_" + _kind] = str(_USER_ROOT / _kind.lower())
-atexit.register(shutil.rmtree, _USER_ROOT, ignore_errors=True)
-
-import bpy  # noqa: E402  (imported after the environment is set on purpose)
-
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGE_ID = "neural_ik"
-USER_REPO = "user_default"
-MODULE_NAME = "bl_ext.{}.{}".format(USER_REPO, PACKAGE_ID)
+TESTS_DIR = REPO_ROOT / "tests"
+PURE_DIR = TESTS_DIR / "pure"
+
+# devpkg and training/ (repository root) and the shared helpers (tests/) import by name.
+for _path in (str(TESTS_DIR), str(REPO_ROOT)):
+    if _path not in sys.path:
+        sys.path.append(_path)
+
+from devpkg import import_package  # noqa: E402
+
+import_package()
+
+#: Top-level modules that only exist inside Blender (or the ``bpy`` module).
+BLENDER_MODULES = frozenset({
+    "bpy", "_bpy", "bpy_types", "bpy_extras", "mathutils", "bmesh", "gpu", "gpu_extras",
+    "bl_math", "idprop", "imbuf", "aud", "freestyle", "addon_utils", "bl_ui", "bl_operators",
+    "bl_ext", "bl_pkg",
+})
 
 
-def blender_ext_script():
-    """Return the path of ``blender_ext.py`` shipped inside the ``bpy`` wheel."""
-    bpy_dir = pathlib.Path(importlib.util.find_spec("bpy").submodule_search_locations[0])
-    matches = sorted(bpy_dir.glob("*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
-    assert matches, "blender_ext.py not found under {}".format(bpy_dir)
-    return matches[-1]
+@contextlib.contextmanager
+def blender_unimportable():
+    """Make every Blender module unimportable (``None`` in ``sys.modules``) inside the block.
+
+    Modules Blender tests imported before are put back afterwards.
+    """
+    saved = {name: mod for name, mod in sys.modules.items()
+             if name.partition(".")[0] in BLENDER_MODULES}
+    blocked = set(BLENDER_MODULES) | set(saved)
+    for name in blocked:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, None) is None:
+                sys.modules.pop(name, None)
+        sys.modules.update(saved)
 
 
-def _run_blender_ext(*args):
-    return subprocess.run(
-        [sys.executable, str(blender_ext_script()), *map(str, args)],
-        capture_output=True, text=True, timeout=300,
-    )
+def _is_pure(path):
+    path = pathlib.Path(path)
+    return path == PURE_DIR or PURE_DIR in path.parents
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """Pure test modules are imported with Blender unimportable."""
+    if not _is_pure(collector.path):
+        return (yield)
+    with blender_unimportable():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Pure tests (setup, call, teardown) run with Blender unimportable."""
+    if not _is_pure(item.path):
+        return (yield)
+    with blender_unimportable():
+        return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -72,84 +110,8 @@ def repo_root():
 
 
 @pytest.fixture(scope="session")
-def blender_ext():
-    """Run Blender's extension tool: ``blender_ext("validate", path)``."""
-    return _run_blender_ext
-
-
-@pytest.fixture(scope="session")
-def ext_zip(tmp_path_factory):
-    """Build the extension zip from the repository with Blender's extension tool."""
-    out_dir = tmp_path_factory.mktemp("ext_build")
-    result = _run_blender_ext("build", "--source-dir", REPO_ROOT, "--output-dir", out_dir)
-    assert result.returncode == 0, result.stdout + result.stderr
-    zips = list(out_dir.glob("*.zip"))
-    assert len(zips) == 1, result.stdout
-    return zips[0]
-
-
-@pytest.fixture(scope="session")
-def ext(ext_zip):
-    """Install the zip like "Install from Disk" into the temporary user repository and enable it."""
-    assert bpy.utils.user_resource('EXTENSIONS').startswith(str(_USER_ROOT))
-    result = bpy.ops.extensions.package_install_files(
-        filepath=str(ext_zip), repo=USER_REPO, enable_on_install=True,
-    )
-    assert result == {'FINISHED'}, result
-    assert MODULE_NAME in bpy.context.preferences.addons, "extension not enabled after install"
-    module = sys.modules[MODULE_NAME]
-    assert pathlib.Path(module.__file__).resolve().is_relative_to(_USER_ROOT.resolve())
-    return module
-
-
-def _ext_module(ext, name):
-    return importlib.import_module(ext.__name__ + "." + name)
-
-
-@pytest.fixture(scope="session")
-def bake(ext):
-    """The installed extension's ``blender_io.bake`` module."""
-    return _ext_module(ext, "blender_io.bake")
-
-
-@pytest.fixture(scope="session")
-def sk(ext):
-    """The installed extension's ``model.skeleton`` module."""
-    return _ext_module(ext, "model.skeleton")
-
-
-@pytest.fixture(scope="session")
-def rnp(ext):
-    """The installed extension's ``model.rotations_np`` module."""
-    return _ext_module(ext, "model.rotations_np")
-
-
-def _reset_preferences():
-    addon = bpy.context.preferences.addons.get(MODULE_NAME)
-    if addon is None or addon.preferences is None:
-        return
-    prefs = addon.preferences
-    for prop in prefs.bl_rna.properties:
-        if prop.identifier != "rna_type" and not prop.is_readonly:
-            prefs.property_unset(prop.identifier)
-
-
-@pytest.fixture(autouse=True)
-def reset_scene():
-    """Load the factory startup file (empty scene) before each test.
-
-    ``read_homefile(use_factory_startup=True)`` keeps enabled add-ons, unlike
-    ``read_factory_settings`` which would also reset the preferences and
-    disable the extension.
-    """
-    bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
-    _reset_preferences()
-    yield
-
-
-@pytest.fixture(scope="session")
 def run_cli():
-    """Run ``./neural-ik`` with arguments; returns the ``CompletedProcess``."""
+    """Run ``./neural-ik`` with arguments; returns the ``CompletedProcess`` (text, captured)."""
 
     def _run(*args, timeout=600, **kwargs):
         return subprocess.run(

@@ -7,13 +7,16 @@ Plain-data builders (no ``bpy``):
   0-2 neck bones, optional clavicles/toes/twist/IK/finger bones, and bone
   axes ``"default"`` (Y along the bone, Blender's roll 0), ``"random"``
   (random rolls) or ``"world"`` (every bone's axes = armature axes, tails
-  along +Y: a BVH with joint orients).
+  along +Y: a BVH with joint orients);
+- :func:`rigify_metarig_description` is Rigify's human meta-rig, stored in
+  ``tests/data/rigify_metarig.json``.
 
 Blender helpers (import ``bpy`` lazily):
 
 - :func:`description_from_blender` reads an armature object with
   ``foreach_get`` (the reference extraction for the Blender layer);
-- :func:`rigify_metarig_description` adds Rigify's human meta-rig and reads it;
+- :func:`rigify_metarig_from_blender` adds Rigify's human meta-rig and reads
+  it (:func:`save_rigify_metarig` rewrites the stored copy);
 - :func:`build_blender_armature` creates an armature object from a
   description (for other engineers' Blender tests).
 """
@@ -21,12 +24,14 @@ Blender helpers (import ``bpy`` lazily):
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import numpy as np
 
-from _pkg import pkg
+from devpkg import import_package
 
-pkg()
+import_package()
 from neural_ik.model.skeleton import CANONICAL, JOINTS  # noqa: E402
 from neural_ik.retarget.rig import RigDescription  # noqa: E402
 
@@ -329,6 +334,16 @@ def humanoid(convention="mixamo", *, pose="T", spine=3, neck=1, clavicles=True, 
                           name=f"{convention}_{pose}")
 
 
+def random_motion(T=24, seed=0, amount=0.6):
+    """Random canonical local rotations (T, 22, 3, 3) and a wandering root (T, 3) near the rest pelvis."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+
+    rng = np.random.default_rng(seed)
+    R = axis_angle_to_matrix(rng.normal(size=(T, len(JOINTS), 3)) * amount)
+    root = CANONICAL.offsets[0] + np.cumsum(rng.normal(size=(T, 3)) * 0.02, axis=0)
+    return R, root
+
+
 def straight_line_with_reference(convention="mixamo", **kwargs) -> RigDescription:
     """A rig whose rest is no human pose, with a human ``reference_matrix`` pose.
 
@@ -381,9 +396,14 @@ def description_from_blender(obj) -> RigDescription:
     return RigDescription.from_foreach(names, parents, ml, hd, tl, world_matrix=world, name=obj.name)
 
 
-@functools.lru_cache(maxsize=1)
-def rigify_metarig_description() -> RigDescription:
-    """Rigify's human meta-rig (``armature_human_metarig_add``) as a description."""
+#: Rigify's human meta-rig as plain data, read once from Blender (``save_rigify_metarig``):
+#: pure tests use it without ``bpy``; ``tests/blender/test_layout.py`` checks it against
+#: the live meta-rig.
+RIGIFY_METARIG_JSON = Path(__file__).resolve().parent / "data" / "rigify_metarig.json"
+
+
+def rigify_metarig_from_blender() -> RigDescription:
+    """Rigify's human meta-rig (``armature_human_metarig_add``) read from Blender (needs ``bpy``)."""
     import bpy
     import addon_utils
 
@@ -398,6 +418,29 @@ def rigify_metarig_description() -> RigDescription:
     bpy.data.objects.remove(obj)
     bpy.data.armatures.remove(data)
     return rig
+
+
+def save_rigify_metarig(path=RIGIFY_METARIG_JSON):
+    """Write :func:`rigify_metarig_from_blender` to ``path`` (JSON, float32 values as read)."""
+    rig = rigify_metarig_from_blender()
+    blob = {"names": list(rig.names),
+            "parents": [rig.names[p] if p >= 0 else None for p in rig.parents],
+            # the flat, column-major buffer ``foreach_get("matrix_local")`` fills
+            "matrix_local": np.asarray(rig.matrix_local, dtype=np.float32).transpose(0, 2, 1).reshape(-1).tolist(),
+            "head": np.asarray(rig.head, dtype=np.float32).reshape(-1).tolist(),
+            "tail": np.asarray(rig.tail, dtype=np.float32).reshape(-1).tolist()}
+    Path(path).write_text(json.dumps(blob) + "\n")
+
+
+@functools.lru_cache(maxsize=1)
+def rigify_metarig_description() -> RigDescription:
+    """Rigify's human meta-rig as a description, from :data:`RIGIFY_METARIG_JSON` (no ``bpy``)."""
+    blob = json.loads(RIGIFY_METARIG_JSON.read_text())
+    return RigDescription.from_foreach(blob["names"], blob["parents"],
+                                       np.array(blob["matrix_local"], dtype=np.float32),
+                                       np.array(blob["head"], dtype=np.float32),
+                                       np.array(blob["tail"], dtype=np.float32),
+                                       world_matrix=np.eye(4), name="metarig")
 
 
 def build_blender_armature(rig: RigDescription, name: str = "Rig"):

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import dataset as ds  # noqa: E402
+from training import dataset as ds  # noqa: E402
 from neural_ik.model import skeleton as sk  # noqa: E402
 from neural_ik.model.bvh import frames_from_rotations, write_bvh  # noqa: E402
 
@@ -249,13 +249,13 @@ def test_real_cmu_subject7():
         assert not (hands > 1.2 and jump > 0.2)  # leading T-pose dropped
 
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
+WEIGHTS = Path(__file__).resolve().parents[2] / "weights" / "neural_ik.pt"
 
 
 @pytest.mark.skipif(not WEIGHTS.is_file(), reason="weights/neural_ik.pt missing")
 def test_evaluate_prints_the_table(tmp_path, monkeypatch, capsys):
-    """model/evaluate.py on a held-out subject 6 clip: every configuration, one table."""
-    from neural_ik.model import evaluate
+    """training/evaluate.py on a held-out subject 6 clip: every configuration, one table."""
+    from training import evaluate
 
     rng = np.random.default_rng(3)
     write_fake_cc(tmp_path / "006_01.bvh", rng, frames=30)

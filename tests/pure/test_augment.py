@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import augment as aug  # noqa: E402
+from training import augment as aug  # noqa: E402
 from neural_ik.model import skeleton as sk  # noqa: E402
 
 

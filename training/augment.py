@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import skeleton as sk
-from .rotations_np import axis_angle_to_matrix, axis_rotation
-from .skeleton import Skeleton
+from neural_ik.model import skeleton as sk
+from neural_ik.model.rotations_np import axis_angle_to_matrix, axis_rotation
+from neural_ik.model.skeleton import Skeleton
 
 __all__ = [
     "MIRROR_MATRIX",

@@ -23,7 +23,7 @@ import os  # noqa: E402
 
 #: Weights for the real-solver round trip (NEURAL_IK_TEST_WEIGHTS overrides the shipped file).
 WEIGHTS = pathlib.Path(os.environ.get("NEURAL_IK_TEST_WEIGHTS")
-                       or pathlib.Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt")
+                       or pathlib.Path(__file__).resolve().parents[2] / "weights" / "neural_ik.pt")
 
 
 class ExactSolver:

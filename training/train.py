@@ -2,10 +2,10 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python -m model.train --steps 6000 --out .cache/train --device cpu
+    .venv/bin/python -m training.train --steps 6000 --out .cache/train --device cpu
 
-(``python -m neural_ik.model.train`` when installed as a package; running
-``model/train.py`` directly works too.) Resumes automatically from
+(``training/`` is not shipped in the extension zip; it imports the model from
+the package through :mod:`devpkg`.) Resumes automatically from
 ``<out>/checkpoint.pt`` unless ``--fresh``; writes ``<out>/final.pt`` (full
 precision) and, with ``--export``, the shippable ``weights/neural_ik.pt``.
 
@@ -44,17 +44,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: import the repository as the package neural_ik
-    from _script import as_package  # model/ is first on sys.path
+from neural_ik.model import limits as lim
+from neural_ik.model.fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
+from neural_ik.model.network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
+from neural_ik.model.rotations import axis_angle_to_matrix, geodesic_angle, rot_z
+from neural_ik.model.skeleton import CANONICAL, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS, MIRROR_KEYPOINTS
 
-    __package__ = as_package()
-
-from . import limits as lim
 from .augment import JOINT_AXIS_SCALE
-from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
-from .rotations import axis_angle_to_matrix, geodesic_angle, rot_z
-from .skeleton import CANONICAL, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS, MIRROR_KEYPOINTS
 
 __all__ = ["TrainConfig", "PoseData", "load_pose_data", "synthetic_pose_data", "Augmenter", "train", "export_weights", "FORMAT_VERSION", "main"]
 
@@ -263,7 +259,7 @@ class Augmenter:
 
 
 def _world_rot(L):
-    from .fk import forward_kinematics
+    from neural_ik.model.fk import forward_kinematics
 
     return forward_kinematics(L, torch.zeros(L.shape[0], 3, dtype=L.dtype, device=L.device),
                               torch.zeros(NUM_JOINTS, 3, dtype=L.dtype, device=L.device))[0]
@@ -448,7 +444,7 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
          "feat_mean": tensor, "feat_std": tensor,   # normalisation stats
          "train": {...primitives: config, data, time...}}
     """
-    from .network import NUM_FEATURES, NUM_OUTPUTS
+    from neural_ik.model.network import NUM_FEATURES, NUM_OUTPUTS
 
     state = {}
     for k, v in net.state_dict().items():
@@ -521,7 +517,7 @@ def main(argv=None):
     net, hist = train(cfg, data, a.out, heldout=held, resume=not a.fresh, progress=not a.no_progress, info=info)
     info = dict(info, seconds=round(getattr(net, "train_seconds", 0.0), 1), steps=cfg.steps,
                 hardware=f"{torch.get_num_threads()} CPU threads" if cfg.device == "cpu" else cfg.device,
-                command="python -m model.train " + " ".join(argv if argv is not None else sys.argv[1:]))
+                command="python -m training.train " + " ".join(argv if argv is not None else sys.argv[1:]))
     if a.export:
         export_weights(net.cpu(), a.export, cfg, info)
         print(f"wrote {a.export}", file=sys.stderr)

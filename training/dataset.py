@@ -3,7 +3,7 @@
 :func:`load_clips` reads every BVH under a folder (by default
 ``../shared/mocap/cmu`` next to the repository), maps each clip onto the
 canonical skeleton of :mod:`.skeleton` using a joint-map data file
-(``model/joint_maps/cmu_cc_base.json``), resamples it and caches the result
+(``training/joint_maps/cmu_cc_base.json``), resamples it and caches the result
 under ``<repo>/.cache/``.
 
 Conversion, step by step
@@ -82,10 +82,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import skeleton as sk
-from .bvh import BVHData, read_bvh
-from .rotations_np import axis_rotation, resample_rotations, rotation_between
-from .skeleton import Skeleton, keypoints_from_fk_np
+from neural_ik.model import skeleton as sk
+from neural_ik.model.bvh import BVHData, read_bvh
+from neural_ik.model.rotations_np import axis_rotation, resample_rotations, rotation_between
+from neural_ik.model.skeleton import Skeleton, keypoints_from_fk_np
 
 __all__ = [
     "Clip",
@@ -176,7 +176,7 @@ class Clip:
 
 
 def load_joint_map(path=None) -> dict:
-    """Read a joint-map JSON file (default ``model/joint_maps/cmu_cc_base.json``).
+    """Read a joint-map JSON file (default ``training/joint_maps/cmu_cc_base.json``).
 
     Raises
     ------
@@ -581,7 +581,7 @@ def load_clips(root=None, fps=30.0, subjects=None, progress=True, cache=True, jo
         Use / fill ``<repo>/.cache/clips`` (keyed by file size, mtime, fps,
         joint map, calibration and :data:`CODE_VERSION`).
     joint_map : str or Path, optional
-        Joint-map file (default ``model/joint_maps/cmu_cc_base.json``).
+        Joint-map file (default ``training/joint_maps/cmu_cc_base.json``).
 
     Returns
     -------

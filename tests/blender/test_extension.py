@@ -9,7 +9,7 @@ import addon_utils
 import bpy
 import pytest
 
-from conftest import MODULE_NAME
+MODULE_NAME = "bl_ext.user_default.neural_ik"  # where tests/blender/conftest.py installs it
 
 PANEL_IDNAMES = ["VIEW3D_PT_neural_ik"]
 OPERATOR_IDNAMES = ["neural_ik.install_pytorch"]
@@ -62,14 +62,26 @@ def test_validate_zip(blender_ext, ext_zip):
 
 
 def test_zip_contents(ext_zip):
-    names = zipfile.ZipFile(ext_zip).namelist()
+    """The zip holds what runs in Blender: no tests, training, benchmarks or development files."""
+    archive = zipfile.ZipFile(ext_zip)
+    names = archive.namelist()
     assert "blender_manifest.toml" in names
     assert "__init__.py" in names
     assert any(name.startswith("weights/") for name in names), "weights/ must ship"
-    for excluded in ("tests/", ".ci/", ".venv/", ".git/", "benchmarks/output/", "bench_out/", "out/"):
+    for excluded in ("tests/", "training/", "benchmarks/", ".ci/", ".venv/", ".git/", "bench_out/", "out/"):
         assert not any(name.startswith(excluded) for name in names), excluded
+    for excluded in ("neural-ik", "setup.sh", "pytest.ini", "devpkg.py", "conftest.py"):
+        assert excluded not in names, excluded
+    base = [name.rsplit("/", 1)[-1] for name in names]
+    assert not [n for n in base if n.startswith("test_") or n.startswith("bench_")], names
+    assert not any(n in ("train.py", "dataset.py", "evaluate.py", "augment.py") for n in base), names
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
-    assert "neural-ik" not in names
+    # what ships never imports what does not
+    for name in names:
+        if name.endswith(".py"):
+            text = archive.read(name).decode("utf-8")
+            for needle in ("devpkg", "from training", "import training", "benchmarks"):
+                assert needle not in text, (name, needle)
 
 
 def test_installed_as_extension(ext):
@@ -191,7 +203,6 @@ def test_direct_register_cycle(ext):
 
 
 def test_resolve_device():
-    from conftest import REPO_ROOT  # noqa: F401  (device.py imports no bpy)
     device = sys.modules.get(MODULE_NAME + ".device")
     if device is None:
         pytest.skip("extension not installed")

@@ -1,19 +1,20 @@
 """Bake quality figures: keypoint error, jitter and foot sliding (pure numpy)."""
 
-import importlib
-
 import numpy as np
 import pytest
 
-
-@pytest.fixture(scope="module")
-def metrics(ext):
-    return importlib.import_module(ext.__name__ + ".retarget.metrics")
+from neural_ik.model import skeleton
+from neural_ik.retarget import metrics as metrics_module
 
 
 @pytest.fixture(scope="module")
-def sk(ext):
-    return importlib.import_module(ext.__name__ + ".model.skeleton")
+def metrics():
+    return metrics_module
+
+
+@pytest.fixture(scope="module")
+def sk():
+    return skeleton
 
 
 def test_keypoint_error_mm_and_nan(metrics):

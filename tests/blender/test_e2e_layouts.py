@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 WEIGHTS = pathlib.Path(os.environ.get("NEURAL_IK_TEST_WEIGHTS")
-                       or pathlib.Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt")
+                       or pathlib.Path(__file__).resolve().parents[2] / "weights" / "neural_ik.pt")
 
 
 @pytest.fixture(scope="module")

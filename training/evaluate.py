@@ -2,7 +2,7 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python -m model.evaluate [--weights weights/neural_ik.pt] [--device cpu]
+    .venv/bin/python -m training.evaluate [--weights weights/neural_ik.pt] [--device cpu]
                                        [--holdout 6] [--steps 5] [--threads 2] [--json out.json]
 
 For every frame of the held-out subject (default 6, never seen in training)
@@ -38,18 +38,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: import the repository as the package neural_ik
-    from _script import as_package  # model/ is first on sys.path
-
-    __package__ = as_package()
-
-from .fk import NUM_JOINTS, forward_kinematics, fk_keypoints
-from .inference import Solver, fit_skeleton
-from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP
-from .refine import DEFAULTS as REFINE_DEFAULTS
-from .refine import refine
-from .rotations import geodesic_angle
-from .skeleton import JOINTS, PARENTS
+from neural_ik.model.fk import NUM_JOINTS, forward_kinematics, fk_keypoints
+from neural_ik.model.inference import Solver, fit_skeleton
+from neural_ik.model.network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP
+from neural_ik.model.refine import DEFAULTS as REFINE_DEFAULTS
+from neural_ik.model.refine import refine
+from neural_ik.model.rotations import geodesic_angle
+from neural_ik.model.skeleton import JOINTS, PARENTS
 
 __all__ = ["LEAF_JOINTS", "pose_errors", "evaluate", "format_table", "main"]
 
