@@ -103,6 +103,21 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
 
 
+class MisplacedTest(pytest.File):
+    """A test file directly in ``tests/``: a collection error that says where it goes."""
+
+    def collect(self):
+        raise self.CollectError(
+            "{} is directly in tests/: move it to tests/pure/ (no Blender) or tests/blender/ "
+            "(bpy and the installed extension); see tests/conftest.py".format(self.path.name))
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if pathlib.Path(module_path).parent == TESTS_DIR:
+        return MisplacedTest.from_parent(parent, path=module_path)
+    return None
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     """The repository root (extension source folder)."""
