@@ -16,7 +16,7 @@ from _pkg import pkg
 
 pkg()  # bench_foreign reuses retarget.metrics.foot_contacts through the package
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name):
