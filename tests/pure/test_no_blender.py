@@ -45,7 +45,7 @@ def test_computing_modules_import_without_blender():
     names = result.stdout.split()
     for package in ("model", "retarget", "readers"):
         assert "neural_ik." + package in names
-    assert "neural_ik.model.inference" in names and "neural_ik.retarget.footlock" in names
+    assert "neural_ik.model.inference" in names and "neural_ik.retarget.solve" in names
     assert result.stdout.strip().endswith("BLENDER: []")
 
 
