@@ -1,7 +1,7 @@
 """Issue 9's validation: mocap from other studios and skeletons baked by Neural IK and by Blender.
 
 Every clip of ``../shared/mocap/foreign/`` (31 clips, 6 conventions), cut to
-``--max-frames`` frames (default 600 per clip; the output says so), is baked
+``--max-frames`` frames (default 300 per clip; the output says so), is baked
 
 - onto **its own skeleton**: the same BVH imported by Blender as the target
   armature (``own``: Blender's bones along the limbs with their rolls, i.e.
@@ -17,8 +17,8 @@ or IK chains on the six effectors; ``nla.bake``), the reference rows.
 
 Everything is measured on the baked Blender armature (bones' world matrices
 read after ``frame_set``) against the source as Blender's importer reads it
-(for ``rigify``: the source scaled by the legs' length ratio with its floor
-on the rig's, the placement :mod:`blender_baseline` gives Blender's bake).
+(for ``rigify``: the source scaled by the ratio of the rest hip heights with
+its floor on the rig's, the placement :mod:`blender_baseline` gives Blender's bake).
 Per folder a table (frame-weighted means over clips):
 
 - **joint mm**: mean distance of the body's joints (the paths from the root
@@ -39,14 +39,17 @@ Per folder a table (frame-weighted means over clips):
   (more than 2% of the leg's length behind the hip-ankle line, against the
   foot's direction);
 - **jitter mm/f^2**: mean second difference of the joints per frame;
-  **skate mm/f**: horizontal movement per frame of the ankles and toes on
+  **skate mm/f**: horizontal movement per frame of the ankles and toe tips on
   the source's contact frames (both rows on the same frames).
 
 A ``source`` row gives the reference's own figures. Clips the reader refuses
 (or a bake fails on) are listed as ``refused: <message>`` rows.
 
-    .venv/bin/python benchmarks/bench_foreign.py [--folders fair1,sfu] [--max-frames 600] [--clips-per-folder N]
-        [--targets own,world,rigify] [--modes dense,sparse] [--no-blender] [--no-hints] [--json PATH]
+    .venv/bin/python benchmarks/bench_foreign.py [--folders fair1,sfu] [--max-frames 300] [--clips-per-folder N]
+        [--targets own,world,rigify] [--modes dense,sparse] [--no-blender] [--no-hints] [--quick] [--json PATH]
+
+``--quick``: one clip per folder, 200 frames each (a few minutes). Twelve bakes
+per clip (3 targets x 2 modes x 2 methods, less the ``n/a`` ones).
 
 ``--no-hints``: the CLI guesses units and up axis itself (by default it gets
 the folder's units and up axis as flags, as Blender's importer gets them).
@@ -234,18 +237,18 @@ class Posed:
         return pts
 
     def ankles_toes(self):
-        """Ankle, ball and toe tip of each side (T, 6 or 4, 3): points every rig has."""
+        """Ankle and toe tip of each side (T, 4, 3): points every rig has (the foot's tail without toes)."""
         out = []
         for s in "lr":
-            f = self.roles["foot_" + s]
-            out.append(self.world[:, f, :3, 3])
-            t = self.roles["toe_" + s]
-            if t is not None:
-                out.append(self.world[:, t, :3, 3])
-                out.append(self.world[:, t, :3, 3] + self.world[:, t, :3, 1] * self.lengths[t])
-            else:
-                out.append(self.world[:, f, :3, 3] + self.world[:, f, :3, 1] * self.lengths[f])
+            out.append(self.world[:, self.roles["foot_" + s], :3, 3])
+            out.append(self.toe_tip(s))
         return np.stack(out, 1)
+
+    def toe_tip(self, s):
+        """The toe bone's tail, or the foot bone's tail on a rig without toes (T, 3)."""
+        t = self.roles["toe_" + s]
+        b = t if t is not None else self.roles["foot_" + s]
+        return self.world[:, b, :3, 3] + self.world[:, b, :3, 1] * self.lengths[b]
 
     def toe_point(self, s):
         t = self.roles["toe_" + s]
@@ -453,7 +456,7 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
         if own:
             ref, floor = src, src_floor
         else:
-            s = bb.leg_length(target, troles) / bb.leg_length(source, src.roles)
+            s = bb.rig_scale(target, source, troles, src.roles)
             ft, _ = bb.foot_points(bb.rest_world(target)[None], bb.bone_lengths(target), troles, tparents)
             floor = float(np.nanmin(ft[..., 2]))
             ref = transformed(src, s, np.array([0.0, 0.0, floor - s * src_floor]))
@@ -505,14 +508,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=DEFAULT_ROOT, help="the foreign mocap folder (default: ../shared/mocap/foreign)")
     ap.add_argument("--folders", default=None, help="comma-separated folders (default: all)")
-    ap.add_argument("--max-frames", type=int, default=600, help="frames per clip (default 600; 0: whole clips)")
+    ap.add_argument("--max-frames", type=int, default=300, help="frames per clip (default 300; 0: whole clips)")
     ap.add_argument("--clips-per-folder", type=int, default=0, help="at most this many clips per folder (0: all)")
     ap.add_argument("--targets", default="own,world,rigify")
     ap.add_argument("--modes", default="dense,sparse")
     ap.add_argument("--no-blender", action="store_true", help="leave out Blender's constraint bake")
     ap.add_argument("--no-hints", action="store_true", help="do not give the CLI the folder's units and up axis")
     ap.add_argument("--json", default=None, help="write every clip's figures there")
+    ap.add_argument("--quick", action="store_true", help="one clip per folder, at most 200 frames each")
     opts = ap.parse_args(argv)
+    if opts.quick:
+        opts.clips_per_folder = opts.clips_per_folder or 1
+        opts.max_frames = min(opts.max_frames or 200, 200)
     opts.targets = [t for t in opts.targets.split(",") if t]
     opts.modes = [m for m in opts.modes.split(",") if m]
     opts.methods = ["neural-ik"] + ([] if opts.no_blender else ["blender"])

@@ -2,7 +2,7 @@
 
 Clips of one folder of ``../shared/mocap/foreign/`` (default ``fair1``: one
 skeleton) are cut, or looped when shorter, to 200 frames (``--clips``, default
-10) and to 3,000 frames (``--long-clips``, default 3) in a temporary folder
+10) and to 3,000 frames (``--long-clips``, default 2) in a temporary folder
 (deleted at the end, never committed). Each set is baked onto the folder's
 skeleton (its first clip's BVH in its rest pose) by
 
@@ -20,7 +20,7 @@ Both are timed as whole processes from outside, alternately, ``--repeats``
 times (default 3); the table gives the medians, frames per second and the
 ratio (neural-ik / blender: above 1, Neural IK is faster).
 
-    .venv/bin/python benchmarks/bench_vs_blender.py [--folder fair1] [--clips 10] [--long-clips 3] [--repeats 3]
+    .venv/bin/python benchmarks/bench_vs_blender.py [--folder fair1] [--clips 10] [--long-clips 2] [--repeats 3]
         [--blender-export] [--device cpu]
 """
 
@@ -69,7 +69,7 @@ def main(argv=None):
     ap.add_argument("--root", default=DEFAULT_ROOT)
     ap.add_argument("--folder", default="fair1")
     ap.add_argument("--clips", type=int, default=10, help="clips of 200 frames (default 10)")
-    ap.add_argument("--long-clips", type=int, default=3, help="clips of 3,000 frames (default 3)")
+    ap.add_argument("--long-clips", type=int, default=2, help="clips of 3,000 frames (default 2)")
     ap.add_argument("--short-frames", type=int, default=200)
     ap.add_argument("--long-frames", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)

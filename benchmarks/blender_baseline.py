@@ -6,8 +6,8 @@ The job (all timed together, :func:`constraint_bake`):
    animated source armature; the target is already in the scene (the same BVH
    imported again as a rest armature, Rigify's human meta-rig, or anything else
    whose bones :func:`skeleton_roles` recognises). On another rig than the
-   source's own, the source object is scaled by the ratio of the legs' rest
-   lengths and moved so that its floor (its lowest foot point over the clip)
+   source's own, the source object is scaled by the ratio of the rest hip
+   heights (:func:`rig_scale`) and moved so that its floor (its lowest foot point over the clip)
    lies on the target's (its lowest foot point at rest), as a user lines up a
    source with a character.
 2. **Constraints** on the target:
@@ -56,7 +56,7 @@ import numpy as np
 
 __all__ = [
     "skeleton_roles", "body_joints", "import_bvh", "to_rest", "add_metarig", "make_world_aligned",
-    "pose_world", "rest_world", "leg_length", "foot_points", "ik_applicable", "constraint_bake",
+    "pose_world", "rest_world", "hip_height", "leg_length", "rig_scale", "foot_points", "ik_applicable", "constraint_bake",
     "measure_pole_angles", "BlenderBake", "new_scene", "delete_object", "write_cut_bvh", "FOLDER_UNITS",
 ]
 
@@ -371,11 +371,34 @@ def bone_lengths(obj):
     return np.array([b.length for b in obj.data.bones])
 
 
+def hip_height(obj, roles):
+    """Rest height of the pelvis above the rest pose's lowest foot point, along the body's up axis."""
+    names, parents = bone_tree(obj)
+    W = rest_world(obj)
+    up = _body_frame(W, roles)[:, 2]
+    pts, _ = foot_points(W[None], bone_lengths(obj), roles, parents)
+    return float(np.dot(W[roles["pelvis"], :3, 3], up) - np.min(pts[0] @ up))
+
+
 def leg_length(obj, roles):
-    """Mean rest length of the legs (thigh head to ankle), world units."""
+    """Mean rest length of the legs (thigh head to knee to ankle), armature units."""
     W = rest_world(obj)[:, :3, 3]
     return float(np.mean([np.linalg.norm(W[roles["calf_" + s]] - W[roles["thigh_" + s]])
                           + np.linalg.norm(W[roles["foot_" + s]] - W[roles["calf_" + s]]) for s in "lr"]))
+
+
+def rig_scale(target, source, roles_t, roles_s):
+    """Source-to-target scale: the ratio of the rest hip heights (a standing target's legs reach the floor).
+
+    Where a rest pose does not stand (its feet less than 80% of a leg's
+    length below its pelvis: Rokoko's rest lies along one axis), the ratio of
+    the legs' lengths.
+    """
+    ht, hs = hip_height(target, roles_t), hip_height(source, roles_s)
+    lt, ls = leg_length(target, roles_t), leg_length(source, roles_s)
+    if ht > 0.8 * lt and hs > 0.8 * ls:
+        return ht / hs
+    return lt / ls
 
 
 def foot_points(world, lengths, roles, parents):
@@ -428,7 +451,7 @@ class BlenderBake:
         Chain (``arm_l``...) -> measured pole angle (degrees); ``None`` where
         the chain never bends enough to define a plane (no pole target).
     scale : float
-        Source object scale (target leg / source leg; 1 on the own skeleton).
+        Source object scale (:func:`rig_scale`; 1 on the own skeleton).
     offset : ndarray (3,)
         Source object location (the floor alignment).
     """
@@ -582,8 +605,42 @@ def _unit_cols(R):
     return R / np.maximum(np.linalg.norm(R, axis=0, keepdims=True), 1e-12)
 
 
-def _helper_bones(source, target, pairs):
+def _ends_on_child(bone, length):
+    """A bone of real length whose tail is a child's head (its direction is the limb's)."""
+    if length < 1e-3:
+        return False
+    return any((c.head_local - bone.tail_local).length < 1e-3 * max(length, 1.0) for c in bone.children)
+
+
+def _align(a, b):
+    """The smallest rotation (3, 3) taking unit vector ``a`` onto unit vector ``b``."""
+    v = np.cross(a, b)
+    c = float(np.dot(a, b))
+    if c < -1.0 + 1e-9:  # opposite: half a turn about any perpendicular axis
+        p = np.cross(a, [1.0, 0.0, 0.0] if abs(a[0]) < 0.9 else [0.0, 1.0, 0.0])
+        p /= np.linalg.norm(p)
+        return 2.0 * np.outer(p, p) - np.eye(3)
+    K = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+    return np.eye(3) + K + K @ K / (1.0 + c)
+
+
+def _body_frame(W, roles):
+    """Rest body frame (3, 3): columns left (right thigh -> left thigh), forward, up (pelvis -> head)."""
+    up = W[roles["head"], :3, 3] - W[roles["pelvis"], :3, 3]
+    up = up / max(np.linalg.norm(up), 1e-12)
+    left = W[roles["thigh_l"], :3, 3] - W[roles["thigh_r"], :3, 3]
+    left = left - np.dot(left, up) * up
+    left = left / max(np.linalg.norm(left), 1e-12)
+    return np.stack([left, np.cross(up, left), up], 1)
+
+
+def _helper_bones(source, target, pairs, roles_s, roles_t):
     """Helper bones in the source, each parented to a source bone and oriented like a target bone at rest.
+
+    The target's rest orientations are first turned by the rotation between
+    the two rest poses' body frames (up: pelvis to head; left: between the
+    thighs), so a source whose rest pose lies or faces elsewhere (Rokoko's
+    rest lies along X) still drives an upright target upright.
 
     Parameters
     ----------
@@ -598,7 +655,19 @@ def _helper_bones(source, target, pairs):
     import bpy
     from mathutils import Matrix
 
-    Wt = {b.name: target.matrix_world @ b.matrix_local for b in target.data.bones}
+    Ws, Wtr = rest_world(source), rest_world(target)
+    G = _body_frame(Ws, roles_s) @ _body_frame(Wtr, roles_t).T
+    index_s = {b.name: i for i, b in enumerate(source.data.bones)}
+    index_t = {b.name: i for i, b in enumerate(target.data.bones)}
+    Ls = bone_lengths(source)
+    Wt = {}
+    for tname, sname in pairs.items():
+        R = G @ _unit_cols(Wtr[index_t[tname], :3, :3])
+        i = index_s[sname]
+        if i != roles_s["pelvis"] and _ends_on_child(source.data.bones[sname], Ls[i]):
+            # then each bone turned onto its source bone's rest direction (rest poses matched bone by bone)
+            R = _align(R[:, 1], _unit_cols(Ws[i, :3, :3])[:, 1]) @ R
+        Wt[tname] = Matrix(R.tolist())
     rot_src = source.matrix_world.to_3x3().normalized()
     heads = {b.name: b.head_local.copy() for b in source.data.bones}
     length = max(b.length for b in source.data.bones) * 0.2 + 1e-3
@@ -606,7 +675,7 @@ def _helper_bones(source, target, pairs):
     arm = source.data
     out = {}
     for tname, sname in pairs.items():
-        r = rot_src.inverted() @ Wt[tname].to_3x3().normalized()
+        r = rot_src.inverted() @ Wt[tname]
         eb = arm.edit_bones.new("nik_helper_" + tname)
         eb.head = heads[sname]
         eb.tail = heads[sname] + r.col[1] * length
@@ -674,7 +743,7 @@ def constraint_bake(source_path, target, *, scale=1.0, up="Y", mode="dense", own
         raise ValueError("Blender's IK needs forearm / shin tails on the wrists / ankles; this rig's are not")
     result = BlenderBake(frames=n)
     if not own:
-        s = leg_length(target, roles_t) / leg_length(source, roles_s)
+        s = rig_scale(target, source, roles_t, roles_s)
         source.scale = (s, s, s)
         bpy.context.view_layer.update()
         L = bone_lengths(source)
@@ -692,7 +761,8 @@ def constraint_bake(source_path, target, *, scale=1.0, up="Y", mode="dense", own
         if own:
             helpers = {names_t[t]: names_s[s] for t, s in pairs.items()}
         else:
-            helpers = _helper_bones(source, target, {names_t[t]: names_s[s] for t, s in pairs.items()})
+            helpers = _helper_bones(source, target, {names_t[t]: names_s[s] for t, s in pairs.items()},
+                                    roles_s, roles_t)
         c = pb[names_t[roles_t["pelvis"]]].constraints.new("COPY_LOCATION")
         c.target, c.subtarget = source, names_s[roles_s["pelvis"]]
         for t in sorted(pairs):

@@ -133,7 +133,7 @@ def test_roles_and_body_joints_leave_fingers_out():
 
 def test_same_clip_measures_zero_and_a_floating_rig_does_not():
     ref, _ = _walk()
-    contact = np.zeros((ref.world.shape[0], 6), bool)
+    contact = np.zeros((ref.world.shape[0], 4), bool)
     contact[:, :] = True
     floor = float(np.nanmin(ref.foot()[..., 2]))
     same = bf.measure(ref, ref, 30.0, own=True, sparse=True, contact=contact, floor=floor)
