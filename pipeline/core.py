@@ -178,6 +178,8 @@ class RigBake:
         if self.unit < 0.999 or self.unit > 1.001:
             self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
         kp = src.keypoints
+        if self.source_rig is not None:
+            kp = _joints_from_source_rig(kp, self.source_rig)
         K = self.plan.K
         arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
         #: source keypoints in the armature's axes, metres (origin: the armature's)
@@ -283,11 +285,40 @@ class RigBake:
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
         root = kp[:, _J["pelvis"]]
+        self._world_rotations = self._same_named_bones(rot_source_world=Rm)
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
         if missing:
             self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
                                  + " (they follow their parent)")
         return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
+
+    def _same_named_bones(self, rot_source_world):
+        """World rotations for the rig's in-chain bones that no canonical joint stands for but the source has.
+
+        A bone between mapped ones (a CMU ``LHipJoint``, a second neck bone)
+        that the source skeleton has by the same name turns as it turns
+        there, relative to its rest: on the same skeleton every bone then
+        starts exactly where the source has it.
+        """
+        from ..retarget.rigsolve import free_bones
+        from ..retarget.solve import pose_rig
+
+        src = self.source_rig
+        rig, plan = self.rig, self.plan
+        mapped = {rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and rig.has(b)}
+        chain = set(free_bones(rig, mapped, plan.root)) - mapped
+        pairs = [(b, src.rig.index(rig.names[b])) for b in sorted(chain) if src.rig.has(rig.names[b])]
+        if not pairs:
+            return None
+        Ws, _ = pose_rig(src.rig, src.quaternions, src.locations)
+        Qs = src.rig.rest_rotation()
+        Qt = rig.rest_rotation()
+        R = rot_source_world / np.cbrt(np.linalg.det(rot_source_world))
+        out = {}
+        for b, sb in pairs:
+            delta = Ws[:, sb] @ Qs[sb].T             # the source bone's turn from rest, source world
+            out[b] = R @ delta @ R.T @ Qt[b]
+        return out
 
     # -- stage 3 ---------------------------------------------------------------
     def fit(self, progress=None, cancel=None):
@@ -312,7 +343,8 @@ class RigBake:
         offsets = np.array(skel.offsets, dtype=np.float64)
         offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
         src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
-        init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place))
+        init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
+                        world_rotations=getattr(self, "_world_rotations", None))
         self.initial = init
         src = self.src_m.copy()
         if o.in_place:   # as baked: the root's horizontal travel removed from every point
@@ -327,7 +359,8 @@ class RigBake:
         else:
             heights = self._source_heights()
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
-                                          foot_lock=bool(o.foot_lock), source_heights=heights)
+                                          foot_lock=bool(o.foot_lock), source_heights=heights,
+                                          source_rest=self._source_lengths())
             prior = 0.01
         self.targets, self.target_info = targets, info
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
@@ -387,7 +420,7 @@ class RigBake:
         return out
 
     def _source_heights(self):
-        """Flat-foot heights (metres) of the source's ankle and ball, from its skeleton when known."""
+        """Flat-foot heights (metres) of the source's ankles and balls per side, from its skeleton when known."""
         src = self.source_rig
         if src is None:
             return None
@@ -401,8 +434,18 @@ class RigBake:
         fp = foot_points(splan, np.array([0.0, 0.0, 1.0]))
         if not fp:
             return None
-        side = fp.get("l") or fp.get("r")
-        return {name: h for name, _b, _o, h in side if name in ("ankle", "ball")}
+        return {side: {name: h for name, _b, _o, h in pts if name in ("ankle", "ball")} for side, pts in fp.items()}
+
+    def _source_lengths(self):
+        """Rest distances (metres) between the source skeleton's mapped joints, when it has a skeleton."""
+        src = self.source_rig
+        if src is None:
+            return None
+        out = {}
+        for j, bone in src.mapping.entries.items():
+            if j in _J and src.rig.has(bone):
+                out[j] = src.rig.head[src.rig.index(bone)]
+        return out
 
     # -- stage 4 ---------------------------------------------------------------
     def measure(self):
@@ -538,6 +581,25 @@ class RigBake:
         self.fit(stage(0.6, 0.95), cancel)
         self.measure()
         return self.result
+
+
+def _joints_from_source_rig(kp, source_rig):
+    """Keypoints whose joints are the source skeleton's mapped bone heads (the same mapper as the rig's).
+
+    A reader may place a canonical joint between bones (a CMU ``LHipJoint``
+    and ``LeftHip``); the targets of the rig-space solve must name the very
+    points the source skeleton's mapping names, or a skeleton baked onto
+    itself would be pulled away from where it is.
+    """
+    from ..retarget.solve import pose_rig
+
+    _, X = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
+    out = kp.copy()
+    for j, name in enumerate(JOINTS):
+        bone = source_rig.mapping.entries.get(name)
+        if bone is not None and source_rig.rig.has(bone):
+            out[:, j] = X[:, source_rig.rig.index(bone)]
+    return out
 
 
 _PLANS: dict = {}

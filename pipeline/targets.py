@@ -9,8 +9,9 @@ length ratio, or ``BakeOptions.scale``); this is also where the root goes.
 Dense sources (:func:`dense_targets`)
     - **bone directions** of the source: for each canonical bone whose joint
       and child joint are mapped, ``head(child) - head(joint)`` on the rig
-      equals the rig's own rest distance times the source's unit direction,
-      so a rig with other proportions still moves like the performer; plus
+      points along the source's direction (only the error across it counts,
+      so a rig with other proportions, or a segment whose length changes
+      with bones in between, still moves like the performer); plus
       the left-right directions of the hips and clavicles (the pelvis and
       chest orientation);
     - **effectors** relative to their chain roots at the rig's scale: hands
@@ -160,7 +161,7 @@ def _median_length(src, a, b, mask):
 
 
 def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True, source_heights=None,
-                  weights=WEIGHTS):
+                  source_rest=None, weights=WEIGHTS):
     """Targets for a dense source (see the module docstring).
 
     Parameters
@@ -179,8 +180,12 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     foot_lock : bool
         Add contact targets.
     source_heights : dict, optional
-        ``{"ankle": h, "ball": h}`` flat-foot heights of the source (metres)
-        when its skeleton is known; estimated from the motion otherwise.
+        ``{side: {"ankle": h, "ball": h}}`` flat-foot heights of the source
+        (metres) when its skeleton is known; estimated from the motion
+        otherwise.
+    source_rest : dict, optional
+        Joint name -> rest position (metres) of the source skeleton, when
+        known: chain lengths come from it instead of the motion.
 
     Returns
     -------
@@ -210,7 +215,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             u = d / nd
         ok = mask[:, j] & mask[:, c] & (nd[:, 0] > 1e-6)
         tg.add({tg.point(bc): 1.0, tg.point(bj): -1.0}, L * u, w["direction"] * ok, name=f"{name}>{JOINTS[c]}",
-               kind="direction")
+               kind="direction", perpendicular=True)
     # joints missing in the middle of a bone chain (a rig with fewer spine
     # bones): the direction from the nearest mapped ancestor along bone links
     for j, name in enumerate(JOINTS):
@@ -234,7 +239,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             u = d / nd
         ok = mask[:, j] & mask[:, a] & (nd[:, 0] > 1e-6)
         tg.add({tg.point(bj): 1.0, tg.point(ba): -1.0}, L * u, w["direction"] * ok, name=f"{JOINTS[a]}>{name}",
-               kind="direction")
+               kind="direction", perpendicular=True)
     # left-right directions of hips and shoulders
     # (joints fixed on the pelvis and on the chest: the clavicles, not the upper
     # arms, whose distance changes when the clavicles turn)
@@ -248,7 +253,8 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         with np.errstate(invalid="ignore", divide="ignore"):
             u = d / nd
         ok = mask[:, _J[a]] & mask[:, _J[b]] & (nd[:, 0] > 1e-6)
-        tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, w["lateral"] * ok, name=f"{a}>{b}", kind="lateral")
+        tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, w["lateral"] * ok, name=f"{a}>{b}", kind="lateral",
+               perpendicular=True)
     # effectors relative to their chain roots, at the chain's scale
     for eff, root, chain in _CHAINS:
         be, br = _bone(plan, eff), _bone(plan, root)
@@ -260,7 +266,11 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         if any(b is None for b in bones):
             continue
         rig_len = float(sum(np.linalg.norm(rest[bones[k + 1]] - rest[bones[k]]) for k in range(len(bones) - 1)))
-        src_len = sum(_median_length(src, _J[chain[k]], _J[chain[k + 1]], mask) for k in range(len(chain) - 1))
+        if source_rest is not None and all(c in source_rest for c in chain):
+            src_len = float(sum(np.linalg.norm(source_rest[chain[k + 1]] - source_rest[chain[k]])
+                                for k in range(len(chain) - 1)))
+        else:
+            src_len = sum(_median_length(src, _J[chain[k]], _J[chain[k + 1]], mask) for k in range(len(chain) - 1))
         if not (np.isfinite(src_len) and src_len > 1e-6 and rig_len > 1e-9):
             continue
         k = rig_len / src_len
@@ -294,8 +304,8 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             if not mask[:, ka].any():
                 continue
             h_rig_ankle = fp[s][0][3]
-            if source_heights is not None and "ankle" in source_heights:
-                h_src = float(source_heights["ankle"])
+            if source_heights is not None and "ankle" in source_heights.get(s, {}):
+                h_src = float(source_heights[s]["ankle"])
             else:
                 h_src = planted_height(src, mask, s, n, fps, ka)
             delta = h_rig_ankle - scale * h_src

@@ -84,8 +84,15 @@ class Targets:
         self.points.append((int(bone), off))
         return len(self.points) - 1
 
-    def add(self, coef: dict, target, weight, *, axes=(1.0, 1.0, 1.0), name: str = "", kind: str = "") -> None:
-        """Add one target row (see the class docstring); NaN targets get weight 0."""
+    def add(self, coef: dict, target, weight, *, axes=(1.0, 1.0, 1.0), name: str = "", kind: str = "",
+            perpendicular: bool = False) -> None:
+        """Add one target row (see the class docstring); NaN targets get weight 0.
+
+        ``perpendicular``: only the part of the error across the target's
+        direction counts (per frame): a direction target that ignores length,
+        for segments whose length changes (a source with hip or clavicle
+        bones the rig maps differently).
+        """
         target = np.asarray(target, dtype=np.float64)
         weight = np.broadcast_to(np.asarray(weight, dtype=np.float64), target.shape[:1]).copy()
         bad = ~np.isfinite(target).all(-1)
@@ -93,6 +100,11 @@ class Targets:
         target = np.where(bad[:, None], 0.0, target)
         axes = np.asarray(axes, dtype=np.float64)
         proj = np.diag(axes) if axes.shape == (3,) else axes.reshape(3, 3)
+        if perpendicular:
+            n = np.linalg.norm(target, axis=-1, keepdims=True)
+            u = np.where(n > 1e-12, target / np.where(n > 1e-12, n, 1.0), 0.0)
+            proj = proj[None] @ (np.eye(3) - u[:, :, None] * u[:, None, :])
+            target = np.zeros_like(target)   # the perpendicular part of the target itself is zero
         self.rows.append(dict(coef=dict(coef), target=target, weight=weight, proj=proj, name=name, kind=kind))
 
     def __len__(self) -> int:
@@ -345,9 +357,14 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     CA = torch.as_tensor(C[:, :, None] * A[None], dtype=dtype)
     M = torch.as_tensor(C @ A, dtype=dtype)
     Mroot = torch.as_tensor(C @ moved_by_root, dtype=dtype)
-    proj_np = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
-    diag_only = bool(np.allclose(proj_np, proj_np * np.eye(3)))
-    proj = torch.as_tensor(proj_np, dtype=dtype)
+    per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
+    if per_frame:
+        proj_np = np.stack([np.broadcast_to(row["proj"], (T, 3, 3)) for row in targets.rows], 1)
+        diag_only = False
+    else:
+        proj_np = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
+        diag_only = bool(np.allclose(proj_np, proj_np * np.eye(3)))
+    proj_all = torch.as_tensor(proj_np, dtype=dtype)
     tgt_all = np.stack([row["target"] for row in targets.rows], 1) if R else np.zeros((T, 0, 3))
     w_all = np.stack([row["weight"] for row in targets.rows], 1) if R else np.zeros((T, 0))
     pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (nF,))
@@ -390,7 +407,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             root_head0 = None
             tgt = torch.as_tensor(tgt_all[c0:c1], dtype=dtype)
             wts = torch.as_tensor(w_all[c0:c1], dtype=dtype)
-            wproj = wts[..., None, None] * proj[None]                   # (n, R, 3, 3)
+            proj = proj_all[c0:c1] if per_frame else proj_all[None]
+            wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
             wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
             lam = torch.full((n,), 1e-3, dtype=dtype)
 
@@ -492,7 +510,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             # unweighted residual lengths
             pts = posed_points(W, X, pslot, poff)
             comb = torch.einsum("rp,tpi->tri", Ct, pts)
-            resid[c0:c1] = torch.linalg.norm((proj[None] @ (comb - tgt)[..., None])[..., 0], dim=-1).numpy()
+            resid[c0:c1] = torch.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], dim=-1).numpy()
             b_np = basis.numpy()
             out_quats[c0:c1, posed_idx] = matrix_to_quat(b_np)
             out_locs[c0:c1, posed_idx] = loc.numpy()

@@ -434,7 +434,7 @@ def quat_continuity(quats: np.ndarray) -> np.ndarray:
 
 
 def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton | None = None, *,
-             scale=None, in_place: bool = False) -> RetargetResult:
+             scale=None, in_place: bool = False, world_rotations=None) -> RetargetResult:
     """Retarget solver output onto the planned rig.
 
     Parameters
@@ -452,6 +452,11 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         ``"auto"``: target leg length / source leg length.
     in_place : bool
         Drop the horizontal root displacement (keep the vertical).
+    world_rotations : dict, optional
+        Bone index -> (T, 3, 3) armature-space rotations that bone takes
+        instead of what the canonical joints give it (bones the source has
+        too but no canonical joint stands for: a CMU ``LHipJoint``, an extra
+        neck bone).
 
     Returns
     -------
@@ -493,7 +498,9 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
             base_rot = W[:, p] @ plan.rel_rot[b]
             base_pos = X[:, p] + W[:, p] @ plan.rel_pos[b]
         basis = None
-        if b in plan.drivers:
+        if world_rotations is not None and b in world_rotations:
+            basis = np.swapaxes(base_rot, -1, -2) @ world_rotations[b]
+        elif b in plan.drivers:
             ja, jb, w = plan.drivers[b]
             if ja == jb or w == 0.0:
                 R = Rk[:, ja]
