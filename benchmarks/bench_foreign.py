@@ -440,8 +440,11 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
     contact = contacts(src.ankles_toes(), fps)
     src_floor = float(np.nanmin(src.foot()[..., 2]))
     out = {}
-    args = _cli_args(path, [] if opts.no_hints else _hints(folder, choices))
+    hints = [] if opts.no_hints else _hints(folder, choices)
     for kind in opts.targets:
+        # onto its own skeleton the clip keeps the file's heights (as Blender's importer, the
+        # reference, reads them); onto another rig it is grounded, as users get it by default
+        args = _cli_args(path, hints + (["--no-ground"] if kind != "rigify" else []))
         if kind == "rigify":
             target = bb.add_metarig()
         else:

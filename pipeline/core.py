@@ -293,29 +293,45 @@ class RigBake:
         return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
 
     def _same_named_bones(self, rot_source_world):
-        """World rotations for the rig's in-chain bones that no canonical joint stands for but the source has.
+        """World rotations for rig bones the source has by the same name, where they apply.
 
-        A bone between mapped ones (a CMU ``LHipJoint``, a second neck bone)
-        that the source skeleton has by the same name turns as it turns
-        there, relative to its rest: on the same skeleton every bone then
-        starts exactly where the source has it.
+        - The **same skeleton** (every bone the two share by name rests at the
+          same place relative to the pelvis, within 1% of the leg length,
+          whatever the bones' rolls or joint orients): every shared bone turns
+          exactly as in the source, relative to its rest; the clip comes back
+          as it was, fingers included.
+        - Otherwise only in-chain bones no canonical joint stands for (a CMU
+          ``LHipJoint``, a second neck bone) take the source's turn.
         """
         from ..retarget.rigsolve import free_bones
         from ..retarget.solve import pose_rig
 
         src = self.source_rig
         rig, plan = self.rig, self.plan
-        mapped = {rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and rig.has(b)}
-        chain = set(free_bones(rig, mapped, plan.root)) - mapped
-        pairs = [(b, src.rig.index(rig.names[b])) for b in sorted(chain) if src.rig.has(rig.names[b])]
-        if not pairs:
+        shared = [(b, src.rig.index(rig.names[b])) for b in range(len(rig)) if src.rig.has(rig.names[b])]
+        if not shared:
             return None
+        R = rot_source_world / np.cbrt(np.linalg.det(rot_source_world))
+        pelvis_t = plan.root
+        pelvis_s = src.rig.index(src.mapping.entries["pelvis"]) if "pelvis" in src.mapping.entries else -1
+        same = False
+        if pelvis_s >= 0 and plan.leg_length > 0 and len(shared) >= 0.9 * len(plan.mapping.entries):
+            ht = rig.head[[b for b, _ in shared]] - rig.head[pelvis_t]
+            hs = (src.rig.head[[sb for _, sb in shared]] - src.rig.head[pelvis_s]) @ R.T / self.unit
+            same = bool(np.max(np.linalg.norm(ht - hs, axis=-1)) < 0.01 * plan.leg_length)
+        if not same:
+            mapped = {rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and rig.has(b)}
+            chain = set(free_bones(rig, mapped, plan.root)) - mapped
+            shared = [(b, sb) for b, sb in shared if b in chain]
+            if not shared:
+                return None
+        else:
+            self.warnings.append("same skeleton as the source: its bones' rotations are copied")
         Ws, _ = pose_rig(src.rig, src.quaternions, src.locations)
         Qs = src.rig.rest_rotation()
         Qt = rig.rest_rotation()
-        R = rot_source_world / np.cbrt(np.linalg.det(rot_source_world))
         out = {}
-        for b, sb in pairs:
+        for b, sb in shared:
             delta = Ws[:, sb] @ Qs[sb].T             # the source bone's turn from rest, source world
             out[b] = R @ delta @ R.T @ Qt[b]
         return out
@@ -598,7 +614,8 @@ def _joints_from_source_rig(kp, source_rig):
     for j, name in enumerate(JOINTS):
         bone = source_rig.mapping.entries.get(name)
         if bone is not None and source_rig.rig.has(bone):
-            out[:, j] = X[:, source_rig.rig.index(bone)]
+            given = np.isfinite(kp[:, j]).all(-1)         # a masked joint stays masked
+            out[given, j] = X[given, source_rig.rig.index(bone)]
     return out
 
 
