@@ -55,6 +55,8 @@ FLOOR_WARN_CM = 3.0
 REACH_WARN_MM = 5.0
 #: An effector within this of its target counts as reached (mm).
 REACH_OK_MM = 1.0
+#: Rig-solve iterations at least, in sparse mode (effectors met to the millimetre).
+SPARSE_ITERATIONS = 20
 
 
 def leg_length(skel) -> float:
@@ -370,7 +372,7 @@ class RigBake:
         n = floor_normal(self.object_matrix)
         self.up = n
         if self.mode == "sparse":
-            targets, info = sparse_targets(plan, src, self.mask, scale)
+            targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=init.heads)
             prior = self._sparse_prior()
         else:
             heights = self._source_heights()
@@ -390,9 +392,13 @@ class RigBake:
             if progress is not None and total:
                 progress(min(done / total, 1.0), "fit")
 
-        if len(targets) and int(o.rig_iterations) > 0:
+        iterations = int(o.rig_iterations)
+        if self.mode == "sparse" and iterations > 0:
+            # effectors must be met to the millimetre: the prior fades over more steps
+            iterations = max(iterations, SPARSE_ITERATIONS)
+        if len(targets) and iterations > 0:
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
-                            prior_rotation=prior, iterations=int(o.rig_iterations), locked=self.locked,
+                            prior_rotation=prior, iterations=iterations, locked=self.locked,
                             progress=_progress, chunk=512)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual

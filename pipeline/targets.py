@@ -45,7 +45,7 @@ _K = {n: i for i, n in enumerate(KEYPOINTS)}
 
 #: Row weights (per armature unit of error) and prior weights (per radian).
 WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, root=0.3, root_vertical=0.1,
-               sparse_effector=1.0, sparse_hint=0.1)
+               sparse_effector=1.0, sparse_hint=0.1, pole=0.005)
 #: Frames over which a contact target fades in and out.
 CONTACT_BLEND = 4
 
@@ -370,8 +370,13 @@ def _world_from(n):
     return rotation_between(np.asarray(n, dtype=np.float64), np.array([0.0, 0.0, 1.0]))
 
 
-def sparse_targets(plan, src, mask, scale, weights=WEIGHTS):
+def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None):
     """Targets for effectors (and elbow/knee hints) at ``scale * src``.
+
+    Elbows and knees without a hint in the source keep, weakly, where the
+    start pose (the network's answer) has them: like a pole target, this
+    keeps the bend on the natural side while the prior fades (a nearly
+    straight leg could otherwise fold backwards).
 
     Returns
     -------
@@ -397,4 +402,13 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS):
                                                      for i in range(len(bones) - 1)))
         wt = weights["sparse_hint" if hint else "sparse_effector"]
         tg.add({tg.point(b): 1.0}, x[:, k], wt * mask[:, k], name=name, kind="hint" if hint else "effector")
+    if init_heads is not None:
+        for name in SPARSE_HINTS:
+            b = _bone(plan, name)
+            if b is None:
+                continue
+            k = _K[name]
+            w = weights["pole"] * (~mask[:, k])
+            if w.any():
+                tg.add({tg.point(b): 1.0}, init_heads[:, b], w, name=f"{name} pole", kind="pole")
     return tg, info
