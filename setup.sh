@@ -4,7 +4,10 @@
 #
 #   ./setup.sh            set up, then run `./neural-ik demo` (or `./neural-ik info`
 #                         while the demo subcommand does not exist)
-#   ./setup.sh --no-run   set up only (used by .ci/run)
+#   ./setup.sh --no-run   set up only
+#   ./setup.sh --lts      also create .venv-4.2 and .venv-4.5 (Blender 4.2 and 4.5 LTS as
+#                         bpy 4.2.23 / 4.5.15, requirements-4.2.txt / requirements-4.5.txt) for
+#                         the test matrix of .ci/run; NEURAL_IK_VENV=.venv-4.2 ./neural-ik ...
 #
 # PYTHON=/path/to/python3.11 ./setup.sh picks the interpreter explicitly.
 set -euo pipefail
@@ -12,10 +15,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 
 RUN_MAIN=1
+LTS=0
 for arg in "$@"; do
     case "$arg" in
         --no-run) RUN_MAIN=0 ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --lts) LTS=1 ;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -37,39 +42,53 @@ is_py311() {
     "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' >/dev/null 2>&1
 }
 
-VENV_PY="$ROOT/.venv/bin/python"
-if [ -x "$VENV_PY" ] && ! is_py311 "$VENV_PY"; then
-    echo "setup.sh: .venv is not a Python 3.11 environment; remove it (rm -rf .venv) and run again" >&2
-    exit 1
-fi
-
-if [ ! -x "$VENV_PY" ]; then
-    PY="${PYTHON:-}"
-    if [ -z "$PY" ]; then
+find_python() {
+    local py="${PYTHON:-}"
+    if [ -z "$py" ]; then
         for candidate in python3.11 python3 python; do
             if command -v "$candidate" >/dev/null 2>&1 && is_py311 "$candidate"; then
-                PY="$candidate"
+                py="$candidate"
                 break
             fi
         done
     fi
-    if [ -z "$PY" ] || ! is_py311 "$PY"; then
+    if [ -z "$py" ] || ! is_py311 "$py"; then
         need_python
     fi
-    echo "setup.sh: creating .venv with $("$PY" -c 'import sys; print(sys.executable)')"
-    "$PY" -m venv "$ROOT/.venv" || {
-        echo "setup.sh: 'python3.11 -m venv' failed; on Debian/Ubuntu install python3.11-venv" >&2
-        exit 1
-    }
-fi
+    echo "$py"
+}
 
-# Install the pinned requirements when they changed since the last install.
-STAMP="$ROOT/.venv/.requirements.sha256"
-WANT="$("$VENV_PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$ROOT/requirements.txt")"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    echo "setup.sh: installing requirements.txt into .venv"
-    "$VENV_PY" -m pip install --disable-pip-version-check -q -r "$ROOT/requirements.txt"
-    echo "$WANT" > "$STAMP"
+# make_venv DIR REQUIREMENTS: create DIR (Python 3.11) when missing and install REQUIREMENTS
+# into it when they changed since the last install.
+make_venv() {
+    local dir="$1" reqs="$2"
+    local venv_py="$ROOT/$dir/bin/python"
+    if [ -x "$venv_py" ] && ! is_py311 "$venv_py"; then
+        echo "setup.sh: $dir is not a Python 3.11 environment; remove it (rm -rf $dir) and run again" >&2
+        exit 1
+    fi
+    if [ ! -x "$venv_py" ]; then
+        local py
+        py="$(find_python)"
+        echo "setup.sh: creating $dir with $("$py" -c 'import sys; print(sys.executable)')"
+        "$py" -m venv "$ROOT/$dir" || {
+            echo "setup.sh: 'python3.11 -m venv' failed; on Debian/Ubuntu install python3.11-venv" >&2
+            exit 1
+        }
+    fi
+    local stamp="$ROOT/$dir/.requirements.sha256" want
+    want="$("$venv_py" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$ROOT/$reqs")"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        echo "setup.sh: installing $reqs into $dir"
+        "$venv_py" -m pip install --disable-pip-version-check -q -r "$ROOT/$reqs"
+        echo "$want" > "$stamp"
+    fi
+}
+
+make_venv .venv requirements.txt
+if [ "$LTS" = 1 ]; then
+    make_venv .venv-4.2 requirements-4.2.txt
+    make_venv .venv-4.5 requirements-4.5.txt
 fi
 
 if [ "$RUN_MAIN" = 1 ]; then

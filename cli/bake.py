@@ -38,14 +38,30 @@ def add_parser(subparsers):
     return parser
 
 
+def input_files(args, *sources):
+    """Files a bake reads (sources, a target file, ``--mapping``, a ``--layout`` file): no output may replace one."""
+    files = [p for p in sources if p]
+    for path in (args.target, args.mapping, args.layout):
+        if path and os.path.isfile(path):
+            files.append(path)
+    return files
+
+
 def check_outputs(args):
-    """Validate ``--out`` and ``--export`` (exit code 2 on a bad path)."""
+    """Validate ``--out``, ``--export`` and ``--report`` before any work (exit code 2 on a bad path).
+
+    Each must be a file name whose folder can be written (see
+    :func:`.common.check_output_paths`), none the same file as another or
+    as an input.
+    """
     from .export import check_export_path
 
     if args.out is not None and not args.out.lower().endswith(".blend"):
         raise UsageError("--out {}: must be a .blend file".format(args.out))
     for path in args.export or []:
         check_export_path(path)
+    outputs = [("--out", args.out)] + [("--export", p) for p in args.export or []] + [("--report", args.report)]
+    common.check_output_paths(outputs, input_files(args, args.source))
 
 
 def action_name_for(source):
@@ -98,6 +114,7 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
         action.use_fake_user = True
         action["neural_ik_source"] = os.path.abspath(source)
     row = common.result_row(result, clip, os.path.abspath(source), target_label(target.spec), {"read": t_read})
+    row["warnings"].extend(getattr(target, "warnings", None) or [])
     return row, result
 
 
@@ -153,11 +170,15 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
     from ..blender_io.bake import BakeCancelled, BakeError
 
     fps = args.fps or clip.fps
-    n = baked_frame_count(clip.num_frames, clip.fps, fps, args.frames)
+    frames = common.resolve_frames(args.frames, clip.num_frames, source)
+    n = baked_frame_count(clip.num_frames, clip.fps, fps, frames)
+    if args.frame_start is not None and args.frame_start + n - 1 > common.FRAME_MAX:
+        raise CliError("{}: --frame-start {} with {} baked frames ends at frame {}, past Blender's last frame "
+                       "{}".format(source, args.frame_start, n, args.frame_start + n - 1, common.FRAME_MAX))
     fps = prepare_scene(target, fps, n, args.frame_start)
     if progress is not None:
         progress.clip_frames = n
-    options = common.bake_options(args, action_name=action_name, fps=fps)
+    options = common.bake_options(args, action_name=action_name, fps=fps, frames=frames)
     callback = progress.callback() if progress is not None else None
     try:
         return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,

@@ -110,24 +110,107 @@ def find_clips(input_dir, pattern=None, exclude=None):
     return sorted(set(out))
 
 
-class ClipJob:
-    """One clip of a batch: its outputs, whether it is up to date, its report row."""
+def output_names(sources, root):
+    """Unique, deterministic output names (paths below the output folder, no extension) of clips.
 
-    def __init__(self, source, root, out_dir, exports, stems):
+    A clip's name is its path below ``root`` without the extension
+    (``sub/walk_02``). Clips that share it (``walk.npz`` and ``walk.bvh``)
+    take their extension into the name (``walk_npz``, ``walk_bvh``); a name
+    still taken by an earlier clip in sorted order (``walk_npz.npz``) gets
+    ``_2``, ``_3``... Names are compared case-insensitively, so they stay
+    distinct on case-insensitive file systems too.
+
+    Parameters
+    ----------
+    sources : list of str
+        Absolute paths, sorted.
+    root : str
+
+    Returns
+    -------
+    list of (str, str or None)
+        ``(name, note)`` per source; ``note`` says why a name differs from
+        the plain path (``None`` when it does not).
+    """
+    rels = [os.path.relpath(s, root) for s in sources]
+    stems = [os.path.splitext(r)[0] for r in rels]
+    count = {}
+    for stem in stems:
+        count[stem.lower()] = count.get(stem.lower(), 0) + 1
+    wanted = []
+    for rel, stem in zip(rels, stems):
+        if count[stem.lower()] > 1:  # walk.npz and walk.bvh side by side
+            wanted.append((stem + "_" + os.path.splitext(rel)[1].lstrip(".").lower(),
+                           "{} shares its name with another clip".format(stem)))
+        else:
+            wanted.append((stem, None))
+    plain = {stem.lower() for stem, note in wanted if note is None}
+    taken, out = set(), []
+    for (name, note), rel in zip(wanted, rels):
+        base = name
+        k = 1
+        # a renamed clip never takes a name that another clip has plainly
+        while name.lower() in taken or (note is not None and name.lower() in plain):
+            k += 1
+            name = "{}_{}".format(base, k)
+        if name != base:
+            note = "{} is taken by another clip".format(base)
+        taken.add(name.lower())
+        out.append((name, "outputs named {!r}: {}".format(name.replace(os.sep, "/"), note) if note else None))
+    return out
+
+
+class ClipJob:
+    """One clip of a batch: its outputs, whether it is up to date, its report row.
+
+    Parameters
+    ----------
+    source : str
+        Absolute path of the clip.
+    root : str
+        INPUT_DIR.
+    out_dir : str
+    exports : list of str
+        Export formats.
+    name : str
+        Unique output name (:func:`output_names`): the action's name and the
+        exports' path below ``out_dir``.
+    note : str, optional
+        Why ``name`` differs from the clip's path (goes into the report).
+    """
+
+    def __init__(self, source, root, out_dir, exports, name, note=None):
         self.source = source
-        rel = os.path.relpath(source, root)
-        stem = os.path.splitext(rel)[0]
-        if stems.count(stem) > 1:  # walk.npz and walk.bvh side by side
-            stem = rel.replace(".", "_")
-        self.rel = rel
-        self.action_name = stem.replace(os.sep, "/")
-        self.exports = [os.path.join(out_dir, "{}.{}".format(stem, fmt)) for fmt in exports]
+        self.rel = os.path.relpath(source, root)
+        self.action_name = name.replace(os.sep, "/")
+        self.note = note
+        self.exports = [os.path.join(out_dir, "{}.{}".format(name, fmt)) for fmt in exports]
         self.row = None
 
     def exports_fresh(self):
         """Whether every per-clip export exists and is newer than the clip."""
         src = os.path.getmtime(self.source)
         return all(os.path.isfile(p) and os.path.getmtime(p) > src for p in self.exports)
+
+
+def check_output_folders(args, root, out_dir, blend, report_path):
+    """Check the output folder before any work (exit code 2).
+
+    ``--out-dir`` must be a folder (or creatable), writable, and outside
+    INPUT_DIR: outputs there would become clips of the next run. ``--out``
+    and ``--report`` given as paths must not lie in INPUT_DIR either.
+    """
+    what = "--out-dir {}".format(args.out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError("{}: is a file, not a folder".format(what))
+    if common.path_inside(out_dir, root):
+        raise UsageError("{}: lies inside INPUT_DIR {}; its outputs would be read as clips by the next run: "
+                         "pick a folder outside it".format(what, args.input_dir))
+    for flag, path in (("--out", blend), ("--report", report_path)):
+        if path not in (None, "-") and common.path_inside(path, root):
+            raise UsageError("{} {}: lies inside INPUT_DIR {}; it would be read as a clip by the next run: "
+                             "pick a path outside it".format(flag, path, args.input_dir))
+    common.check_writable_folder(out_dir, what)
 
 
 def _blend_actions(path):
@@ -204,9 +287,8 @@ def run(args):
     check_target(args.target)
     common.check_layout_argument(args.layout)
     mapping = common.load_bone_mapping(args.mapping)
+    root = os.path.abspath(args.input_dir)
     out_dir = os.path.abspath(args.out_dir)
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError("--out-dir {}: not a folder".format(args.out_dir))
     blend = None
     if not args.no_blend:
         if not args.out.lower().endswith(".blend"):
@@ -217,16 +299,24 @@ def run(args):
     if blend is None and not exports:
         raise UsageError("nothing to write: --no-blend needs --export FMT")
     report_path = args.report if args.report is not None else os.path.join(out_dir, "report.json")
+    check_output_folders(args, root, out_dir, blend, report_path)
 
-    root = os.path.abspath(args.input_dir)
-    sources = find_clips(root, args.pattern, exclude=out_dir if out_dir != root else None)
+    sources = find_clips(root, args.pattern)
     if not sources:
         what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
             ", ".join(common.SOURCE_EXTENSIONS))
         raise CliError("{}: no keypoint files {}".format(args.input_dir, what))
-    os.makedirs(out_dir, exist_ok=True)
-    stems = [os.path.splitext(os.path.relpath(s, root))[0] for s in sources]
-    jobs = [ClipJob(s, root, out_dir, exports, stems) for s in sources]
+    jobs = [ClipJob(s, root, out_dir, exports, name, note)
+            for s, (name, note) in zip(sources, output_names(sources, root))]
+    from .bake import input_files
+
+    common.check_output_paths([("--out", blend), ("--report", report_path)]
+                              + [("export of " + job.rel, p) for job in jobs for p in job.exports],
+                              input_files(args))
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as ex:
+        raise UsageError("--out-dir {}: cannot create ({})".format(args.out_dir, ex.strerror or ex)) from None
 
     # what is up to date
     old_actions = set()
@@ -250,8 +340,10 @@ def run(args):
         progress.message("skip {}: outputs are up to date".format(job.rel))
     interrupt = _Interrupt(progress).install()
     interrupted = False
+    target = None
     load_seconds = 0.0
     blend_written = None
+    blend_error = None
     try:
         if pending:
             t0 = time.perf_counter()
@@ -282,6 +374,8 @@ def run(args):
                     row["seconds_total"] = round(sum(row["seconds"].values()), 4)
                     row["frames_per_second"] = (round(row["frames"] / row["seconds_total"], 2)
                                                 if row["seconds_total"] else None)
+                    if job.note:
+                        row["warnings"].append(job.note)
                     job.row = row
                     done_rows.append(row)
                     _estimate_total(progress, done_rows, pending, i)
@@ -308,9 +402,14 @@ def run(args):
                     t0 = time.perf_counter()
                     from .export import save_blend
 
-                    save_blend(blend)
-                    blend_written = time.perf_counter() - t0
-                    progress.message("wrote {}".format(blend))
+                    try:
+                        save_blend(blend)
+                    except CliError as ex:  # e.g. a full disk: the report still lists what was done
+                        blend_error = str(ex)
+                        progress.message("failed: {}".format(ex))
+                    else:
+                        blend_written = time.perf_counter() - t0
+                        progress.message("wrote {}".format(blend))
     except KeyboardInterrupt:
         common.remove_pending()
         interrupted = True
@@ -327,15 +426,23 @@ def run(args):
         rows.append(job.row)
     extra = {"load_target_seconds": round(load_seconds, 3), "interrupted": interrupted,
              "blend": blend if blend_written is not None else None}
+    if blend_error is not None:
+        extra["blend_error"] = blend_error
+    target_warnings = list(getattr(target, "warnings", None) or []) if target is not None else []
+    if target_warnings:
+        extra["target_warnings"] = target_warnings
     if blend_written is not None:
         extra["blend_seconds"] = round(blend_written, 3)
     report = {"command": "batch", "input_dir": root, "out_dir": out_dir, "target": target_label(args.target),
               "clips": rows, "summary": common.summary(rows, time.perf_counter() - started, **extra)}
+    report_error = None
     try:
         common.emit_report(report_path, report)
     except KeyboardInterrupt:
         common.remove_pending()
         interrupted = True
+    except CliError as ex:  # e.g. a full disk
+        report_error = str(ex)
     s = report["summary"]
     if not args.quiet:
         progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames at {} frames/s".format(
@@ -344,9 +451,13 @@ def run(args):
     for row in rows:
         if row.get("status") == "failed":
             print("neural-ik batch: failed: {}".format(row.get("error")), file=sys.stderr)
+    if blend_error is not None:
+        print("neural-ik batch: error: {}".format(blend_error), file=sys.stderr)
+    if report_error is not None:
+        print("neural-ik batch: error: {}".format(report_error), file=sys.stderr)
     if interrupted:
         return common.EXIT_INTERRUPTED
-    return common.EXIT_FAILED if s["failed"] else common.EXIT_OK
+    return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
 
 
 def _estimate_total(progress, done_rows, pending, index):

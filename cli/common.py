@@ -32,6 +32,12 @@ __all__ = [
     "add_bake_arguments",
     "bake_options",
     "parse_frames",
+    "resolve_frames",
+    "check_output_paths",
+    "check_writable_folder",
+    "path_inside",
+    "FRAME_MIN",
+    "FRAME_MAX",
     "Progress",
     "atomic_output",
     "remove_pending",
@@ -50,6 +56,8 @@ __all__ = [
 SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh", ".fbx", ".glb", ".gltf", ".blend")
 SMOOTH_CHOICES = ("none", "oneeuro", "savgol", "butter")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Blender's scene frame limits (``MINAFRAME``..``MAXFRAME``).
+FRAME_MIN, FRAME_MAX = -1048574, 1048574
 
 
 class CliError(Exception):
@@ -134,6 +142,53 @@ def parse_frames(text):
     return a, b
 
 
+def resolve_frames(frames, n_frames, source):
+    """Resolve ``--frames A:B`` (open ends allowed) against a clip of ``n_frames`` frames.
+
+    Parameters
+    ----------
+    frames : tuple of (int or None, int or None) or None
+        As parsed by :func:`parse_frames`.
+    n_frames : int
+        Frames of the source clip.
+    source : str
+        The file, for messages.
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        ``(A, B)`` with ``0 <= A < B <= n_frames`` (B excluded); ``None``
+        when ``frames`` is ``None``.
+
+    Raises
+    ------
+    CliError
+        The range starts at or after the clip's end, or ends after it.
+    """
+    if frames is None:
+        return None
+    a, b = frames
+    given = "{}:{}".format("" if a is None else a, "" if b is None else b)
+    a = 0 if a is None else int(a)
+    b = int(n_frames) if b is None else int(b)
+    if not (0 <= a < b <= n_frames):
+        raise CliError("{}: --frames {} is outside the clip (source frames 0:{}, {} frames)".format(
+            source, given, n_frames, n_frames))
+    return a, b
+
+
+def _frame_number(text):
+    """A scene frame within Blender's limits."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an integer: {!r}".format(text)) from None
+    if not FRAME_MIN <= value <= FRAME_MAX:
+        raise argparse.ArgumentTypeError("{} is outside Blender's frame range {}..{}".format(
+            value, FRAME_MIN, FRAME_MAX))
+    return value
+
+
 def _positive_float(text):
     try:
         value = float(text)
@@ -193,8 +248,9 @@ def add_bake_arguments(parser):
                    help="canonical joint -> bone mapping of the target (default: automatic)")
     g.add_argument("--fps", type=_positive_float, default=None,
                    help="frame rate of the baked action (default: the source's)")
-    g.add_argument("--frame-start", type=int, default=None, metavar="N",
-                   help="scene frame of the first baked frame (default: the scene's start frame)")
+    g.add_argument("--frame-start", type=_frame_number, default=None, metavar="N",
+                   help="scene frame of the first baked frame, {}..{} (default: the scene's start frame)".format(
+                       FRAME_MIN, FRAME_MAX))
     g.add_argument("--smooth", choices=SMOOTH_CHOICES, default="none", help="temporal smoothing (default: none)")
     g.add_argument("--smooth-strength", type=_unit_float, default=0.5, metavar="X",
                    help="smoothing strength between 0 and 1 (default: 0.5)")
@@ -227,7 +283,7 @@ def add_bake_arguments(parser):
     g.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
 
-def bake_options(args, action_name=None, fps=None):
+def bake_options(args, action_name=None, fps=None, frames=None):
     """Build a ``BakeOptions`` from parsed bake flags.
 
     Parameters
@@ -236,6 +292,9 @@ def bake_options(args, action_name=None, fps=None):
     action_name : str, optional
     fps : float, optional
         Rate of the baked action when ``--fps`` is not given.
+    frames : tuple of (int, int), optional
+        ``--frames`` resolved against the clip (:func:`resolve_frames`);
+        default ``args.frames``, which must then have no open end.
 
     Returns
     -------
@@ -245,7 +304,7 @@ def bake_options(args, action_name=None, fps=None):
 
     return BakeOptions(
         frame_start=args.frame_start,
-        frames=args.frames,
+        frames=frames if frames is not None else args.frames,
         fps=fps if fps is not None else args.fps,
         smooth=args.smooth,
         smooth_strength=args.smooth_strength,
@@ -270,6 +329,9 @@ def check_layout_argument(layout):
 
     try:
         return get_layout(layout)
+    except RecursionError:
+        raise UsageError("--layout {}: JSON nested too deeply (expected a flat object "
+                         "{{\"source name\": \"canonical keypoint\"}})".format(layout)) from None
     except (KeyError, ValueError) as ex:
         raise UsageError("--layout: {}".format(str(ex).strip("'\""))) from None
 
@@ -295,6 +357,9 @@ def load_bone_mapping(path):
         raise UsageError("--mapping {}: no such file".format(path)) from None
     except (OSError, UnicodeDecodeError, ValueError) as ex:
         raise UsageError("--mapping {}: not a readable JSON file ({})".format(path, ex)) from None
+    except RecursionError:
+        raise UsageError("--mapping {}: JSON nested too deeply (expected a flat object "
+                         "{{\"canonical joint\": \"bone\"}})".format(path)) from None
     if not isinstance(data, dict):
         raise UsageError("--mapping {}: expected a JSON object".format(path))
     if "entries" not in data:
@@ -405,6 +470,98 @@ class Progress:
 
 
 # ---------------------------------------------------------------------------
+# output paths, checked before any work
+
+
+def _same_key(path):
+    """Comparison key of a path: resolved links, case folded where the file system folds it."""
+    return os.path.normcase(os.path.realpath(os.path.abspath(path)))
+
+
+def path_inside(path, folder):
+    """Whether ``path`` is ``folder`` or lies below it (after resolving links)."""
+    path, folder = _same_key(path), _same_key(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_writable_folder(folder, what):
+    """Check that files can be created in ``folder`` (or in the nearest existing folder above it).
+
+    A file is created there and removed again: permission bits say nothing
+    for root or on a read-only mount.
+
+    Parameters
+    ----------
+    folder : str
+    what : str
+        ``"--out x.blend"``, for messages.
+
+    Raises
+    ------
+    UsageError
+        A parent is a file, or the folder is not writable.
+    """
+    folder = os.path.abspath(folder)
+    existing = folder
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        raise UsageError("{}: {} is a file, not a folder".format(what, existing))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".neural_ik-write-check-", dir=existing)
+    except OSError as ex:
+        raise UsageError("{}: cannot write in the folder {} ({})".format(
+            what, existing, ex.strerror or ex)) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
+def check_output_paths(outputs, inputs=()):
+    """Check every output path before any work.
+
+    Parameters
+    ----------
+    outputs : list of (str, str)
+        ``(flag, path)`` pairs, e.g. ``("--out", "walk.blend")``; a path of
+        ``"-"`` (stdout) is skipped.
+    inputs : iterable of str
+        Files the run reads (source, target, mapping); no output may replace one.
+
+    Raises
+    ------
+    UsageError
+        An output is a folder or not a regular file, its folder is not
+        writable or a parent is a file, two outputs are the same file, or an
+        output is one of the inputs.
+    """
+    seen = {}
+    input_keys = {_same_key(p): p for p in inputs if p}
+    checked = set()
+    for flag, path in outputs:
+        if path is None or path == "-":
+            continue
+        what = "{} {}".format(flag, path)
+        if os.path.isdir(path):
+            raise UsageError("{}: is a folder; give a file name".format(what))
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise UsageError("{}: exists and is not a regular file".format(what))
+        key = _same_key(path)
+        if key in seen:
+            raise UsageError("{}: the same file as {}; give each output its own name".format(what, seen[key]))
+        seen[key] = what
+        if key in input_keys:
+            raise UsageError("{}: would replace the input {}".format(what, input_keys[key]))
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in checked:
+            check_writable_folder(folder, what)
+            checked.add(folder)
+
+
+# ---------------------------------------------------------------------------
 # atomic outputs
 
 _PENDING = set()
@@ -424,17 +581,24 @@ def atomic_output(path):
     """
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
     stem, ext = os.path.splitext(os.path.basename(path))
-    fd, tmp = tempfile.mkstemp(prefix=".{}.".format(stem), suffix=".partial" + ext, dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".{}.".format(stem), suffix=".partial" + ext, dir=folder)
+    except OSError as ex:
+        raise CliError("{}: cannot write ({})".format(path, ex.strerror or ex)) from None
     os.close(fd)
     os.unlink(tmp)  # exporters create it themselves
     _PENDING.add(tmp)
     try:
-        yield tmp
-        if not os.path.isfile(tmp):
-            raise CliError("{}: the writer produced no file".format(path))
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            if not os.path.isfile(tmp):
+                raise CliError("{}: the writer produced no file".format(path))
+            os.replace(tmp, path)
+        except OSError as ex:  # a full disk, a file too large, a folder removed meanwhile
+            raise CliError("{}: cannot write ({}); the previous file, if any, is unchanged".format(
+                path, ex.strerror or ex)) from None
     finally:
         _PENDING.discard(tmp)
         for leftover in (tmp, tmp + "1", tmp + "@"):  # Blender's backup / save-in-progress names
@@ -523,16 +687,20 @@ def read_source(path, args):
     ------
     readers.KeypointReadError
     """
+    from ..readers import KeypointReadError, read_keypoints
+
     kwargs = dict(layout=getattr(args, "layout", None), units=getattr(args, "units", None),
                   up_axis=getattr(args, "up_axis", None), fps=getattr(args, "source_fps", None),
                   ground=getattr(args, "ground", True))
-    if path.lower().endswith((".fbx", ".glb", ".gltf", ".blend")):
-        from .fbx_source import read_armature_file
+    try:
+        if path.lower().endswith((".fbx", ".glb", ".gltf", ".blend")):
+            from .fbx_source import read_armature_file
 
-        return read_armature_file(path, **kwargs)
-    from ..readers import read_keypoints
-
-    return read_keypoints(path, **kwargs)
+            return read_armature_file(path, **kwargs)
+        return read_keypoints(path, **kwargs)
+    except RecursionError:  # json's decoder on thousands of nested brackets
+        raise KeypointReadError(path, "nested too deeply to be read (thousands of nested brackets: not a "
+                                "keypoint file?)") from None
 
 
 def _rounded(value, digits=3):

@@ -98,7 +98,9 @@ def run(args):
     tile = _tile_size(args.tile)
     started = time.perf_counter()
     out_dir = os.path.abspath(args.out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise common.UsageError("--out-dir {}: is a file, not a folder".format(args.out_dir))
+    common.check_writable_folder(out_dir, "--out-dir {}".format(args.out_dir))
     paths = {
         "input": os.path.join(out_dir, "demo_walk.npz"),
         "blend": os.path.join(out_dir, "demo.blend"),
@@ -106,6 +108,11 @@ def run(args):
         "report": os.path.join(out_dir, "demo_report.json"),
         "contact_sheet": os.path.join(out_dir, "demo_contact_sheet.png"),
     }
+    common.check_output_paths([("--out-dir " + args.out_dir, p) for p in paths.values()])
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as ex:
+        raise common.UsageError("--out-dir {}: cannot create ({})".format(args.out_dir, ex.strerror or ex)) from None
     keypoints = walk_keypoints(args.seconds, args.fps)
     with common.atomic_output(paths["input"]) as tmp:
         save_npz(tmp, keypoints, args.fps)

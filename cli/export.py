@@ -540,8 +540,8 @@ def export_armature(obj, path, frame_start, frame_end, *, bvh_writer="numpy"):
         with atomic_output(path) as tmp:
             return _write(obj, tmp, ext, int(frame_start), int(frame_end), bvh_writer)
     except (RuntimeError, OSError) as ex:
-        message = " ".join(str(ex).replace("Error:", "").split())
-        raise CliError("{}: export failed ({})".format(path, message[:300])) from None
+        message = " ".join(str(ex).split())  # a RuntimeError holds the cause alone (targets.quiet)
+        raise CliError("{}: export failed ({})".format(path, message)) from None
 
 
 def save_blend(path):
@@ -570,5 +570,5 @@ def save_blend(path):
         with atomic_output(path) as tmp:
             quiet(bpy.ops.wm.save_as_mainfile, filepath=tmp, copy=True, check_existing=False)
     except RuntimeError as ex:
-        message = " ".join(str(ex).replace("Error:", "").split())
-        raise CliError("{}: cannot save ({})".format(path, message[:300])) from None
+        message = str(ex)  # the cause alone (targets.quiet)
+        raise CliError("{}: cannot save ({})".format(path, message)) from None

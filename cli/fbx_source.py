@@ -77,7 +77,7 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
     import bpy
 
     from ..readers.base import KeypointReadError
-    from .targets import quiet
+    from .targets import operator_error, quiet
 
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
@@ -110,8 +110,8 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
                     other = dst.scenes[0].render
                     file_fps = other.fps / other.fps_base
         except (RuntimeError, OSError) as ex:
-            message = " ".join(str(ex).replace("Error:", "").split())
-            raise KeypointReadError(path, "Blender could not read the file ({})".format(message[:300])) from None
+            message = operator_error(ex)  # the cause alone, not cut
+            raise KeypointReadError(path, "Blender could not read the file ({})".format(message)) from None
         arms = [o for o in bpy.data.objects if o not in before["objects"] and o.type == "ARMATURE"]
         if armature is not None:
             arms = [o for o in arms if o.name == armature]

@@ -48,5 +48,33 @@ def main(argv=None):
     return parser.main(sys.argv[1:] if argv is None else argv, prog=parser.PROG_STANDALONE)
 
 
+def leave(code):
+    """Flush stdout and stderr and end the process with ``code`` at once.
+
+    The PyPI ``bpy`` module does not always exit cleanly once Rigify was
+    enabled: bpy 4.2.23 segfaults at interpreter exit (exit code 139 after
+    correct outputs) and bpy 4.5.15 hangs there once torch was imported.
+    Everything the CLI writes is complete and renamed before ``main``
+    returns, so the interpreter's own teardown is skipped.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        exit_code = main()
+    except SystemExit as ex:
+        exit_code = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    except KeyboardInterrupt:
+        exit_code = 130
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        exit_code = 1
+    leave(exit_code if isinstance(exit_code, int) else 1)

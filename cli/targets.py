@@ -11,7 +11,7 @@ Blender's bundled Rigify add-on).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .common import CliError, UsageError
 
@@ -38,11 +38,14 @@ class Target:
         What was asked for (path or built-in name).
     kind : str
         ``"blend"``, ``"fbx"``, ``"gltf"``, ``"bvh"`` or ``"rigify"``.
+    warnings : list of str
+        What loading changed (scripts of a ``.blend`` target disabled).
     """
 
     obj: object
     spec: str
     kind: str
+    warnings: list = field(default_factory=list)
 
 
 def _open_blend():
@@ -93,44 +96,93 @@ def new_scene():
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
 
 
-def _quiet_call(func, *args, _stderr=False, **kwargs):
-    """Call an importer with its console chatter on stdout (and optionally stderr) silenced.
+def operator_error(ex, captured=""):
+    """The cause of a failed Blender operator, in one line.
 
-    stdout may carry the report (``--report -``); Blender's C code prints to
-    the file descriptors directly, so they are pointed at ``/dev/null``
-    meanwhile. Operator errors still arrive as ``RuntimeError``.
+    Blender's message for a failing Python operator holds the whole
+    traceback followed by ``Location: ...``; the cause is its last
+    unindented line (``UnicodeDecodeError: ...``). Other messages are joined
+    into one line. Long messages keep their end, where the cause is.
+
+    Parameters
+    ----------
+    ex : BaseException
+    captured : str
+        What the operator wrote to stderr (used when the exception says nothing).
+
+    Returns
+    -------
+    str
+    """
+    text = str(ex).strip() or str(captured).strip()
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.lstrip().startswith("Location:")]
+    if any("Traceback (most recent call last)" in line for line in lines):
+        causes = [line for line in lines if not line[:1].isspace() and "Traceback (most recent" not in line]
+        lines = causes[-1:] or lines[-1:]
+    message = " ".join(" ".join(lines).split())
+    for prefix in ("Error: ", "Python: "):
+        while message.startswith(prefix):
+            message = message[len(prefix):]
+    if len(message) > 600:
+        message = "..." + message[-597:]
+    return message or type(ex).__name__
+
+
+def _quiet_call(func, *args, _stderr=True, **kwargs):
+    """Call a Blender operator or function with its console output captured.
+
+    stdout may carry the report (``--report -``) and Blender prints
+    tracebacks of failing Python operators to stderr itself; its C code
+    writes to the file descriptors directly, so stdout is pointed at
+    ``/dev/null`` and stderr at a temporary file meanwhile. A failure is
+    raised as ``RuntimeError`` whose message is the cause alone
+    (:func:`operator_error`). ``_stderr`` is accepted for compatibility;
+    stderr is always captured.
     """
     import contextlib
     import io
     import sys
+    import tempfile
 
-    streams = [sys.stdout] + ([sys.stderr] if _stderr else [])
+    streams = [sys.stdout, sys.stderr]
     fds = []
     for stream in streams:
         try:
             stream.flush()
             fds.append(stream.fileno())
         except (AttributeError, OSError, ValueError):
-            pass
-    saved = [os.dup(fd) for fd in fds]
+            fds.append(None)
+    saved = {fd: os.dup(fd) for fd in fds if fd is not None}
+    capture = tempfile.TemporaryFile()
     try:
         sink = os.open(os.devnull, os.O_WRONLY)
-        for fd in fds:
-            os.dup2(sink, fd)
+        if fds[0] is not None:
+            os.dup2(sink, fds[0])
+        if fds[1] is not None:
+            os.dup2(capture.fileno(), fds[1])
         os.close(sink)
-        with contextlib.redirect_stdout(io.StringIO()):
-            return func(*args, **kwargs)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                return func(*args, **kwargs)
+            except RuntimeError as ex:
+                with contextlib.suppress(Exception):
+                    sys.stderr.flush()
+                capture.seek(0)
+                captured = capture.read().decode("utf-8", "replace") + err.getvalue()
+                raise RuntimeError(operator_error(ex, captured)) from None
     finally:
         for stream in streams:
             with contextlib.suppress(Exception):
                 stream.flush()
-        for fd, copy in zip(fds, saved):
+        for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
+        capture.close()
 
 
 def quiet(func, *args, **kwargs):
-    """Run a Blender operator or function with its stdout chatter silenced (``_stderr=True``: stderr too)."""
+    """Run a Blender operator or function with its console output captured (:func:`_quiet_call`)."""
     return _quiet_call(func, *args, **kwargs)
 
 
@@ -165,6 +217,57 @@ def _rest_pose(obj):
         pb.rotation_quaternion = (1.0, 0.0, 0.0, 0.0)
         pb.rotation_euler = (0.0, 0.0, 0.0)
         pb.scale = (1.0, 1.0, 1.0)
+
+
+def _all_ids():
+    """Every data-block of the current file, with the node trees embedded in materials, worlds..."""
+    import bpy
+
+    for id_ in list(bpy.data.user_map().keys()):
+        yield id_
+        tree = getattr(id_, "node_tree", None)
+        if tree is not None:
+            yield tree
+
+
+def disarm_scripts():
+    """Make sure nothing of the current file can run Python when it is saved and opened again.
+
+    A ``.blend`` target is opened with ``use_scripts=False``, so its text
+    blocks registered to run at load and its Python driver expressions do
+    not run here; this keeps them from running later, from the saved
+    ``--out``: the text blocks' "Register" is unticked (their text stays)
+    and drivers whose expression needs Python (not one of Blender's simple
+    expressions) are muted.
+
+    Returns
+    -------
+    list of str
+        Warnings saying what was disabled (empty when nothing was).
+    """
+    import bpy
+
+    texts = sorted(t.name for t in bpy.data.texts if t.use_module)
+    for name in texts:
+        bpy.data.texts[name].use_module = False
+    drivers = []
+    for id_ in _all_ids():
+        ad = getattr(id_, "animation_data", None)
+        if ad is None:
+            continue
+        for fc in ad.drivers:
+            drv = fc.driver
+            if drv.type == "SCRIPTED" and not drv.is_simple_expression and not fc.mute:
+                fc.mute = True
+                drivers.append("{}: {}[{}]".format(id_.name, fc.data_path, fc.array_index))
+    warnings = []
+    if texts:
+        warnings.append("target scripts disabled: text block(s) {} set to run when the file opens are no "
+                        "longer registered (their text is kept)".format(", ".join(repr(t) for t in texts)))
+    if drivers:
+        warnings.append("target scripts disabled: {} Python driver expression(s) muted ({}{})".format(
+            len(drivers), ", ".join(drivers[:5]), "..." if len(drivers) > 5 else ""))
+    return warnings
 
 
 def _select_only(obj):
@@ -221,7 +324,9 @@ def load_target(spec, armature=None):
     ext = os.path.splitext(path)[1].lower()
     try:
         if ext == ".blend":
-            quiet(bpy.ops.wm.open_mainfile, filepath=path, load_ui=False)
+            # never run the file's scripts (text blocks, Python drivers), whatever the user's auto-run setting
+            quiet(bpy.ops.wm.open_mainfile, filepath=path, load_ui=False, use_scripts=False)
+            warnings = disarm_scripts()
             objects = list(bpy.context.scene.objects)
             kind = "blend"
         else:
@@ -238,13 +343,13 @@ def load_target(spec, armature=None):
                       update_scene_duration=False)
                 kind = "bvh"
             objects = [o for o in bpy.data.objects if o not in before]
-    except RuntimeError as ex:
-        message = " ".join(str(ex).replace("Error:", "").split())
-        raise CliError("--target {}: cannot be loaded ({})".format(spec, message[:300])) from None
+            warnings = disarm_scripts()
+    except RuntimeError as ex:  # quiet() leaves the cause alone in the message
+        raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
     obj = _pick_armature(objects, spec, armature)
     if kind == "bvh":
         _rest_pose(obj)
     if kind != "blend":
         bpy.context.scene.frame_set(bpy.context.scene.frame_start)
     _select_only(obj)
-    return Target(obj, path, kind)
+    return Target(obj, path, kind, warnings)

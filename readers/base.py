@@ -192,6 +192,61 @@ def body_size(points: np.ndarray) -> float:
     return float(np.median(side)) if side.size else float("nan")
 
 
+#: A frame whose points spread over more than this many body sizes holds a corrupt value.
+MAX_FRAME_SPREAD = 50.0
+#: Coordinates farther from the origin than this many body sizes are corrupt values.
+MAX_DISTANCE = 1e6
+
+
+def check_body_size(path, points: np.ndarray, names, size: float) -> None:
+    """Refuse a clip whose size is undefined or that holds values far outside the body.
+
+    Parameters
+    ----------
+    path : str
+        The file, for messages.
+    points : ndarray, shape (T, J, 3)
+        File units, NaN = missing, no infinities.
+    names : sequence of str
+    size : float
+        :func:`body_size` of ``points``.
+
+    Raises
+    ------
+    KeypointReadError
+        Every frame's points coincide (an all-zero clip: body size 0), the
+        values overflow double precision, one frame's points spread over
+        more than :data:`MAX_FRAME_SPREAD` body sizes, or a coordinate lies
+        more than :data:`MAX_DISTANCE` body sizes from the origin.
+    """
+    p = np.asarray(points, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"), _quiet():
+        side = np.nanmax(np.nanmax(p, axis=1) - np.nanmin(p, axis=1), axis=1)  # (T,), NaN on empty frames
+    overflow = np.isinf(side)
+    if overflow.any():
+        t = int(np.flatnonzero(overflow)[0])
+        raise KeypointReadError(path, f"values too large to compute with at frame {t} (up to "
+                                f"{np.nanmax(np.abs(p[t])):.3g}): a corrupt file?")
+    if not (math.isfinite(size) and size > 0):
+        raise KeypointReadError(path, "body size is zero: on every frame all points coincide (an all-zero "
+                                "or constant clip), so there is no body to solve")
+    far = side > MAX_FRAME_SPREAD * size
+    if far.any():
+        t = int(np.flatnonzero(far)[0])
+        with _quiet():
+            dist = np.nanmax(np.abs(p[t] - np.nanmedian(p[t], axis=0)), axis=-1)  # no overflow
+        j = int(np.nanargmax(dist))
+        raise KeypointReadError(path, f"frame {t}: point {names[j]!r} lies {dist[j]:.3g} from the others, "
+                                f"{dist[j] / size:.3g} times the body size ({size:.3g}, file units): a corrupt value?")
+    with _quiet():
+        big = np.abs(p) > MAX_DISTANCE * size
+    if big.any():
+        t, j = (int(v) for v in np.argwhere(big)[0][:2])
+        raise KeypointReadError(path, f"frame {t}: point {names[j]!r} is {np.abs(p[t, j]).max():.3g} from the "
+                                f"origin, {MAX_DISTANCE:g} times the body size ({size:.3g}, file units): "
+                                "a corrupt value?")
+
+
 class _quiet:
     """Silence numpy's all-NaN slice warnings."""
 
@@ -748,6 +803,9 @@ def finish_clip(
         raise KeypointReadError(path, str(ex)) from None
     p = convert_up_axis(p, up)
     kp = convert_up_axis(raw_kp, up)
+
+    # a body to measure: no all-zero clip, no value far outside the body (before any arithmetic on them)
+    check_body_size(path, p, names, body_size(p))
 
     # units: the caller, the file, then the body's height (segment lengths, not the bounding box)
     height = body_height(kp, raw_mask)
