@@ -42,6 +42,7 @@ __all__ = [
     "atomic_output",
     "remove_pending",
     "write_json",
+    "check_saved_blend",
     "emit_report",
     "read_source",
     "load_bone_mapping",
@@ -604,6 +605,57 @@ def atomic_output(path):
         for leftover in (tmp, tmp + "1", tmp + "@"):  # Blender's backup / save-in-progress names
             with contextlib.suppress(OSError):
                 os.unlink(leftover)
+
+
+def check_saved_blend(tmp, path):
+    """Check that a ``.blend`` Blender just wrote to ``tmp`` reads back whole.
+
+    Blender's (compressed) ``.blend`` writer does not notice a short write:
+    on a full disk or past the process's file-size limit it reports
+    success and leaves a truncated file. Reading the file's data-block list
+    back catches that before the file replaces ``path``.
+
+    Parameters
+    ----------
+    tmp : str
+        The temporary file written.
+    path : str
+        The output it will become (for messages).
+
+    Raises
+    ------
+    CliError
+        The file is incomplete; the message gives the likely cause (a full
+        disk, the file-size limit) when it can be told.
+    """
+    import errno
+
+    import bpy
+
+    try:
+        with bpy.data.libraries.load(tmp, link=False) as (data_from, _data_to):
+            list(data_from.actions)
+        return
+    except (OSError, RuntimeError) as ex:
+        problem = " ".join(str(ex).replace(tmp, os.path.basename(path)).split())
+    size = os.path.getsize(tmp) if os.path.isfile(tmp) else 0
+    cause = "the written file is incomplete ({})".format(problem)
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY and size >= soft:
+            cause = "{}: the file stops at this process's file-size limit of {} bytes".format(
+                os.strerror(errno.EFBIG), soft)
+    except (ImportError, OSError, ValueError):  # pragma: no cover (Windows)
+        pass
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(tmp)))
+        if st.f_bavail * st.f_frsize < max(size, 1 << 20):
+            cause = "{}: the written file is incomplete".format(os.strerror(errno.ENOSPC))
+    except (AttributeError, OSError):  # pragma: no cover
+        pass
+    raise CliError("{}: cannot save ({}); the previous file, if any, is unchanged".format(path, cause))
 
 
 def remove_pending():

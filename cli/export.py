@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .common import CliError, UsageError, atomic_output
+from .common import CliError, UsageError, atomic_output, check_saved_blend
 
 __all__ = ["EXPORT_EXTENSIONS", "BVH_CHUNK_FRAMES", "PoseChannels", "check_export_path", "export_armature",
            "bvh_hierarchy", "bvh_motion_chunks", "write_armature_bvh", "read_pose_channels", "save_blend"]
@@ -569,6 +569,7 @@ def save_blend(path):
     try:
         with atomic_output(path) as tmp:
             quiet(bpy.ops.wm.save_as_mainfile, filepath=tmp, copy=True, check_existing=False)
+            check_saved_blend(tmp, path)  # Blender does not notice a short write (full disk)
     except RuntimeError as ex:
         message = str(ex)  # the cause alone (targets.quiet)
         raise CliError("{}: cannot save ({})".format(path, message)) from None

@@ -8,8 +8,10 @@ Methods (:data:`METHODS`):
   backward and averaged (offline use: the two lags cancel; :func:`one_euro`
   is the plain causal filter). Sequential over frames (inherent), vectorised
   over all other axes.
-- ``"savgol"``: zero-phase Savitzky-Golay (``scipy.signal.savgol_filter``).
-- ``"butter"``: zero-phase Butterworth low-pass (``scipy.signal.filtfilt``).
+- ``"savgol"``: zero-phase Savitzky-Golay (``scipy.signal.savgol_filter``,
+  ``mode="interp"``).
+- ``"butter"``: zero-phase Butterworth low-pass (``scipy.signal.butter`` +
+  ``filtfilt``, odd padding).
 
 A single ``strength`` in [0, 1] sets each filter's parameters (0 = no
 change); see :func:`filter_params`. Keypoints may contain NaN (missing
@@ -19,7 +21,11 @@ component-wise and renormalised, which is accurate for the small angular
 steps between frames. Clips shorter than a filter's window are handled by
 shrinking the window (or returning the input for 1-2 frames).
 
-``scipy`` is imported lazily (only the zero-phase filters need it).
+``scipy`` is optional: Blender's Python bundles numpy but not scipy. The two
+zero-phase filters use scipy's compiled routines when it imports and
+otherwise numpy ports of the same algorithms (:func:`savgol_numpy`,
+:func:`butter_numpy`, :func:`filtfilt_numpy`), which give the same results
+(to rounding; compared with scipy in ``tests/test_smoothing_noscipy.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import numpy as np
 
 from .solve import quat_continuity
 
-__all__ = ["METHODS", "filter_params", "smooth_keypoints", "smooth_rotations", "one_euro"]
+__all__ = ["METHODS", "filter_params", "smooth_keypoints", "smooth_rotations", "one_euro", "savgol_numpy",
+           "butter_numpy", "filtfilt_numpy"]
 
 METHODS = ("none", "oneeuro", "savgol", "butter")
 
@@ -101,6 +108,107 @@ def _fill_nan(x2d):
     return x, nan
 
 
+def _scipy_signal():
+    """``scipy.signal``, or ``None`` when scipy is not installed (Blender's own Python)."""
+    try:
+        from scipy import signal
+    except ImportError:
+        return None
+    return signal
+
+
+def savgol_numpy(x: np.ndarray, window: int, polyorder: int) -> np.ndarray:
+    """Savitzky-Golay smoothing along axis 0, as ``scipy.signal.savgol_filter(x, window, polyorder, axis=0)``.
+
+    Each interior sample is the value at its centre of the polynomial of
+    degree ``polyorder`` fitted (least squares) to the ``window`` samples
+    around it; the first and last ``window // 2`` samples take the
+    polynomial fitted to the first / last window (scipy's ``mode="interp"``).
+
+    Parameters
+    ----------
+    x : ndarray (T, C)
+    window : int
+        Odd, ``polyorder < window <= T``.
+    polyorder : int
+
+    Returns
+    -------
+    ndarray (T, C)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    T = x.shape[0]
+    half = window // 2
+    pos = np.arange(window, dtype=np.float64) - half  # centred: better conditioned
+    V = pos[:, None] ** np.arange(polyorder + 1)[None, :]
+    hat = V @ np.linalg.pinv(V)  # (window, window): values of the fitted polynomial at each position
+    out = np.empty_like(x)
+    frames = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)  # (T - window + 1, C, window)
+    out[half:T - half] = frames @ hat[half]
+    out[:half] = hat[:half] @ x[:window]
+    out[T - half:] = hat[window - half:] @ x[T - window:]
+    return out
+
+
+def butter_numpy(order: int, cutoff: float, fs: float):
+    """Digital Butterworth low-pass ``(b, a)``, as ``scipy.signal.butter(order, cutoff, btype="low", fs=fs)``.
+
+    The analog prototype's poles, pre-warped to ``cutoff`` and mapped with
+    the bilinear transform.
+    """
+    wn = 2.0 * float(cutoff) / float(fs)  # fraction of Nyquist
+    warped = 4.0 * np.tan(np.pi * wn / 2.0)
+    m = np.arange(-order + 1, order, 2)
+    poles = -np.exp(1j * np.pi * m / (2 * order)) * warped
+    gain = warped ** order
+    fs2 = 4.0
+    poles_z = (fs2 + poles) / (fs2 - poles)
+    gain_z = gain * np.real(1.0 / np.prod(fs2 - poles))
+    b = gain_z * np.real(np.poly(-np.ones(order)))
+    a = np.real(np.poly(poles_z))
+    return b, a
+
+
+def _lfilter(b, a, x, zi):
+    """Direct-form II transposed IIR filter along axis 0 of (T, C), initial state ``zi`` (n - 1, C)."""
+    n = len(a)
+    y = np.empty_like(x)
+    z = zi.copy()
+    for t in range(x.shape[0]):
+        xt = x[t]
+        yt = b[0] * xt + z[0]
+        for k in range(n - 2):
+            z[k] = b[k + 1] * xt + z[k + 1] - a[k + 1] * yt
+        z[n - 2] = b[n - 1] * xt - a[n - 1] * yt
+        y[t] = yt
+    return y
+
+
+def filtfilt_numpy(b, a, x: np.ndarray, padlen: int) -> np.ndarray:
+    """Zero-phase filtering along axis 0, as ``scipy.signal.filtfilt(b, a, x, axis=0, padlen=padlen)``.
+
+    Odd extension by ``padlen`` samples at both ends, forward and backward
+    passes started in the filter's steady state for the first sample
+    (``lfilter_zi``).
+    """
+    b = np.asarray(b, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    b, a = b / a[0], a / a[0]
+    n = max(len(a), len(b))
+    b = np.pad(b, (0, n - len(b)))
+    a = np.pad(a, (0, n - len(a)))
+    x = np.asarray(x, dtype=np.float64)
+    if padlen > 0:
+        x = np.concatenate([2.0 * x[:1] - x[padlen:0:-1], x, 2.0 * x[-1:] - x[-2:-padlen - 2:-1]])
+    companion = np.zeros((n - 1, n - 1))
+    companion[0] = -a[1:]
+    companion[1:, :-1] += np.eye(n - 2)
+    zi = np.linalg.solve(np.eye(n - 1) - companion.T, b[1:] - a[1:] * b[0])
+    y = _lfilter(b, a, x, zi[:, None] * x[:1])
+    y = _lfilter(b, a, y[::-1], zi[:, None] * y[-1:])[::-1]
+    return y[padlen:len(y) - padlen] if padlen > 0 else y
+
+
 def _filter_2d(x, method, strength, fps):
     """Filter (T, C) along time; x has no NaN except whole columns."""
     T = len(x)
@@ -118,19 +226,27 @@ def _filter_2d(x, method, strength, fps):
         bwd = one_euro(xs[::-1], fps, **p)[::-1]
         out[:, good] = 0.5 * (fwd + bwd)
         return out
-    from scipy import signal
-
+    signal = _scipy_signal()
     if method == "savgol":
         win = min(p["window"], T if T % 2 else T - 1)
         if win < 3:
             return out
         order = min(p["polyorder"], win - 1)
-        out[:, good] = signal.savgol_filter(xs, win, order, axis=0, mode="interp" if win <= T else "nearest")
+        if signal is not None:
+            out[:, good] = signal.savgol_filter(xs, win, order, axis=0, mode="interp")
+        else:
+            out[:, good] = savgol_numpy(xs, win, order)
         return out
     if method == "butter":
-        b, a = signal.butter(p["order"], p["cutoff"], btype="low", fs=fps)
+        if signal is not None:
+            b, a = signal.butter(p["order"], p["cutoff"], btype="low", fs=fps)
+        else:
+            b, a = butter_numpy(p["order"], p["cutoff"], fps)
         padlen = min(3 * max(len(a), len(b)), T - 1)
-        out[:, good] = signal.filtfilt(b, a, xs, axis=0, padlen=padlen)
+        if signal is not None:
+            out[:, good] = signal.filtfilt(b, a, xs, axis=0, padlen=padlen)
+        else:
+            out[:, good] = filtfilt_numpy(b, a, xs, padlen)
         return out
     raise ValueError(f"unknown smoothing method {method!r}; known: {', '.join(METHODS)}")
 

@@ -133,20 +133,36 @@ def test_same_parser_in_blender_and_launcher(ext):
 
 
 def test_ci_run_fails_on_failed_or_no_tests(repo_root, tmp_path):
-    """.ci/run: pytest's exit code is the job's; 5 (no tests collected) is a failure, not a pass."""
+    """.ci/run: the whole suite on bpy 5.0.1, the LTS subset on 4.2 and 4.5; any failure or "no tests
+    collected" (pytest exit code 5) fails the job, and every version still runs."""
     import shutil
     import subprocess
 
     (tmp_path / ".ci").mkdir()
-    shutil.copy(repo_root / ".ci" / "run", tmp_path / ".ci" / "run")
-    (tmp_path / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    (tmp_path / ".venv" / "bin" / "python").write_text('#!/bin/sh\nexit "$FAKE_PYTEST_STATUS"\n')
-    for f in (".ci/run", "setup.sh", ".venv/bin/python"):
+    for name in ("run", "pytest"):
+        shutil.copy(repo_root / ".ci" / name, tmp_path / ".ci" / name)
+    (tmp_path / "setup.sh").write_text('#!/bin/sh\necho "$@" > "$FAKE_LOG.setup"\nexit 0\n')
+    fakes = {".venv": "50", ".venv-4.2": "42", ".venv-4.5": "45"}
+    for venv, tag in fakes.items():
+        (tmp_path / venv / "bin").mkdir(parents=True)
+        (tmp_path / venv / "bin" / "python").write_text(
+            '#!/bin/sh\nshift 2  # -c CODE\necho "{} $NEURAL_IK_VENV $*" >> "$FAKE_LOG"\n'
+            'exit "${{FAKE_{}:-$FAKE_PYTEST_STATUS}}"\n'.format(venv, tag))
+        (tmp_path / venv / "bin" / "python").chmod(0o755)
+    for f in (".ci/run", ".ci/pytest", "setup.sh"):
         (tmp_path / f).chmod(0o755)
-    for status, want in ((0, 0), (1, 1), (2, 2), (5, 1)):
-        r = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
-                           env=dict(os.environ, FAKE_PYTEST_STATUS=str(status)))
-        assert r.returncode == want, (status, r.stdout, r.stderr)
-        if status == 5:
+    log = tmp_path / "log"
+    for status, per_version, want in ((0, {}, 0), (1, {}, 1), (2, {}, 2), (5, {}, 1), (0, {"42": "1"}, 1),
+                                      (0, {"45": "5"}, 1), (0, {"50": "3"}, 3)):
+        log.write_text("")
+        env = dict(os.environ, FAKE_PYTEST_STATUS=str(status), FAKE_LOG=str(log),
+                   **{"FAKE_" + k: v for k, v in per_version.items()})
+        r = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == want, (status, per_version, r.stdout, r.stderr)
+        if 5 in (status, *map(int, per_version.values())):
             assert "no tests" in r.stderr
+        runs = log.read_text().splitlines()
+        assert [line.split()[0] for line in runs] == [".venv", ".venv-4.2", ".venv-4.5"], runs
+        assert all(line.split()[1] == str(tmp_path / line.split()[0]) for line in runs), runs
+        assert "tests/test_bake.py" in runs[1] and "tests/test_operators.py" in runs[2]
+    assert "--lts" in (tmp_path / "log.setup").read_text()
