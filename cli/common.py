@@ -158,24 +158,24 @@ def resolve_frames(frames, n_frames, source):
     Returns
     -------
     tuple of (int, int) or None
-        ``(A, B)`` with ``0 <= A < B <= n_frames`` (B excluded); ``None``
-        when ``frames`` is ``None``.
+        ``(A, B)`` with ``0 <= A < B <= n_frames`` (B excluded), from
+        ``pipeline.prepare.resolve_frames``; ``None`` when ``frames`` is ``None``.
 
     Raises
     ------
     CliError
-        The range starts at or after the clip's end, or ends after it.
+        The range lies outside the clip (the message names the file and the flag).
     """
     if frames is None:
         return None
-    a, b = frames
-    given = "{}:{}".format("" if a is None else a, "" if b is None else b)
-    a = 0 if a is None else int(a)
-    b = int(n_frames) if b is None else int(b)
-    if not (0 <= a < b <= n_frames):
-        raise CliError("{}: --frames {} is outside the clip (source frames 0:{}, {} frames)".format(
-            source, given, n_frames, n_frames))
-    return a, b
+    from ..pipeline.options import BakeError
+    from ..pipeline.prepare import resolve_frames as _resolve
+
+    given = "{}:{}".format("" if frames[0] is None else frames[0], "" if frames[1] is None else frames[1])
+    try:
+        return _resolve(frames, int(n_frames))
+    except BakeError as ex:
+        raise CliError("{}: --frames {}: {}".format(source, given, ex)) from None
 
 
 def _frame_number(text):
