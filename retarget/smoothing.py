@@ -25,7 +25,7 @@ shrinking the window (or returning the input for 1-2 frames).
 zero-phase filters use scipy's compiled routines when it imports and
 otherwise numpy ports of the same algorithms (:func:`savgol_numpy`,
 :func:`butter_numpy`, :func:`filtfilt_numpy`), which give the same results
-(to rounding; compared with scipy in ``tests/test_smoothing_noscipy.py``).
+(to rounding; compared with scipy in ``tests/pure/test_smoothing_noscipy.py``).
 """
 
 from __future__ import annotations

@@ -164,5 +164,5 @@ def test_ci_run_fails_on_failed_or_no_tests(repo_root, tmp_path):
         runs = log.read_text().splitlines()
         assert [line.split()[0] for line in runs] == [".venv", ".venv-4.2", ".venv-4.5"], runs
         assert all(line.split()[1] == str(tmp_path / line.split()[0]) for line in runs), runs
-        assert "tests/test_bake.py" in runs[1] and "tests/test_operators.py" in runs[2]
+        assert "tests/blender/test_bake.py" in runs[1] and "tests/blender/test_operators.py" in runs[2]
     assert "--lts" in (tmp_path / "log.setup").read_text()

@@ -1,25 +1,21 @@
-"""Without scipy (Blender's own Python bundles numpy only): the same smoothing, the same bake.
+"""Without scipy (Blender's own Python bundles numpy only): the same smoothing, the same solve.
 
 - The numpy ports of the Savitzky-Golay filter, the Butterworth design and
   ``filtfilt`` equal scipy's to rounding (when scipy is installed).
-- A bake with ``--smooth savgol`` / ``--smooth butter`` and the refinement
-  on, run with ``sys.modules["scipy"] = None`` (every ``import scipy``
-  fails), succeeds and writes the same motion as with scipy.
+- The refinement's one-frame solve falls back to torch without scipy.
+- ``tests/blender/test_bake_noscipy.py`` bakes with scipy unimportable.
 """
 
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from _pkg import pkg
-from test_cli_bake import REPO, needs_weights, weights_args, write_walk_npz
+from devpkg import REPO
 
 
 def _smoothing():
-    pkg()
     from neural_ik.retarget import smoothing
 
     return smoothing
@@ -55,50 +51,14 @@ def test_numpy_butterworth_filtfilt_equals_scipy(T):
         assert np.allclose(sm.filtfilt_numpy(b, a, x, padlen), want, atol=1e-9, rtol=0)
 
 
-_NO_SCIPY = r"""
-import runpy, sys
-sys.modules["scipy"] = None  # as in Blender's Python: `import scipy` fails
-sys.argv = [sys.argv[1]] + sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-def _bake(tmp_path, src, smooth, no_scipy):
-    tag = "{}_{}".format(smooth, "noscipy" if no_scipy else "scipy")
-    bvh = tmp_path / (tag + ".bvh")
-    argv = ["bake", str(src), "--target", "rigify", "--smooth", smooth, "--smooth-strength", "0.6", "--export",
-            str(bvh), "--report", "-", "-q", *weights_args()]
-    cli = str(REPO / "cli" / "standalone.py")
-    cmd = [sys.executable, "-c", _NO_SCIPY, cli, *argv] if no_scipy else [sys.executable, cli, *argv]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(REPO))
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    report = json.loads(result.stdout)
-    assert report["clips"][0]["status"] == "done"
-    motion = bvh.read_text().split("Frame Time:")[1].splitlines()[1:]
-    return np.array([[float(v) for v in line.split()] for line in motion if line.strip()])
-
-
-@needs_weights
-@pytest.mark.parametrize("smooth", ["savgol", "butter"])
-def test_bake_without_scipy(tmp_path, smooth):
-    src = tmp_path / "walk.npz"
-    write_walk_npz(src, seconds=1.5)
-    without = _bake(tmp_path, src, smooth, no_scipy=True)
-    with_scipy = _bake(tmp_path, src, smooth, no_scipy=False)
-    assert without.shape == with_scipy.shape and without.shape[0] > 40
-    # the same motion: BVH values are printed to 6 decimals (cm and degrees)
-    assert np.abs(without - with_scipy).max() < 1e-3
-
-
 def test_refine_without_scipy_uses_torch():
     """model/refine.py's one-frame LAPACK path falls back to torch's Cholesky without scipy."""
     code = r"""
 import sys
 sys.modules["scipy"] = None
 sys.path.insert(0, sys.argv[1])
-from _pkg import pkg
-pkg()
+from devpkg import import_package
+import_package()
 import numpy as np
 from neural_ik.model import refine
 assert refine._cho is None
@@ -108,7 +68,6 @@ x, ok = refine._solve_spd(H, g)
 assert ok.all() and np.allclose(H[0] @ x[0], -g[0]), x
 print("ok")
 """
-    result = subprocess.run([sys.executable, "-c", code, str(REPO / "tests")], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
