@@ -157,7 +157,7 @@ def make_fixtures(folder):
         ("bvh studio _L/_R Z-up inches A-pose", dict(scheme="studio", up="Z", units="in", orients="A")),
         ("bvh ASF names Y-up CMU units orients", dict(scheme="asf", up="Y", units="cmu", orients="random")),
         ("bvh mixamo Z-up m floor +40 cm", dict(scheme="mixamo", up="Z", units="m", floor=0.4)),
-        ("bvh studio Y-up mm leaning", dict(scheme="studio", up="Y", units="mm", lean=0.6)),
+        ("bvh studio Y-up mm leaning forward", dict(scheme="studio", up="Y", units="mm", lean=1.5)),
     ]:
         p, _ = sf.humanoid_bvh(folder / (name.split()[1] + "_" + str(len(out)) + ".bvh"), frames=90, **kw)
         out.append((name, p, False))

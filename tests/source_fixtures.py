@@ -63,27 +63,20 @@ def bone_names(scheme: str) -> list:
 
 
 def walk_rotations(T: int, fps: float = 30.0, lean: float = 0.0, seed: int = 0):
-    """Canonical local rotations (T, 22, 3, 3) and root positions (T, 3) of a procedural walk (Z up, metres)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(T) / fps
-    ph = 2 * np.pi * 1.0 * t
-    aa = np.zeros((T, len(JOINTS), 3))
-    J = JOINTS.index
-    aa[:, J("pelvis"), 2] = 0.3 * t  # slow turn
-    aa[:, J("pelvis"), 0] = lean
-    for s, sg in (("l", 1.0), ("r", -1.0)):
-        aa[:, J(f"thigh_{s}"), 0] = 0.45 * sg * np.sin(ph)
-        aa[:, J(f"calf_{s}"), 0] = -0.5 * (1 + np.sin(ph + sg * 1.2)) / 2 - 0.05
-        aa[:, J(f"foot_{s}"), 0] = 0.15 * np.sin(ph)
-        aa[:, J(f"upperarm_{s}"), 1] = sg * 1.2   # arms down from the T-pose
-        aa[:, J(f"upperarm_{s}"), 0] = -0.3 * sg * np.sin(ph)
-        aa[:, J(f"forearm_{s}"), 2] = -sg * 0.3
-    aa[:, J("spine2"), 0] = 0.05 * np.sin(2 * ph)
-    aa[:, J("head"), 2] = 0.2 * np.sin(ph / 2)
-    aa += rng.normal(0.0, 0.01, aa.shape)
-    rot = axis_angle_to_matrix(aa)
-    yaw = 0.3 * t
-    root = np.stack([-0.6 * np.sin(yaw) * 0, -0.9 * t, 0.93 + 0.02 * np.cos(2 * ph)], -1)
+    """Canonical local rotations (T, 22, 3, 3) and root positions (T, 3) of the demo's walk
+    (``cli.demo_motion``: the stance foot planted, the lowest foot point on the floor; Z up, metres).
+
+    ``lean`` bends the upper body forward at the waist (radians), as when pushing something.
+    """
+    from neural_ik.cli import demo_motion
+    from neural_ik.model.rotations_np import axis_rotation
+
+    del seed
+    seconds = T / float(fps)
+    rot = demo_motion.walk_rotations(seconds, fps)[:T]
+    root = demo_motion.walk_keypoints(seconds, fps)[:T, 0]
+    if lean:
+        rot[:, JOINTS.index("spine1")] = rot[:, JOINTS.index("spine1")] @ axis_rotation(0, float(lean))
     return rot, root
 
 

@@ -61,7 +61,7 @@ def test_child_in_inches_and_cmu_adult(tmp_path):
 
 
 def test_leaning_clip_keeps_its_up_axis(tmp_path):
-    p, _ = humanoid_bvh(tmp_path / "lean.bvh", "studio", up="Z", units="cm", lean=0.7)
+    p, _ = humanoid_bvh(tmp_path / "lean.bvh", "studio", up="Z", units="cm", lean=1.5, frames=60)
     clip = read_keypoints(p)
     assert clip.up_axis == "Z"
 
