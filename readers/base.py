@@ -908,6 +908,6 @@ def _check_mixed_units(path, kp, mask):
     if off:
         worst = ", ".join(f"{k.replace('+', '/')} {v:.3g}x" for k, v in sorted(off.items()))
         raise KeypointReadError(
-            path, f"mixed units: body segments disagree in length ({worst} the median segment); a part of "
-            f"the file seems to be in other units than the rest. Convert it to one unit, or map other "
-            f"points ({_flag('layout')})")
+            path, f"mixed units: body segments disagree in length ({worst} the median segment): part of the "
+            f"file seems to be in other units than the rest. Convert the file to one unit; if some points are "
+            f"not the joints their names say, map them with {_flag('layout', 'MAPPING.json')}")

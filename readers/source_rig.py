@@ -273,8 +273,11 @@ def describe_mapping_problem(rig: RigDescription, mapping: BoneMapping, errors) 
     """One message for a skeleton that is not a usable humanoid: what was found, what is missing."""
     found = ", ".join(f"{j}={b}" for j, b in mapping.entries.items()) or "nothing"
     roots = [rig.names[i] for i in np.flatnonzero(rig.parents < 0)]
+    missing = [e[len("no bone for "):] for e in errors if e.startswith("no bone for ")]
+    other = [e for e in errors if not e.startswith("no bone for ")]
+    problems = ([f"no bone for {', '.join(missing)}"] if missing else []) + other
     return (f"not a humanoid skeleton the automatic mapping can use ({len(rig)} joints, root "
-            f"{', '.join(roots)}): {'; '.join(errors)}. Mapped: {found}. Pass a mapping of joint names to "
+            f"{', '.join(roots)}): {'; '.join(problems)}. Mapped: {found}. Pass a mapping of joint names to "
             "canonical keypoints with --layout MAPPING.json ('Layout' in the import options; "
             "`neural-ik layouts canonical` lists the keypoints)")
 
