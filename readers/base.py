@@ -358,7 +358,8 @@ def body_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
 
 def _top_bottom(kp, mask):
     """Mean top-of-body and bottom-of-body points per frame (T, 3) each, or None."""
-    for top, bottom in ((("head_top", "head", "nose", "neck"), ("heel_l", "heel_r", "foot_l", "foot_r", "calf_l", "calf_r")),
+    for top, bottom in ((("head_top", "head", "nose", "neck"),
+                         ("heel_l", "heel_r", "foot_l", "foot_r", "calf_l", "calf_r")),
                         (("neck", "upperarm_l", "upperarm_r", "head"), ("pelvis", "thigh_l", "thigh_r"))):
         ti = [_kp(k) for k in top]
         bi = [_kp(k) for k in bottom]

@@ -134,6 +134,7 @@ def _with_joint_centres(path, pos, names, warns):
         got = ", ".join(f"{side} {role}={n}" for (role, side), n in sorted(found.items())) or "none"
         raise KeypointReadError(
             path, f"marker set missing part of a leg: no {'; no '.join(missing)}. Recognised markers: {got}. "
-            f"Add the markers, or pass a mapping of marker names to canonical keypoints with {_flag('layout', 'MAPPING.json')}")
+            "Add the markers, or pass a mapping of marker names to canonical keypoints with "
+            f"{_flag('layout', 'MAPPING.json')}")
     warns.append(f"joint centres regressed from {len(found)} anatomical markers ({', '.join(centre_names)})")
     return np.concatenate([pos, centres], axis=1), all_names, lay

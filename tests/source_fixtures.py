@@ -19,10 +19,13 @@ pkg()
 from neural_ik.model.bvh import frames_from_rotations, write_bvh  # noqa: E402
 from neural_ik.model.rotations_np import axis_angle_to_matrix  # noqa: E402
 from neural_ik.model.skeleton import (  # noqa: E402
-    CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, PARENTS, REST_OFFSETS,
+    END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, PARENTS, REST_OFFSETS,
     forward_kinematics_np, keypoints_from_fk_np,
 )
 from neural_ik.readers.source_rig import axis_matrix  # noqa: E402
+
+__all__ = ["SCHEMES", "UNIT_SCALE", "bone_names", "walk_rotations", "humanoid_bvh", "walk_keypoints",
+           "opencap_markers", "write_trc"]
 
 #: Bone names of each BVH naming scheme, canonical joint -> name ("{S}" Left/Right, "{s}" L/R...).
 SCHEMES = {
@@ -157,20 +160,12 @@ def walk_keypoints(frames=24, fps=30.0, floor=0.0, seed=0):
     return keypoints_from_fk_np(G_local, root + [0.0, 0.0, floor])
 
 
-def canonical_height() -> float:
-    return CANONICAL.height()
-
-
-__all__ = ["SCHEMES", "UNIT_SCALE", "bone_names", "walk_rotations", "humanoid_bvh", "walk_keypoints", "opencap_markers", "write_trc",
-           "KEYPOINTS"]
-
-
 def opencap_markers(frames=30, drop=()):
     """An OpenCap-style anatomical marker set (``*_study`` names) around the walk: dict name -> (T, 3).
 
-    Placed so that the standard regressions give back the walk's joints: ASIS and PSIS 0.24 PD +
-    0.04 PW in front of / behind, 0.34 PW above and 0.36 PW lateral of... the hip centres, as the
-    Harrington regression assumes; epicondyles, malleoli, elbow and wrist markers in pairs around
+    Placed so that the standard regressions give back the walk's joints: the hip centres 0.24 PD +
+    0.04 PW behind, 0.34 PW below and 0.36 PW lateral of the mid-ASIS point in the pelvis frame (the
+    Harrington regression, PW = 25 cm, PD = 16 cm); epicondyles, malleoli, elbow and wrist markers in pairs around
     the joints; acromions 12% of their distance above the shoulder joints. ``drop``: names left out.
     """
     w = walk_keypoints(frames)

@@ -98,7 +98,8 @@ def test_non_humanoid_skeleton_refused(tmp_path):
               [("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")]
               + [("Zrotation", "Xrotation", "Yrotation")] * 2, np.zeros((2, 12)))
     with pytest.raises(KeypointReadError,
-                       match=r"snake\.bvh: not a humanoid skeleton.*no bone for pelvis, head, upperarm_l.*Mapped: nothing.*--layout"):
+                       match=r"snake\.bvh: not a humanoid skeleton.*no bone for pelvis, head, upperarm_l"
+                             r".*Mapped: nothing.*--layout"):
         read_keypoints(f)
 
 
