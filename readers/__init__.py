@@ -10,9 +10,16 @@ the problem.
 >>> clip30 = resample(clip, 30.0)                           # doctest: +SKIP
 
 Formats (by extension): ``.npz`` (interchange format, see
-:mod:`.npz`), ``.npy`` (with ``layout=``), ``.json`` (:mod:`.jsonfmt`),
-``.csv`` (:mod:`.csvfmt`), ``.trc`` (:mod:`.trc`), ``.bvh`` (:mod:`.bvh`).
-Layouts: :mod:`.layouts`.
+:mod:`.npz`), ``.npy`` (recognised by joint count and geometry, or
+``layout=``), ``.json`` (:mod:`.jsonfmt`), ``.csv`` (:mod:`.csvfmt`),
+``.trc`` (:mod:`.trc`; anatomical markers -> joint centres, :mod:`.markers`),
+``.bvh`` (:mod:`.bvh`). Layouts: :mod:`.layouts`. Armature files (FBX, glTF,
+``.blend``) are read in Blender by :mod:`..cli.fbx_source`.
+
+Units, up axis and floor come from the data (:func:`.base.finish_clip`):
+units from the body's height, the up axis from the motion, and the clip is
+put on the floor unless ``ground=False``. Sources with a hierarchy carry the
+source skeleton and its motion, ``clip.source_rig`` (:mod:`.source_rig`).
 """
 
 from __future__ import annotations
