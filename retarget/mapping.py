@@ -280,7 +280,8 @@ def humanoid_check(mapping: BoneMapping) -> list:
     forearm, hand, thigh, calf and foot. Clavicles, neck and toes are
     optional.
     """
-    errors = [f"no bone for {j}" for j in REQUIRED_JOINTS if j not in mapping.entries]
+    errors = [f"no bone for {j}" + (f" ({mapping.reasons[j]})" if mapping.reasons.get(j) else "")
+              for j in REQUIRED_JOINTS if j not in mapping.entries]
     if not any(j in mapping.entries for j in ("spine1", "spine2", "spine3")):
         errors.append("no spine bone between pelvis and head")
     for j, bones in getattr(mapping, "ambiguous", {}).items():
@@ -379,6 +380,11 @@ class _Mapper:
 
         if pelvis >= 0:
             self.set("pelvis", pelvis, "common ancestor of thighs and head")
+        elif thighs and head is not None:
+            self.reasons["pelvis"] = ("the legs and the spine are separate root bones: the root bone probably "
+                                      "became the armature object on import (an FBX whose skeleton root is a "
+                                      "node); re-import it with its root as a bone, or add a pelvis bone above "
+                                      "them")
         if head is not None:
             self.set("head", head, head_reason)
         for s, sfx in (("L", "_l"), ("R", "_r")):

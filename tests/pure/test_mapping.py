@@ -207,3 +207,19 @@ def test_rig_description_basics():
     assert rig.is_ancestor(hips, hand) and rig.lca(hand, rig.index("mixamorig:RightHand")) == \
         rig.index("mixamorig:Spine2")
     assert all(rig.parents[i] < 0 or rig.order.index(rig.parents[i]) < rig.order.index(i) for i in range(len(rig)))
+
+
+def test_root_bone_became_the_object_is_explained():
+    """A rig whose legs and spine are separate root bones: no pelvis, and the message says why."""
+    from neural_ik.retarget.rig import RigDescription
+
+    rig = humanoid("mixamo")
+    keep = [i for i, n in enumerate(rig.names) if n != "mixamorig:Hips"]
+    old = {i: k for k, i in enumerate(keep)}
+    hips = rig.index("mixamorig:Hips")
+    parents = [-1 if rig.parents[i] in (hips, -1) else old[rig.parents[i]] for i in keep]
+    cut = RigDescription([rig.names[i] for i in keep], parents, rig.matrix_local[keep], rig.head[keep],
+                         rig.tail[keep])
+    m = auto_map(cut)
+    assert "pelvis" not in m.entries and m.entries["thigh_l"] == "mixamorig:LeftUpLeg"
+    assert any("became the armature object" in e for e in humanoid_check(m))
