@@ -2,21 +2,21 @@
 
 Registration only, in two phases:
 
-1. :mod:`.preferences` is always registered (compute device, PyTorch status,
-   "Install PyTorch").
-2. Operators, panels, their properties and the ``neural_ik`` CLI command are
-   registered only when their dependencies (PyTorch, NumPy) import.
+1. :mod:`.preferences` (compute device, dependency status, "Install PyTorch")
+   and the ``neural_ik`` CLI command are always registered; without PyTorch
+   the command's ``info`` says what is missing and the other subcommands
+   answer with the install hint (exit 1).
+2. Operators, panels and their properties are registered only when their
+   dependencies (PyTorch, NumPy) are found.
 """
 
 import importlib
-import importlib.util
 
 #: UI packages registered in phase 2, in order; each exports ``classes`` and ``modules``.
 _DEPENDENT_PACKAGES = ("operators", "panels")
 
 _dependent = []          # imported packages whose classes are registered
 _registered_classes = []  # phase-2 classes, in registration order
-_cli_registered = False
 
 #: Why phase 2 is not registered ("" when it is).
 missing_reason = ""
@@ -34,17 +34,18 @@ def _dependencies_error():
         importlib.import_module("numpy")
     except Exception as ex:  # a broken install may raise anything
         return "numpy does not import ({}: {})".format(type(ex).__name__, ex)
-    try:
-        found = importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    from . import deps
+
+    state, detail = deps.torch_state()
+    if state == "missing":
         return "torch does not import (no module named 'torch')"
+    if state == "broken":
+        return "torch does not import ({})".format(detail)
     return ""
 
 
 def register_dependent():
-    """Register operators, panels, properties and the CLI command (phase 2).
+    """Register operators, panels and properties (phase 2).
 
     Returns
     -------
@@ -52,7 +53,7 @@ def register_dependent():
         ``True`` when registered (now or before), ``False`` when a dependency
         is missing; the reason is kept in :data:`missing_reason`.
     """
-    global missing_reason, _cli_registered
+    global missing_reason
     if _dependent:
         return True
     import bpy
@@ -71,22 +72,13 @@ def register_dependent():
             if hasattr(module, "register"):
                 module.register()
         _dependent.append(package)
-
-    from .cli import blender_command
-    blender_command.register()
-    _cli_registered = True
     return True
 
 
 def unregister_dependent():
     """Undo :func:`register_dependent`; safe to call when it did not run."""
-    global _cli_registered
     import bpy
 
-    if _cli_registered:
-        from .cli import blender_command
-        blender_command.unregister()
-        _cli_registered = False
     for package in reversed(_dependent):
         for module in reversed(package.modules):
             if hasattr(module, "unregister"):
@@ -98,14 +90,18 @@ def unregister_dependent():
 
 
 def register():
-    """Blender entry point: preferences first, the rest when dependencies import."""
+    """Blender entry point: preferences and the CLI command first, the rest when dependencies are found."""
     from . import preferences
+    from .cli import blender_command
     preferences.register()
+    blender_command.register()
     register_dependent()
 
 
 def unregister():
     """Blender entry point: remove everything :func:`register` added."""
     from . import preferences
+    from .cli import blender_command
     unregister_dependent()
+    blender_command.unregister()
     preferences.unregister()

@@ -1,7 +1,8 @@
-"""Add-on preferences: compute device, PyTorch status and the PyTorch installer.
+"""Add-on preferences: compute device, dependency status and the dependency installer.
 
 This module is registered even when PyTorch does not import, so the user can
-always see what is missing and install it from the preferences.
+always see what is missing and install it from the preferences. Drawing never
+imports torch (:func:`.deps.status_line` only looks it up).
 """
 
 import os
@@ -12,12 +13,10 @@ import threading
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from . import device
+from . import deps
 
 #: PyTorch version installed by "Install PyTorch"; matches ``requirements.txt``.
-TORCH_VERSION = "2.13.0"
-#: Package index for the CPU-only build of PyTorch.
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_VERSION = deps.RUNTIME_REQUIREMENTS["torch"]
 
 _DEVICE_ITEMS = (
     ("AUTO", "Auto", "Use CUDA when available, otherwise the CPU"),
@@ -86,78 +85,65 @@ def device_choice(context=None):
 # PyTorch installer (background pip process polled by a modal timer)
 
 class _InstallJob:
-    """State of the running ``pip install``; read by the preferences panel."""
+    """State of the running ``pip install`` commands (run one after the other); read by the preferences."""
 
     def __init__(self):
         self.process = None
         self.lines = []
         self.reader = None
         self.returncode = None
+        self._cancelled = False
 
     @property
     def running(self):
-        return self.process is not None and self.returncode is None
+        return self.reader is not None and self.returncode is None
 
     @property
     def last_line(self):
         return self.lines[-1] if self.lines else ""
 
-    def start(self, cmd):
+    def start(self, commands):
+        """Run ``commands`` (lists of arguments) in order in a background thread; stop at the first failure."""
         self.lines = []
         self.returncode = None
-        self.process = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
+        self._cancelled = False
+        self.process = self._popen(commands[0])  # a command that cannot start fails here, on the caller's thread
+        self.reader = threading.Thread(target=self._read, args=(commands,), daemon=True)
         self.reader.start()
 
-    def _read(self):
-        for line in self.process.stdout:
-            line = line.rstrip()
-            if line:
-                self.lines.append(line)
-        self.returncode = self.process.wait()
+    @staticmethod
+    def _popen(cmd):
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, bufsize=1)
+
+    def _read(self, commands):
+        code = 0
+        try:
+            for i, cmd in enumerate(commands):
+                if i:
+                    self.process = self._popen(cmd)
+                for line in self.process.stdout:
+                    line = line.rstrip()
+                    if line:
+                        self.lines.append(line)
+                code = self.process.wait()
+                if code != 0 or self._cancelled:
+                    break
+        except OSError as ex:
+            self.lines.append("ERROR: could not start pip: {}".format(ex))
+            code = 1
+        self.returncode = code if not self._cancelled else (code or 1)
 
     def cancel(self):
         if self.running:
-            self.process.kill()
+            self._cancelled = True
+            if self.process is not None:
+                self.process.kill()
 
 
 _install_job = _InstallJob()
 #: Last result of "Install PyTorch" shown in the preferences ("" while none).
 _install_message = ""
-
-
-def pip_install_command(target, variant):
-    """Build the ``pip install`` command line for PyTorch.
-
-    Parameters
-    ----------
-    target : str
-        Folder passed to ``pip install --target``.
-    variant : {"CPU", "CUDA"}
-        ``"CPU"`` uses the CPU-only index; ``"CUDA"`` uses PyPI, whose Linux
-        wheels include CUDA.
-
-    Returns
-    -------
-    list of str
-    """
-    cmd = [
-        sys.executable, "-m", "pip", "install",
-        "--disable-pip-version-check", "--no-input", "--upgrade",
-        "--only-binary=:all:",
-        "--target", target,
-        "torch=={}".format(TORCH_VERSION),
-    ]
-    if variant == "CPU":
-        cmd += ["--index-url", TORCH_CPU_INDEX]
-    return cmd
 
 
 def _redraw_preferences():
@@ -168,7 +154,7 @@ def _redraw_preferences():
 
 
 class NEURAL_IK_OT_install_pytorch(bpy.types.Operator):
-    """Download and install PyTorch for this add-on (needs internet access)"""
+    """Download and install the missing dependencies (PyTorch, SciPy) for this add-on (needs internet access)"""
 
     bl_idname = "neural_ik.install_pytorch"
     bl_label = "Install PyTorch"
@@ -199,7 +185,12 @@ class NEURAL_IK_OT_install_pytorch(bpy.types.Operator):
             self.report({'ERROR'}, "No user folder for this extension; install it as an extension first")
             return {'CANCELLED'}
         try:
-            _install_job.start(pip_install_command(target, self.variant))
+            commands = deps.pip_install_commands(target, self.variant)
+        except ValueError as ex:
+            self.report({'ERROR'}, str(ex))
+            return {'CANCELLED'}
+        try:
+            _install_job.start(commands)
         except OSError as ex:
             self.report({'ERROR'}, "Could not start pip: {}".format(ex))
             return {'CANCELLED'}
@@ -225,9 +216,10 @@ class NEURAL_IK_OT_install_pytorch(bpy.types.Operator):
             self.report({'ERROR'}, _install_message)
             return {'CANCELLED'}
         add_site_packages_to_path()
+        deps.forget_torch_import()
         from . import register_dependent
         if register_dependent():
-            _install_message = "PyTorch installed: " + device.status_line(device_choice(context))
+            _install_message = "Installed: " + deps.status_line(device_choice(context))
             self.report({'INFO'}, _install_message)
         else:
             _install_message = "PyTorch installed; restart Blender to use it"
@@ -255,25 +247,42 @@ class NeuralIKPreferences(bpy.types.AddonPreferences):
     def draw(self, context):
         layout = self.layout
         layout.prop(self, "device")
-        version = device.torch_version()
-        box = layout.box()
-        if version is not None:
-            box.label(text=device.status_line(self.device.lower()), icon='CHECKMARK')
+        draw_dependencies(layout.box(), self.device.lower())
+
+
+def draw_dependencies(layout, choice="auto"):
+    """The dependency status and the install buttons (preferences and sidebar); imports nothing heavy."""
+    state, _detail = deps.torch_state()
+    missing = deps.missing()
+    line = deps.status_line(choice)
+    if state in ("ok", "found"):
+        layout.label(text=line, icon='CHECKMARK')
+    else:
+        layout.label(text=line, icon='ERROR')
+        layout.label(text="Solving, baking and the sidebar need PyTorch")
+    if "scipy" in missing and "torch" not in missing:
+        layout.label(text="SciPy is not installed: smoothing and refinement use slower numpy fallbacks",
+                     icon='INFO')
+    if missing or state == "broken":
+        if not bpy.app.online_access:
+            layout.label(text="Online access is disabled (Preferences > System > Network)", icon='INFO')
+        names = ", ".join({"torch": "PyTorch", "scipy": "SciPy"}[n] for n in missing) or "PyTorch"
+        row = layout.row(align=True)
+        row.enabled = not _install_job.running and bpy.app.online_access
+        if "torch" in missing or state == "broken":
+            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install {} (CPU)".format(names)).variant = 'CPU'
+            if deps.cuda_wheels_available():
+                row.operator(NEURAL_IK_OT_install_pytorch.bl_idname,
+                             text="Install {} (CUDA)".format(names)).variant = 'CUDA'
         else:
-            box.label(text="PyTorch is not installed: solving, baking and the sidebar are unavailable", icon='ERROR')
-            if not bpy.app.online_access:
-                box.label(text="Online access is disabled (Preferences > System > Network)", icon='INFO')
-            row = box.row(align=True)
-            row.enabled = not _install_job.running and bpy.app.online_access
-            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install PyTorch (CPU)").variant = 'CPU'
-            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install PyTorch (CUDA)").variant = 'CUDA'
-            target = site_packages_dir()
-            if target:
-                box.label(text="Installs into: " + target)
-        if _install_job.running:
-            box.label(text="Installing PyTorch: " + _install_job.last_line[:120], icon='SORTTIME')
-        elif _install_message:
-            box.label(text=_install_message[:200], icon='INFO')
+            row.operator(NEURAL_IK_OT_install_pytorch.bl_idname, text="Install " + names).variant = 'CPU'
+        target = site_packages_dir()
+        if target:
+            layout.label(text="Installs into: " + target)
+    if _install_job.running:
+        layout.label(text="Installing: " + _install_job.last_line[:120], icon='SORTTIME')
+    elif _install_message:
+        layout.label(text=_install_message[:200], icon='INFO')
 
 
 classes = [

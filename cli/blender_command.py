@@ -18,9 +18,16 @@ def execute(argv):
     Returns
     -------
     int
-        The exit code of :func:`.parser.main`.
+        The exit code of :func:`.parser.main`; 1 with the install hint when
+        PyTorch is missing or broken (except ``info`` and ``--help``).
     """
-    from .. import preferences
+    from .. import deps, preferences
+    state, _detail = deps.torch_state()
+    if state in ("missing", "broken") and argv[:1] and argv[0] not in ("info", "-h", "--help"):
+        import sys
+        print("{}: {}; install it in Edit > Preferences > Add-ons > Neural IK > Install PyTorch ('{} info' "
+              "says what is there)".format(PROG_BLENDER, deps.status_line(), PROG_BLENDER), file=sys.stderr)
+        return 1
     return main(argv, prog=PROG_BLENDER, default_device=preferences.device_choice())
 
 

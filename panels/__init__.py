@@ -11,7 +11,7 @@ import importlib
 
 import bpy
 
-from .. import device, preferences
+from .. import deps, preferences
 
 #: Panel modules in this package, registered in this order (after the tab).
 MODULE_NAMES = [
@@ -30,7 +30,7 @@ class VIEW3D_PT_neural_ik(bpy.types.Panel):
 
     def draw(self, context):
         layout = self.layout
-        layout.label(text=device.status_line(preferences.device_choice(context)), icon='INFO')
+        layout.label(text=deps.status_line(preferences.device_choice(context)), icon='INFO')
 
 
 modules = [importlib.import_module("." + name, __name__) for name in MODULE_NAMES]

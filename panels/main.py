@@ -4,7 +4,7 @@ import json
 
 import bpy
 
-from .. import device, preferences
+from .. import preferences
 from ..properties import target_armature
 from ..model.skeleton import JOINTS
 
@@ -188,7 +188,7 @@ class VIEW3D_PT_neural_ik_device(_Sub, bpy.types.Panel):
         prefs = preferences.get_preferences(context)
         if prefs is not None:
             layout.prop(prefs, "device")
-        layout.label(text=device.status_line(preferences.device_choice(context)))
+        preferences.draw_dependencies(layout, preferences.device_choice(context))
 
 
 classes = [

@@ -16,13 +16,13 @@ def get_solver(device: str = "auto", weights=None):
         PyTorch does not import, the device is not available, or the weights
         are missing or do not load.
     """
+    from .. import deps
     from .. import device as _device
 
-    try:
-        from ..model import inference
-        from ..model.cache import cached_solver
-    except ImportError as ex:  # torch found at registration but broken
-        raise BakeError(f"PyTorch does not import ({ex}); reinstall it from the add-on preferences") from None
+    if deps.import_torch() is None:  # torch found at registration but missing or broken (a shared library)
+        raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)")
+    from ..model import inference
+    from ..model.cache import cached_solver
     try:
         resolved = _device.resolve_device(device)
     except ValueError as ex:

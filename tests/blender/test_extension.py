@@ -133,14 +133,12 @@ def test_install_pytorch_respects_online_access(ext):
         bpy.ops.neural_ik.install_pytorch(variant='CPU')
 
 
-def test_pip_command_targets_extension_folder(ext):
-    preferences = sys.modules[MODULE_NAME + ".preferences"]
-    cmd = preferences.pip_install_command("/some/target", "CPU")
-    assert cmd[:4] == [sys.executable, "-m", "pip", "install"]
-    assert cmd[cmd.index("--target") + 1] == "/some/target"
-    assert "torch==" + preferences.TORCH_VERSION in cmd
-    assert "--index-url" in cmd
-    assert "--index-url" not in preferences.pip_install_command("/t", "CUDA")
+def test_pip_commands_target_extension_folder(ext):
+    deps = sys.modules[MODULE_NAME + ".deps"]
+    commands = deps.pip_install_commands("/some/target", "CPU", names=["torch", "scipy"])
+    for cmd in commands:
+        assert cmd[:4] == [sys.executable, "-m", "pip", "install"]
+        assert cmd[cmd.index("--target") + 1] == "/some/target"
 
 
 def test_cli_command_registered_and_runs(ext, capfd):
@@ -241,9 +239,16 @@ def test_without_torch_only_preferences_register(ext, monkeypatch, capfd):
             assert _operator_registered("neural_ik.install_pytorch")
             assert bpy.context.preferences.addons[MODULE_NAME].preferences is not None
             assert not hasattr(bpy.types, "VIEW3D_PT_neural_ik")
-            assert not _cli_name_taken(capfd)
             device = sys.modules[MODULE_NAME + ".device"]
             assert device.status_line() == "PyTorch is not installed"
+            # the command is there: `info` says what is missing, the others give the install hint
+            assert _cli_name_taken(capfd)
+            blender_command = sys.modules[MODULE_NAME + ".cli.blender_command"]
+            assert blender_command.execute(["info"]) == 0
+            assert "PyTorch is not installed" in capfd.readouterr().out
+            assert blender_command.execute(["bake", "walk.npz", "--target", "rigify"]) == 1
+            err = capfd.readouterr().err
+            assert "PyTorch is not installed" in err and "Install PyTorch" in err and "Traceback" not in err
         finally:
             addon_utils.disable(MODULE_NAME, default_set=True)
     module = addon_utils.enable(MODULE_NAME, default_set=True)
@@ -255,8 +260,14 @@ def test_install_job_reports_pip_output_and_failure(ext):
     """The background process runner used by "Install PyTorch" (no network needed)."""
     preferences = sys.modules[MODULE_NAME + ".preferences"]
     job = preferences._InstallJob()
-    job.start([sys.executable, "-c", "print('Collecting torch'); print('ERROR: no matching distribution'); raise SystemExit(1)"])
+    job.start([[sys.executable, "-c", "print('Collecting torch'); print('ERROR: no matching distribution'); "
+                                      "raise SystemExit(1)"],
+               [sys.executable, "-c", "print('never runs')"]])
     job.reader.join(timeout=30)
     assert not job.running
     assert job.returncode == 1
     assert job.lines == ["Collecting torch", "ERROR: no matching distribution"]
+    # commands run in order (torch, then scipy) until one fails
+    job.start([[sys.executable, "-c", "print('torch done')"], [sys.executable, "-c", "print('scipy done')"]])
+    job.reader.join(timeout=30)
+    assert job.returncode == 0 and job.lines == ["torch done", "scipy done"]

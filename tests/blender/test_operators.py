@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import rigs  # noqa: E402
+from ui_layout import RecordingLayout  # noqa: E402
 from test_bake import ExactSolver, fcurve_arrays, motion, pose_heads  # noqa: E402
 
 
@@ -335,38 +336,7 @@ def test_bake_from_effectors(ext, bake, sk, exact_solver):
     assert obj.animation_data.action.name == scene.neural_ik.effector_root.name
 
 
-class _Layout:
-    """Stands in for a UILayout: checks that drawn properties and operators exist."""
-
-    def __init__(self, log):
-        self.log = log
-
-    def __getattr__(self, name):
-        if name in ("row", "column", "box", "split", "column_flow", "grid_flow"):
-            return lambda *a, **k: _Layout(self.log)
-        if name == "prop":
-            def prop(data, attr, **k):
-                assert attr in data.bl_rna.properties, (data, attr)
-                self.log.append(("prop", attr))
-            return prop
-        if name == "prop_search":
-            def prop_search(data, attr, search_data, search_attr, **k):
-                assert attr in data.bl_rna.properties and hasattr(search_data, search_attr)
-                self.log.append(("prop_search", attr))
-            return prop_search
-        if name == "operator":
-            def operator(idname, **k):
-                cat, op = idname.split(".")
-                assert hasattr(getattr(bpy.ops, cat), op), idname
-                self.log.append(("operator", idname))
-                return type("Props", (), {})()
-            return operator
-        if name == "label":
-            return lambda **k: self.log.append(("label", k.get("text", "")))
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        object.__setattr__(self, name, value)
+_Layout = RecordingLayout
 
 
 def test_panels_draw(ext, bake, sk, rnp, tmp_path):

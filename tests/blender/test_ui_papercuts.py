@@ -1,0 +1,121 @@
+"""UI papercuts (issue 13, item 11), with the real ``bpy``: what the sidebar and the preferences draw,
+what they import, and what happens without (or with a broken) PyTorch.
+
+The import checks run in a fresh Blender Python (``ui_probe`` below): the test
+process imported torch long ago.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent.parent
+
+_PROBE = textwrap.dedent(r"""
+    import json, os, sys, tempfile
+    from types import SimpleNamespace
+    zip_path, tests_dir, broken_torch = sys.argv[1], sys.argv[2], sys.argv[3]
+    user = tempfile.mkdtemp(prefix="neural_ik_probe_")
+    os.environ["BLENDER_USER_RESOURCES"] = user
+    for kind in ("CONFIG", "SCRIPTS", "DATAFILES", "EXTENSIONS"):
+        os.environ["BLENDER_USER_" + kind] = os.path.join(user, kind.lower())
+    if broken_torch:
+        sys.path.insert(0, broken_torch)
+    import bpy
+    sys.path.insert(0, tests_dir)
+    from ui_layout import RecordingLayout
+
+    out = {}
+    assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
+                                                    enable_on_install=True) == {'FINISHED'}
+    name = "bl_ext.user_default.neural_ik"
+    package = sys.modules[name]
+    out["missing_reason"] = package.missing_reason
+    out["torch_after_enable"] = "torch" in sys.modules
+
+    def draw_everything():
+        log = []
+        ctx = bpy.context
+        for cls in bpy.types.Panel.__subclasses__():
+            if cls.__module__.startswith(name) and getattr(cls, "is_registered", False):
+                if not hasattr(cls, "poll") or cls.poll(ctx):
+                    cls.draw(SimpleNamespace(layout=RecordingLayout(log)), ctx)
+        prefs = ctx.preferences.addons[name].preferences
+        class Prefs:  # the preferences with a recording layout
+            layout = RecordingLayout(log)
+            def __getattr__(self, attr):
+                return getattr(prefs, attr)
+        type(prefs).draw(Prefs(), ctx)
+        for op in dir(bpy.ops.neural_ik):
+            getattr(bpy.ops.neural_ik, op).poll()
+        return log
+
+    log = draw_everything()
+    out["labels"] = [e[1] for e in log if e[0] == "label"]
+    out["buttons"] = [e[1] for e in log if e[0] == "operator_text"]
+    out["panels"] = sorted(c.__name__ for c in bpy.types.Panel.__subclasses__()
+                           if c.__module__.startswith(name) and getattr(c, "is_registered", False))
+    out["torch_after_draw"] = "torch" in sys.modules
+    out["scipy_after_draw"] = "scipy" in sys.modules
+
+    cache = sys.modules.get(name + ".pipeline.cache") or __import__(name + ".pipeline.cache", fromlist=["x"])
+    try:
+        cache.get_solver("cpu")
+        out["solver_error"] = ""
+    except Exception as ex:
+        out["solver_error"] = "{}: {}".format(type(ex).__name__, ex)
+    log = draw_everything()
+    out["labels_after_solve"] = [e[1] for e in log if e[0] == "label"]
+    out["buttons_after_solve"] = [e[1] for e in log if e[0] == "operator_text"]
+
+    command = sys.modules[name + ".cli.blender_command"]
+    out["cli_registered"] = command.is_registered()
+    out["cli_info"] = command.execute(["info"])
+    out["cli_bake"] = command.execute(["bake", "walk.npz", "--target", "rigify"])
+    print("PROBE " + json.dumps(out))
+""")
+
+
+def _probe(ext_zip, tmp_path, broken_torch=False):
+    fake = ""
+    if broken_torch:  # found by find_spec, fails on import like a wheel missing its CUDA libraries
+        pkg = tmp_path / "broken" / "torch"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(
+            'raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")\n')
+        fake = str(tmp_path / "broken")
+    result = subprocess.run([sys.executable, "-c", _PROBE, str(ext_zip), str(TESTS), fake],
+                            capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
+    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(lines[-1][len("PROBE "):]), result
+
+
+def test_drawing_the_tab_and_preferences_imports_no_torch(ext_zip, tmp_path):
+    out, _ = _probe(ext_zip, tmp_path)
+    assert out["missing_reason"] == ""
+    assert "VIEW3D_PT_neural_ik" in out["panels"] and "VIEW3D_PT_neural_ik_bake" in out["panels"]
+    assert not out["torch_after_enable"]
+    assert not out["torch_after_draw"], "a draw or poll imported torch"
+    assert not out["scipy_after_draw"], "a draw or poll imported scipy"
+    assert any("loads on the first solve" in text for text in out["labels"]), out["labels"]
+    # the first solve imports it; then the status names the device
+    assert out["solver_error"] == ""
+    assert any(text.startswith("torch ") and "device: cpu" in text for text in out["labels_after_solve"])
+
+
+def test_broken_torch_gives_a_status_line_not_a_traceback(ext_zip, tmp_path):
+    out, result = _probe(ext_zip, tmp_path, broken_torch=True)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert out["solver_error"].startswith("BakeError: PyTorch is installed but does not load: ImportError: "
+                                          "libcudnn.so.9"), out["solver_error"]
+    status = [t for t in out["labels_after_solve"] if "does not load" in t]
+    assert status and "libcudnn.so.9: cannot open shared object file" in status[0], out["labels_after_solve"]
+    # the preferences offer the reinstall
+    assert any(text.startswith("Install PyTorch") for text in out["buttons_after_solve"]), out["buttons_after_solve"]
+    assert out["cli_info"] == 0 and out["cli_bake"] == 1
+    assert "does not load" in result.stderr and "Install PyTorch" in result.stderr
