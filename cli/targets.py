@@ -279,6 +279,29 @@ def _select_only(obj):
     bpy.context.view_layer.objects.active = obj
 
 
+def enable_rigify():
+    """Enable Blender's bundled Rigify add-on; returns ``""`` when its meta-rig operator is usable, else why not.
+
+    ``hasattr(bpy.ops.object, name)`` is true for any name, so the operator is
+    looked up in the registered operators, and the add-on's state is read
+    from ``addon_utils``.
+    """
+    import addon_utils
+    import bpy
+
+    try:
+        quiet(addon_utils.enable, "rigify", default_set=True)
+    except Exception:  # addon_utils reports failures itself; the checks below say what is missing
+        pass
+    if not addon_utils.check("rigify")[1]:
+        return "Blender's Rigify add-on is not available (it did not load in this Blender)"
+    try:
+        bpy.ops.object.armature_human_metarig_add.get_rna_type()
+    except KeyError:
+        return "Blender's Rigify add-on is loaded but has no human meta-rig operator"
+    return ""
+
+
 def load_target(spec, armature=None):
     """Load TARGET into the current session (replacing the current file).
 
@@ -307,12 +330,10 @@ def load_target(spec, armature=None):
         return Target(obj, _open_blend(), "blend")
     key = spec.lower()
     if key == "rigify":
-        import addon_utils
-
         new_scene()
-        quiet(addon_utils.enable, "rigify", default_set=True)
-        if not hasattr(bpy.ops.object, "armature_human_metarig_add"):
-            raise CliError("--target rigify: Blender's Rigify add-on is not available")
+        problem = enable_rigify()
+        if problem:
+            raise CliError("--target rigify: " + problem)
         quiet(bpy.ops.object.armature_human_metarig_add)
         obj = bpy.context.active_object
         if armature is not None and armature != obj.name:

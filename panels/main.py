@@ -1,6 +1,7 @@
 """Sub-panels of the Neural IK sidebar tab: Target, Mapping, Input, Solve & Bake, Device."""
 
 import json
+import textwrap
 
 import bpy
 
@@ -22,6 +23,60 @@ def mapping_status(obj):
         return 0, list(JOINTS), False
     mapped = {it.joint for it in items if it.bone and it.bone in obj.data.bones}
     return len(mapped), [j for j in JOINTS if j not in mapped], True
+
+
+_ready_cache = {}
+
+
+def bake_readiness(obj):
+    """Whether a bake can run on ``obj``'s mapping: ``(ok, problem)``.
+
+    The same check the bake makes (:func:`..blender_io.bake.resolve_mapping`:
+    the stored mapping, or the automatic one when none is stored), cached per
+    armature, bone count and mapping so a redraw costs nothing.
+    """
+    items = getattr(obj, "neural_ik_mapping", None) or ()
+    key = (obj.name, obj.data.name, len(obj.data.bones), tuple((it.joint, it.bone) for it in items))
+    found = _ready_cache.get(key)
+    if found is not None:
+        return found
+    from ..blender_io import bake
+    from ..blender_io.rig import rig_description
+
+    try:
+        bake.resolve_mapping(obj, rig_description(obj))
+        found = (True, "")
+    except Exception as ex:  # BakeError, or a rig that cannot be read
+        found = (False, str(ex))
+    if len(_ready_cache) > 64:
+        _ready_cache.clear()
+    _ready_cache[key] = found
+    return found
+
+
+def wrapped_labels(layout, text, context=None, max_lines=6):
+    """Labels of ``text`` broken at words to the width of the region (not every N characters)."""
+    region = getattr(context, "region", None) if context is not None else None
+    width = getattr(region, "width", 0) or 300
+    scale = (context.preferences.system.ui_scale if context is not None else 1.0) or 1.0
+    chars = max(20, int(width / (7.0 * scale)) - 4)
+    lines = textwrap.wrap(text, chars) or [""]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines - 1] + [textwrap.shorten(" ".join(lines[max_lines - 1:]), chars, placeholder=" ...")]
+    col = layout.column(align=True)
+    col.scale_y = 0.8
+    for line in lines:
+        col.label(text=line)
+
+
+def draw_bake_figures(layout, settings, context=None):
+    """The result of the last solve or bake, under the Bake button (the lead's part of the panel).
+
+    ``settings.status`` holds only the figures that apply (no "nan"); this
+    draws it wrapped at words.
+    """
+    if settings.status:
+        wrapped_labels(layout.box(), settings.status, context)
 
 
 class _Sub:
@@ -50,15 +105,15 @@ class VIEW3D_PT_neural_ik_target(_Sub, bpy.types.Panel):
             layout.label(text="Pick a humanoid armature", icon='INFO')
             return
         n, unmapped, stored = mapping_status(obj)
+        ready, problem = bake_readiness(obj)  # the tick means: a bake can run
         if stored:
-            layout.label(text=f"{n} of {len(JOINTS)} joints mapped",
-                         icon='CHECKMARK' if n >= 14 else 'ERROR')
+            layout.label(text=f"{n} of {len(JOINTS)} joints mapped", icon='CHECKMARK' if ready else 'ERROR')
             if unmapped:
-                col = layout.column(align=True)
-                col.scale_y = 0.8
-                col.label(text="Unmapped: " + ", ".join(unmapped[:6]) + (" ..." if len(unmapped) > 6 else ""))
+                wrapped_labels(layout, "Unmapped: " + ", ".join(unmapped), context, max_lines=2)
         else:
-            layout.label(text="Not mapped yet (the bake maps automatically)", icon='INFO')
+            layout.label(text="Not mapped yet (the bake maps automatically)", icon='INFO' if ready else 'ERROR')
+        if not ready:
+            wrapped_labels(layout, "Cannot bake: " + problem, context, max_lines=4)
         row = layout.row(align=True)
         row.operator("neural_ik.auto_map", icon='BONE_DATA')
         row.operator("neural_ik.clear_mapping", text="", icon='X')
@@ -165,11 +220,7 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         sub.prop(s, "scale")
         layout.use_property_split = False
         layout.operator("neural_ik.bake", icon='REC')
-        if s.status:
-            box = layout.box()
-            box.scale_y = 0.8
-            for i in range(0, min(len(s.status), 240), 60):
-                box.label(text=s.status[i:i + 60])
+        draw_bake_figures(layout, s, context)
 
 
 class VIEW3D_PT_neural_ik_device(_Sub, bpy.types.Panel):

@@ -47,7 +47,11 @@ class RecordingLayout:
                 return type("Props", (), {})()
             return operator
         if name == "label":
-            return lambda **k: self.log.append(("label", k.get("text", "")))
+            def label(**k):
+                self.log.append(("label", k.get("text", "")))
+                if "icon" in k:
+                    self.log.append(("label_icon", k.get("text", ""), k["icon"]))
+            return label
         if name == "separator":
             return lambda *a, **k: None
         raise AttributeError(name)

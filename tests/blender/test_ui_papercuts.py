@@ -119,3 +119,75 @@ def test_broken_torch_gives_a_status_line_not_a_traceback(ext_zip, tmp_path):
     assert any(text.startswith("Install PyTorch") for text in out["buttons_after_solve"]), out["buttons_after_solve"]
     assert out["cli_info"] == 0 and out["cli_bake"] == 1
     assert "does not load" in result.stderr and "Install PyTorch" in result.stderr
+
+
+# --------------------------------------------------------------------------
+# in this process: the installed extension, the real bpy
+
+import importlib  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import bpy  # noqa: E402
+
+import rigs  # noqa: E402
+from ui_layout import RecordingLayout  # noqa: E402
+
+
+def _draw(ext, panel_name):
+    panels = importlib.import_module(ext.__name__ + ".panels.main")
+    log = []
+    getattr(panels, panel_name).draw(SimpleNamespace(layout=RecordingLayout(log)), bpy.context)
+    return log
+
+
+def _mapped_rig(ext, name="Hero", **kwargs):
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo", **kwargs), name=name)
+    bpy.context.scene.neural_ik.target = obj
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_ik.auto_map() == {'FINISHED'}
+    return obj
+
+
+def test_target_tick_means_a_bake_can_run(ext):
+    bake = importlib.import_module(ext.__name__ + ".blender_io.bake")
+    rig = importlib.import_module(ext.__name__ + ".blender_io.rig")
+    obj = _mapped_rig(ext, spine=2)                       # 21 of 22: spine2 folds into the chest
+    icons = [e[1:] for e in _draw(ext, "VIEW3D_PT_neural_ik_target") if e[0] == "label_icon"]
+    assert ("21 of 22 joints mapped", 'CHECKMARK') in icons
+    for item in obj.neural_ik_mapping:                    # still 20 joints, but no left hand
+        if item.joint == "hand_l":
+            item.bone = ""
+    log = _draw(ext, "VIEW3D_PT_neural_ik_target")
+    assert ("20 of 22 joints mapped", 'ERROR') in [e[1:] for e in log if e[0] == "label_icon"]
+    shown = " ".join(e[1] for e in log if e[0] == "label")
+    with pytest.raises(bake.BakeError) as caught:         # the very check the bake makes
+        bake.resolve_mapping(obj, rig.rig_description(obj))
+    assert "Cannot bake: " in shown and "hand_l" in str(caught.value) and "hand_l" in shown
+
+
+def test_status_wraps_at_words(ext):
+    s = bpy.context.scene.neural_ik
+    s.status = ("Baked 120 frames into 'walk_with_a_long_name': feet +0.3 cm from the floor, effectors within "
+                "0.4 mm, bone directions 2.1°, knees backwards on 3 frames")
+    labels = [e[1] for e in _draw(ext, "VIEW3D_PT_neural_ik_bake") if e[0] == "label"]
+    shown = [t for t in labels if t and t in s.status]
+    assert len(shown) > 1 and " ".join(shown) == s.status   # every word whole, nothing dropped
+    assert all(not t.startswith(" ") and not t.endswith(" ") for t in shown)
+
+
+def test_rigify_missing_is_reported(ext, monkeypatch):
+    import addon_utils
+
+    targets = importlib.import_module(ext.__name__ + ".cli.targets")
+    common = importlib.import_module(ext.__name__ + ".cli.common")
+    assert targets.enable_rigify() == ""
+    addon_utils.disable("rigify", default_set=True)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setitem(sys.modules, "rigify", None)      # a Blender without Rigify
+            assert "Rigify add-on is not available" in targets.enable_rigify()
+            with pytest.raises(common.CliError, match="--target rigify: Blender's Rigify add-on is not available"):
+                targets.load_target("rigify")
+    finally:
+        addon_utils.enable("rigify", default_set=True)
+    assert targets.enable_rigify() == ""
