@@ -50,7 +50,7 @@ class RecordingLayout:
             def label(**k):
                 self.log.append(("label", k.get("text", "")))
                 if "icon" in k:
-                    self.log.append(("label_icon", k.get("text", ""), k["icon"]))
+                    self.log.append(("label_icon", (k.get("text", ""), k["icon"])))
             return label
         if name == "separator":
             return lambda *a, **k: None

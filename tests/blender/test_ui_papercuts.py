@@ -152,13 +152,13 @@ def test_target_tick_means_a_bake_can_run(ext):
     bake = importlib.import_module(ext.__name__ + ".blender_io.bake")
     rig = importlib.import_module(ext.__name__ + ".blender_io.rig")
     obj = _mapped_rig(ext, spine=2)                       # 21 of 22: spine2 folds into the chest
-    icons = [e[1:] for e in _draw(ext, "VIEW3D_PT_neural_ik_target") if e[0] == "label_icon"]
+    icons = [e[1] for e in _draw(ext, "VIEW3D_PT_neural_ik_target") if e[0] == "label_icon"]
     assert ("21 of 22 joints mapped", 'CHECKMARK') in icons
     for item in obj.neural_ik_mapping:                    # still 20 joints, but no left hand
         if item.joint == "hand_l":
             item.bone = ""
     log = _draw(ext, "VIEW3D_PT_neural_ik_target")
-    assert ("20 of 22 joints mapped", 'ERROR') in [e[1:] for e in log if e[0] == "label_icon"]
+    assert ("20 of 22 joints mapped", "ERROR") in [e[1] for e in log if e[0] == "label_icon"]
     shown = " ".join(e[1] for e in log if e[0] == "label")
     with pytest.raises(bake.BakeError) as caught:         # the very check the bake makes
         bake.resolve_mapping(obj, rig.rig_description(obj))
