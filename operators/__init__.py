@@ -13,6 +13,7 @@ MODULE_NAMES = [
     "mapping",
     "keypoints",
     "effectors",
+    "pose_keys",
 ]
 
 modules = [importlib.import_module("." + name, __name__) for name in MODULE_NAMES]

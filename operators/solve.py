@@ -21,6 +21,7 @@ from .. import preferences, properties
 from ..blender_io import bake as bake_mod
 from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object, read_keypoint_pose
 from ..model.skeleton import KEYPOINTS
+from .pose_keys import keep_solved_pose
 
 #: Frames per solver batch in the modal bake (progress and Esc granularity).
 MODAL_BATCH = 256
@@ -164,6 +165,7 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         msg = _pose_summary(out)
         context.scene.neural_ik.status = msg
         self.report({'WARNING'} if out["unreachable"] else {'INFO'}, msg)
+        keep_solved_pose(context, obj, self.report)  # an active action would replace the pose: key it or warn
         return {'FINISHED'}
 
 

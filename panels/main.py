@@ -190,7 +190,11 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
     def draw(self, context):
         layout = self.layout
         s = _settings(context)
-        layout.operator("neural_ik.solve_frame", icon='POSE_HLT')
+        row = layout.row(align=True)
+        row.operator("neural_ik.solve_frame", icon='POSE_HLT')
+        obj = target_armature(context)
+        if obj is not None and obj.animation_data is not None and obj.animation_data.action is not None:
+            row.operator("neural_ik.key_pose", icon='KEY_HLT')  # the action replaces an unkeyed pose
         layout.use_property_split = True
         layout.use_property_decorate = False
         col = layout.column()

@@ -191,3 +191,47 @@ def test_rigify_missing_is_reported(ext, monkeypatch):
     finally:
         addon_utils.enable("rigify", default_set=True)
     assert targets.enable_rigify() == ""
+
+
+def _hand_matrix(obj):
+    bpy.context.view_layer.update()
+    import numpy as np
+    return np.array(obj.pose.bones["mixamorig:LeftHand"].matrix)
+
+
+def test_solve_frame_pose_survives_an_active_action(ext):
+    """Auto Keying on: Solve Frame keys the pose; off: a warning, and Key Pose keeps it."""
+    import numpy as np
+
+    pose_keys = importlib.import_module(ext.__name__ + ".operators.pose_keys")
+    scene = bpy.context.scene
+    obj = _mapped_rig(ext)
+    pose_keys.key_pose(obj, 1, bones=[pb.name for pb in obj.pose.bones])   # an action keying every bone at rest
+    action = obj.animation_data.action
+    scene.frame_set(1)
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    hand = next(c for c in scene.neural_ik.effector_root.children if c["neural_ik_effector"] == "hand_l")
+    hand.location.z += 0.25                                                 # raise the left hand
+    rest = _hand_matrix(obj)
+
+    scene.tool_settings.use_keyframe_insert_auto = True
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    solved = _hand_matrix(obj)
+    assert not np.allclose(solved, rest, atol=1e-3)
+    scene.frame_set(2)
+    scene.frame_set(1)
+    np.testing.assert_allclose(_hand_matrix(obj), solved, atol=1e-5)        # keyed: survives a frame change
+    assert obj.animation_data.action == action                              # into the user's action
+
+    scene.tool_settings.use_keyframe_insert_auto = False
+    hand.location.z += 0.1
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    level, message = pose_keys.keep_solved_pose(bpy.context, obj)
+    assert level == 'WARNING' and "will replace this pose" in message and "Key Pose" in message
+    solved = _hand_matrix(obj)
+    assert bpy.ops.neural_ik.key_pose() == {'FINISHED'}
+    scene.frame_set(2)
+    scene.frame_set(1)
+    np.testing.assert_allclose(_hand_matrix(obj), solved, atol=1e-5)
+    # the Solve & Bake panel offers Key Pose while an action is active
+    assert ("operator", "neural_ik.key_pose") in _draw(ext, "VIEW3D_PT_neural_ik_bake")
