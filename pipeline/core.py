@@ -497,8 +497,12 @@ class RigBake:
         info = self.target_info
         d = []
         for eff, row in info.effectors.items():
-            r = self.residual[:, row] * u * 1000.0
             w = self.targets.rows[row]["weight"] > 0
+            if eff in info.clamped:    # measured against where the user wants it, not the clamp
+                b = plan.rig.index(self.mapping.entries[eff])
+                r = np.linalg.norm(res.heads[:, b] - info.clamped[eff], axis=-1) * u * 1000.0
+            else:
+                r = self.residual[:, row] * u * 1000.0
             d.append(np.where(w, r, np.nan))
             if self.mode == "sparse" and w.any():
                 worst = float(np.nanmax(r[w]))
@@ -529,7 +533,7 @@ class RigBake:
         if reach is None or root is None:
             return ""
         b = self.plan.rig.index(self.mapping.entries[root])
-        tgt = self.targets.rows[self.target_info.effectors[eff]]["target"]
+        tgt = self.target_info.clamped.get(eff, self.targets.rows[self.target_info.effectors[eff]]["target"])
         dist = np.linalg.norm(tgt - self.result.heads[:, b], axis=-1)
         far = w & (dist > reach * 0.999)
         if far.any():

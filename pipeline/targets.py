@@ -73,6 +73,9 @@ class TargetInfo:
         Vertical shift given to the root target (armature units).
     reach : dict
         Effector -> chain length (armature units), for reachability.
+    clamped : dict
+        Effector -> its real targets (T, 3) where some lay out of reach and
+        the row aims at the nearest reachable point instead.
     """
 
     effectors: dict = field(default_factory=dict)
@@ -81,6 +84,7 @@ class TargetInfo:
     floor_points: list = field(default_factory=list)
     floor_offset: float = 0.0
     reach: dict = field(default_factory=dict)
+    clamped: dict = field(default_factory=dict)
 
 
 def floor_normal(object_matrix) -> np.ndarray:
@@ -401,7 +405,19 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None):
                         info.reach[name] = float(sum(np.linalg.norm(rest[bones[i + 1]] - rest[bones[i]])
                                                      for i in range(len(bones) - 1)))
         wt = weights["sparse_hint" if hint else "sparse_effector"]
-        tg.add({tg.point(b): 1.0}, x[:, k], wt * mask[:, k], name=name, kind="hint" if hint else "effector")
+        tgt = x[:, k]
+        if not hint and name in info.reach and init_heads is not None:
+            # beyond the chain's reach from where the chain starts: aim the stretched
+            # chain at it instead of dragging the body (the other effectors stay met)
+            root = _bone(plan, {"hand_l": "upperarm_l", "hand_r": "upperarm_r", "foot_l": "thigh_l",
+                                "foot_r": "thigh_r"}[name])
+            d = tgt - init_heads[:, root]
+            dist = np.linalg.norm(d, axis=-1, keepdims=True)
+            far = (dist > 1.02 * info.reach[name])[:, 0] & mask[:, k]
+            if far.any():
+                info.clamped[name] = tgt.copy()
+                tgt = np.where(far[:, None], init_heads[:, root] + d / dist * 0.999 * info.reach[name], tgt)
+        tg.add({tg.point(b): 1.0}, tgt, wt * mask[:, k], name=name, kind="hint" if hint else "effector")
     if init_heads is not None:
         for name in SPARSE_HINTS:
             b = _bone(plan, name)

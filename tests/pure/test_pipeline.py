@@ -141,3 +141,46 @@ def test_bad_rigs_are_refused():
         RigBake(zero, mapping, kp, None, 30.0, BakeOptions())
     with pytest.raises(BakeError, match="not positions in metres"):
         RigBake(rig, mapping, kp * 1e200, None, 30.0, BakeOptions())
+
+
+def _sparse_pose_job(rig, mapping, hand_move):
+    from neural_ik.model.skeleton import SPARSE_EFFECTORS
+    from neural_ik.pipeline.core import leg_length
+
+    plan = plan_retarget(rig, mapping)
+    kp = np.full((1, len(KEYPOINTS), 3), np.nan)
+    for e in SPARSE_EFFECTORS:
+        kp[0, KEYPOINTS.index(e)] = rig.head[rig.index(mapping.entries[e])]
+    kp[0, KEYPOINTS.index("hand_l")] += hand_move
+    job = RigBake(rig, mapping, kp, None, 1.0, BakeOptions(device="cpu", mode="sparse", foot_lock=False))
+    job.skeleton = CANONICAL.scaled(plan.leg_length / leg_length(CANONICAL))   # as Solve Frame does
+    job.run()
+    return job
+
+
+@pytest.mark.parametrize("move", [0.0, 0.2, 0.35])
+def test_dragged_effectors_are_reached(move):
+    """Add Effectors on Rigify's meta-rig, drag the left hand forward and up, solve: within 1 mm."""
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    job = _sparse_pose_job(rig, mapping, np.array([0.0, -move, 0.5 * move]))
+    for e, row in job.target_info.effectors.items():
+        b = rig.index(mapping.entries[e])
+        d = np.linalg.norm(job.result.heads[0, b] - job.targets.rows[row]["target"][0]) * 1000.0
+        assert d < 1.0, (e, d)
+    assert not job.figures.unreachable and job.figures.effector_reach_mm[1] < 1.0
+
+
+def test_unreachable_effector_is_named():
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    job = _sparse_pose_job(rig, mapping, np.array([1.5, -1.0, 0.5]))
+    assert any(u.startswith("hand_l") and "out of reach of the upperarm chain" in u for u in job.figures.unreachable)
+    assert any(w.startswith("effectors not reached:") and "hand_l" in w for w in job.warnings), job.warnings
+    # the arm points at the target, stretched as far as it goes
+    b = rig.index(mapping.entries["hand_l"])
+    s = rig.index(mapping.entries["upperarm_l"])
+    tgt = job.targets.rows[job.target_info.effectors["hand_l"]]["target"][0]
+    arm = job.result.heads[0, b] - job.result.heads[0, s]
+    to = tgt - job.result.heads[0, s]
+    assert np.dot(arm, to) / np.linalg.norm(arm) / np.linalg.norm(to) > 0.99
