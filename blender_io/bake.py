@@ -552,9 +552,6 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
         ``keypoint_error_mm`` (joints at the rig's scale),
         ``bone_direction_error_deg``, ``seconds`` and ``warnings``.
     """
-    from ..model.skeleton import CANONICAL
-    from ..pipeline.core import leg_length
-
     options = options or BakeOptions()
     kp = np.asarray(keypoints, dtype=np.float64)
     if kp.ndim == 2:
@@ -567,11 +564,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
                   source_name="pose", mapping=mapping, solver=solver)
     core = job.core
     known = core.mask[0]
-    sparse_only = not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any()
-    if single.mode == "sparse" or sparse_only:
-        # a few effectors say little about bone lengths: use the rig's own size
-        size = core.plan.leg_length * core.unit / leg_length(CANONICAL) if core.plan.leg_length > 0 else 1.0
-        core.skeleton = CANONICAL.scaled(size)
+    if not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any():
         core.mode = "sparse"
     core.solve()
     res = core.fit()

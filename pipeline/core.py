@@ -244,6 +244,11 @@ class RigBake:
         if self.source_rig is not None and self.mode == "dense":
             self.solved = self._from_source_rig(kp)
         else:
+            if self.mode == "sparse" and self.skeleton is None and self.plan.leg_length > 0:
+                # a few effectors say little about bone lengths, and they are meant
+                # for this rig: solve with a skeleton of the rig's own size
+                size = self.plan.leg_length * self.unit / leg_length(CANONICAL)
+                self.skeleton = CANONICAL.scaled(size)
             self.solved = self._from_network(kp, progress, cancel, batch_size)
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved

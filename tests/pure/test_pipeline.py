@@ -153,8 +153,8 @@ def _sparse_pose_job(rig, mapping, hand_move):
         kp[0, KEYPOINTS.index(e)] = rig.head[rig.index(mapping.entries[e])]
     kp[0, KEYPOINTS.index("hand_l")] += hand_move
     job = RigBake(rig, mapping, kp, None, 1.0, BakeOptions(device="cpu", mode="sparse", foot_lock=False))
-    job.skeleton = CANONICAL.scaled(plan.leg_length / leg_length(CANONICAL))   # as Solve Frame does
     job.run()
+    assert job.skeleton is not None and abs(leg_length(job.skeleton) - plan.leg_length) < 1e-9   # the rig's size
     return job
 
 
