@@ -402,9 +402,12 @@ class RigBake:
             # effectors must be met to the millimetre: the prior fades over more steps
             iterations = max(iterations, SPARSE_ITERATIONS)
         if len(targets) and iterations > 0:
+            # sparse: the prior fades so the effectors are met exactly; dense: many
+            # targets decide the pose and a weak, constant prior only settles twist
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
                             prior_rotation=prior, iterations=iterations, locked=self.locked,
-                            progress=_progress, chunk=512)
+                            progress=_progress, chunk=512,
+                            prior_decay=0.3 if self.mode == "sparse" else 1.0)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
         else:
