@@ -25,6 +25,34 @@ def target_armature(context):
     return obj if obj is not None and obj.type == 'ARMATURE' else None
 
 
+def input_frames(settings):
+    """Scene frames ``(first, last)`` (inclusive) the Input covers, or ``None`` without an input.
+
+    A keypoint object covers the frames it was imported onto (its Start Frame
+    on, one key per scene frame); effectors cover the scene's frame range.
+    """
+    scene = settings.id_data
+    if settings.source == 'EFFECTORS':
+        return int(scene.frame_start), int(scene.frame_end)
+    root = settings.keypoint_object
+    if root is None:
+        return None
+    start, count = int(root.get("frame_start", 1)), int(root.get("frame_count", 0))
+    if count < 1:
+        return None
+    fps = float(root.get("fps", 0.0)) or 1.0
+    rate = float(scene.render.fps) / float(scene.render.fps_base or 1.0)
+    return start, start + int(round((count - 1) * rate / fps))
+
+
+def _use_clip_range_changed(self, context):
+    """Unticking Use Clip Range starts the custom range at the whole input: nothing is dropped silently."""
+    if not self.use_clip_range:
+        frames = input_frames(self)
+        if frames is not None:
+            self.frame_from, self.frame_to = frames
+
+
 def _poll_armature(self, obj):
     return obj is not None and obj.type == 'ARMATURE'
 
@@ -62,17 +90,16 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         name="Effectors", type=bpy.types.Object,
         description="Parent empty of the effector empties made by Add Effectors")
     use_clip_range: BoolProperty(
-        name="Use Clip Range", default=True,
-        description="Bake the whole keypoint clip; off: bake the custom source frame range")
+        name="Use Clip Range", default=True, update=_use_clip_range_changed,
+        description="Bake every frame of the input (the keypoint object's frames, or the scene's range for "
+                    "effectors); off: bake the scene frames From-To")
     frame_from: IntProperty(
-        name="From", default=0, min=0,
-        description="First source frame of the clip to bake (0 = the clip's first frame)")
+        name="From",
+        description="First scene frame to bake (as the timeline shows it; the keys land on the same frames "
+                    "as the input's)")
     frame_to: IntProperty(
-        name="To", default=100, min=1,
-        description="Source frame after the last one to bake (end exclusive)")
-    frame_start: IntProperty(
-        name="Start Frame", default=1,
-        description="Scene frame that receives the first baked key")
+        name="To",
+        description="Last scene frame to bake (included)")
     smooth: EnumProperty(
         name="Smoothing", description="Temporal filter against jitter",
         items=(
@@ -161,6 +188,18 @@ def unregister():
         bpy.utils.unregister_class(cls)
 
 
+def _source_frames(settings, first, last):
+    """Scene frames ``first..last`` (inclusive) as the bake's source slice ``(a, b)`` (end exclusive)."""
+    span = input_frames(settings)
+    scene = settings.id_data
+    rate = float(scene.render.fps) / float(scene.render.fps_base or 1.0)
+    root = settings.keypoint_object if settings.source == 'KEYPOINTS' else None
+    fps = float(root.get("fps", rate)) if root is not None else rate
+    a = int(round((first - span[0]) * fps / rate))
+    b = int(round((last - span[0]) * fps / rate)) + 1
+    return a, b
+
+
 def bake_options(settings, *, clip_frames=None, device="auto"):
     """:class:`..blender_io.bake.BakeOptions` from the scene settings.
 
@@ -172,13 +211,21 @@ def bake_options(settings, *, clip_frames=None, device="auto"):
     device : str
         The compute-device preference.
     """
-    from .blender_io.bake import BakeOptions
+    from .blender_io.bake import BakeError, BakeOptions
 
-    frames = None
-    if not settings.use_clip_range:
-        frames = (int(settings.frame_from), int(settings.frame_to))
+    frames, frame_start = None, None
+    span = input_frames(settings)
+    if span is not None:
+        frame_start = span[0]  # the keys land on the input's own frames: one Start Frame, the import's
+    if not settings.use_clip_range and span is not None:
+        first, last = int(settings.frame_from), int(settings.frame_to)
+        if not (span[0] <= first <= last <= span[1]):
+            raise BakeError(f"the custom range {first}-{last} is outside the input's frames {span[0]}-{span[1]} "
+                            "(scene frames, From and To included)")
+        frames = _source_frames(settings, first, last)
+        frame_start = first
     return BakeOptions(
-        frame_start=int(settings.frame_start),
+        frame_start=frame_start,
         frames=frames,
         smooth=settings.smooth,
         smooth_strength=float(settings.smooth_strength),

@@ -24,6 +24,7 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 from bpy_extras.io_utils import ImportHelper
 
 from ..blender_io.keypoint_objects import create_keypoint_object
+from .scene_frames import clip_for_scene, fit_scene_to_clip, scene_untouched
 
 #: Files larger than this (MB) are not read for the file-browser preview.
 PREVIEW_MAX_MB = 50.0
@@ -122,6 +123,16 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     ground: BoolProperty(name="Ground", default=True,
                          description="Move the clip vertically so that its lowest foot point touches the floor "
                                      "(the shift is reported); off: keep the file's heights")
+    set_scene_frames: BoolProperty(
+        name="Set Scene Frames", default=True,
+        description="Set the scene's frame rate to the clip's and its frame range to the clip's frames "
+                    "(default: on while the scene holds no animation); off: the clip is resampled to the "
+                    "scene's frame rate. Either way the empties and a bake cover the same scene frames")
+
+    def invoke(self, context, event):
+        if not self.properties.is_property_set("set_scene_frames"):
+            self.set_scene_frames = scene_untouched(context.scene)
+        return ImportHelper.invoke(self, context, event)
 
     def check(self, context):
         return True   # redraw the preview when the selection or an override changes
@@ -134,6 +145,7 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
         layout.prop(self, "up_axis")
         layout.prop(self, "fps")
         layout.prop(self, "frame_start")
+        layout.prop(self, "set_scene_frames")
         layout.prop(self, "ground")
         box = layout.box()
         box.label(text="Preview", icon='INFO')
@@ -150,7 +162,15 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
             return {'CANCELLED'}
         name = os.path.splitext(os.path.basename(self.filepath))[0] or "Keypoints"
         start = self.frame_start if self.frame_start >= 0 else context.scene.frame_start
-        return _make_input(self, context, clip, name, start)
+        set_scene = (self.set_scene_frames if self.properties.is_property_set("set_scene_frames")
+                     else scene_untouched(context.scene))
+        clip, note = clip_for_scene(clip, context.scene, set_scene)
+        result = _make_input(self, context, clip, name, start)
+        if result == {'FINISHED'}:
+            note = fit_scene_to_clip(context.scene, clip, start) if set_scene else note
+            if note:
+                self.report({'INFO'}, note)
+        return result
 
 
 def _make_input(op, context, clip, name, start):

@@ -6,7 +6,7 @@ import textwrap
 import bpy
 
 from .. import preferences
-from ..properties import target_armature
+from ..properties import input_frames, target_armature
 from ..model.skeleton import JOINTS
 
 _PARENT = "VIEW3D_PT_neural_ik"
@@ -206,7 +206,9 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         sub.enabled = not s.use_clip_range
         sub.prop(s, "frame_from")
         sub.prop(s, "frame_to")
-        col.prop(s, "frame_start")
+        span = input_frames(s)
+        if span is not None and s.use_clip_range:  # the keys land on the input's frames (its Start Frame)
+            col.label(text=f"Frames {span[0]}-{span[1]}")
         col = layout.column()
         col.prop(s, "smooth")
         sub = col.column()

@@ -159,8 +159,9 @@ def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
     log = []
     fake = SimpleNamespace(layout=_Layout(log), filepath=str(path), layout_name="canonical", units="cm",
                            up_axis="Y", fps=50.0, ground=False,
+                           set_scene_frames=True,
                            bl_rna=SimpleNamespace(properties={"layout_name", "units", "up_axis", "fps", "ground",
-                                                              "frame_start"}))
+                                                              "frame_start", "set_scene_frames"}))
     ops.NEURAL_IK_OT_import_keypoints.draw(fake, bpy.context)
     labels = [t for kind, t in log if kind == "label"]
     assert "Layout: canonical" in labels and any("10 frames at 50 fps" in t for t in labels), labels
@@ -225,17 +226,19 @@ def test_bake_operator_errors(ext, bake, sk, exact_solver, tmp_path):
         bpy.ops.neural_ik.bake()
     obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
     s.target = obj
-    s.use_clip_range = False
-    s.frame_from, s.frame_to = 5, 50
+    s.use_clip_range = False                          # the custom range starts as the whole clip
+    assert (s.frame_from, s.frame_to) == (1, 20)
+    s.frame_from, s.frame_to = 5, 50                  # scene frames, both included
     before = _counts()
     with pytest.raises(RuntimeError, match="outside the input"):
         bpy.ops.neural_ik.bake()
     assert _counts() == before and obj.animation_data is None
-    s.frame_from, s.frame_to = 5, 15
+    s.frame_from, s.frame_to = 5, 14
     assert bpy.ops.neural_ik.bake(action_name="Part") == {'FINISHED'}
     assert obj.animation_data.action.name == "Part"
     fc = fcurve_arrays(ext, obj.animation_data.action, obj)
     assert all(len(v) == 20 for v in fc.values())     # 10 frames, (frame, value) pairs
+    assert all(list(v[0::2]) == list(range(5, 15)) for v in fc.values())  # keyed on those very frames
 
 
 def test_solve_frame_and_effectors(ext, bake, sk, exact_solver, tmp_path):

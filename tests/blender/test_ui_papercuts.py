@@ -235,3 +235,86 @@ def test_solve_frame_pose_survives_an_active_action(ext):
     np.testing.assert_allclose(_hand_matrix(obj), solved, atol=1e-5)
     # the Solve & Bake panel offers Key Pose while an action is active
     assert ("operator", "neural_ik.key_pose") in _draw(ext, "VIEW3D_PT_neural_ik_bake")
+
+
+def _clip30(ext, tmp_path, T=60):
+    import numpy as np
+
+    from test_bake import motion
+
+    sk = importlib.import_module(ext.__name__ + ".model.skeleton")
+    rnp = importlib.import_module(ext.__name__ + ".model.rotations_np")
+    _local, _root, kp = motion(sk, rnp, T=T)
+    path = tmp_path / "walk30.npz"
+    np.savez(path, positions=kp, joint_names=np.array(sk.KEYPOINTS), fps=30.0, units="m", up_axis="Z")
+    return path
+
+
+def _key_frames(root):
+    """(first, last, count) of the keyed frames of a keypoint object's first empty."""
+    return _baked_frames(root.children[0])
+
+
+def _baked_frames(obj):
+    """(first, last, count) of the frames keyed in ``obj``'s action."""
+    import numpy as np
+    frames = set()
+    for fc in _fcurves(obj):
+        co = np.empty(len(fc.keyframe_points) * 2)
+        fc.keyframe_points.foreach_get("co", co)
+        frames |= set(np.round(co[0::2], 4).tolist())
+    return min(frames), max(frames), len(frames)
+
+
+def _fcurves(obj):
+    action = obj.animation_data.action
+    if not hasattr(action, "layers"):
+        return list(action.fcurves)
+    slot = obj.animation_data.action_slot
+    return [fc for layer in action.layers for strip in layer.strips for bag in strip.channelbags
+            if bag.slot == slot for fc in bag.fcurves]
+
+
+def test_30fps_clip_into_untouched_24fps_scene_sets_the_scene(ext, tmp_path):
+    scene = bpy.context.scene
+    assert scene.render.fps == 24 and (scene.frame_start, scene.frame_end) == (1, 250)
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(_clip30(ext, tmp_path)), ground=False) == {'FINISHED'}
+    assert (scene.render.fps, scene.render.fps_base) == (30, 1.0)
+    assert (scene.frame_start, scene.frame_end) == (1, 60)
+    root = scene.neural_ik.keypoint_object
+    assert _key_frames(root) == (1, 60, 60)
+    obj = _mapped_rig(ext)
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    assert _baked_frames(obj) == (1, 60, 60)          # the bake covers the empties' frames
+
+
+def test_30fps_clip_into_a_24fps_scene_in_use_is_resampled(ext, tmp_path):
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 10, 200
+    s = scene.neural_ik
+    # an explicit "no" (the scene keeps its rate); the clip lands from frame 10 at 24 fps
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(_clip30(ext, tmp_path)), ground=False,
+                                              set_scene_frames=False, frame_start=10) == {'FINISHED'}
+    assert scene.render.fps == 24 and (scene.frame_start, scene.frame_end) == (10, 200)
+    root = s.keypoint_object
+    assert root["fps"] == 24.0 and root["frame_count"] == 48   # 59 frames at 30 fps = 47 frame steps at 24
+    assert _key_frames(root) == (10, 57, 48)
+    obj = _mapped_rig(ext)
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    assert _baked_frames(obj) == (10, 57, 48)         # same frames as the empties
+    # one Start Frame: a custom range in scene frames keys exactly those frames
+    s.use_clip_range = False
+    assert (s.frame_from, s.frame_to) == (10, 57)     # unticking keeps the whole clip
+    s.frame_from, s.frame_to = 20, 29
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    assert _baked_frames(obj) == (20, 29, 10)
+
+
+def test_import_into_an_animated_scene_leaves_its_frames(ext, tmp_path):
+    scene = bpy.context.scene
+    cube = bpy.data.objects.new("Animated", None)
+    scene.collection.objects.link(cube)
+    cube.keyframe_insert("location", frame=1)
+    assert bpy.ops.neural_ik.import_keypoints(filepath=str(_clip30(ext, tmp_path)), ground=False) == {'FINISHED'}
+    assert scene.render.fps == 24 and (scene.frame_start, scene.frame_end) == (1, 250)
+    assert scene.neural_ik.keypoint_object["fps"] == 24.0
