@@ -245,10 +245,18 @@ class RigBake:
             self.solved = self._from_source_rig(kp)
         else:
             if self.mode == "sparse" and self.skeleton is None and self.plan.leg_length > 0:
-                # a few effectors say little about bone lengths, and they are meant
-                # for this rig: solve with a skeleton of the rig's own size
-                size = self.plan.leg_length * self.unit / leg_length(CANONICAL)
-                self.skeleton = CANONICAL.scaled(size)
+                # a few effectors say little about bone lengths: the source skeleton's
+                # size when the file has one (its effectors are scaled onto the rig like
+                # a dense clip), else the rig's own (effectors placed for this rig, as
+                # the empties of Add Effectors: taken as they are)
+                leg = self.plan.leg_length * self.unit
+                if self.source_rig is not None:
+                    try:
+                        splan = _cached_plan(self.source_rig.rig, self.source_rig.mapping)
+                        leg = splan.leg_length if splan.leg_length > 0 else leg
+                    except ValueError:
+                        pass
+                self.skeleton = CANONICAL.scaled(leg / leg_length(CANONICAL))
             self.solved = self._from_network(kp, progress, cancel, batch_size)
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved
@@ -368,6 +376,14 @@ class RigBake:
         src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
         init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
                         world_rotations=getattr(self, "_world_rotations", None))
+        if self.mode == "sparse" and self.n_frames > 4:
+            # the network guesses what a few effectors leave open frame by frame:
+            # smooth that guess (the start pose and prior); the effectors are met anyway
+            from ..retarget.solve import pose_rig
+
+            q = np.asarray(_smooth("smooth_rotations", init.quaternions, "oneeuro", 0.5, self.fps))
+            init.quaternions = quat_continuity(q / np.linalg.norm(q, axis=-1, keepdims=True))
+            _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations)
         self.initial = init
         src = self.src_m.copy()
         if o.in_place:   # as baked: the root's horizontal travel removed from every point
