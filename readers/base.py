@@ -470,14 +470,6 @@ def _looks_image_normalised(points: np.ndarray) -> bool:
     return bool(np.isfinite(lo) and lo >= -0.02 and hi <= 1.02)
 
 
-def _detect_up_axis(points: np.ndarray, layout: Layout | None, names) -> str | None:
-    """Up axis of raw points through a layout (see :func:`detect_up_axis`)."""
-    if layout is None:
-        return None
-    kp, mask = _canonical_points(points, layout, names)
-    return detect_up_axis(kp, mask)[0]
-
-
 def _canonical_points(points, layout, names):
     """Canonical keypoints (T, 32, 3) and mask of raw points through a layout (any units/axes)."""
     W, defined = canonical_weights(layout, names)
@@ -673,7 +665,6 @@ def finish_clip(
     warnings=None,
     check_scale: bool = True,
     ground: bool = True,
-    detect_note: bool = True,
 ) -> KeypointClip:
     """Validate raw points and build a :class:`KeypointClip`.
 
@@ -701,8 +692,6 @@ def finish_clip(
     ground : bool
         Move the clip vertically so that its lowest foot point touches the
         floor (``z = 0``); the shift is reported and kept in ``floor_shift``.
-    detect_note : bool
-        Report detected units and up axis among the warnings.
 
     Raises
     ------
@@ -793,9 +782,8 @@ def finish_clip(
         else:
             up, share = detect_up_axis(raw_kp, raw_mask)
             if up is not None and up in UP_AXES:
-                if detect_note:
-                    warns.append(f"up axis {up} detected from the motion (feet to head on {share:.0%} of "
-                                 f"the frames; override with {_flag('up_axis')})")
+                warns.append(f"up axis {up} detected from the motion (feet to head on {share:.0%} of "
+                             f"the frames; override with {_flag('up_axis')})")
             else:
                 up = normalize_up_axis((lay.up_axis if lay is not None and lay.up_axis else None) or default_up_axis)
                 warns.append(f"up axis not in the file and not clear from the motion: assumed {up} "
@@ -828,9 +816,8 @@ def finish_clip(
                                         f"{', '.join(_GUESS_UNITS)}; pass {_flag('units')}")
             guess = "m"
         u = guess
-        if detect_note:
-            warns.append(f"units not in the file: {_UNIT_NAMES.get(u, u)} guessed from the body's height "
-                         f"({size * UNITS[u]:.2f} m; override with {_flag('units')})")
+        warns.append(f"units not in the file: {_UNIT_NAMES.get(u, u)} guessed from the body's height "
+                     f"({size * UNITS[u]:.2f} m; override with {_flag('units')})")
     elif check_scale and math.isfinite(size):
         s_m = size * UNITS[u]
         if not (SIZE_RANGE[0] <= s_m <= SIZE_RANGE[1]):
