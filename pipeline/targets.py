@@ -413,7 +413,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None):
                                 "foot_r": "thigh_r"}[name])
             d = tgt - init_heads[:, root]
             dist = np.linalg.norm(d, axis=-1, keepdims=True)
-            far = (dist > 1.02 * info.reach[name])[:, 0] & mask[:, k]
+            far = (dist > 1.5 * info.reach[name])[:, 0] & mask[:, k]
             if far.any():
                 info.clamped[name] = tgt.copy()
                 tgt = np.where(far[:, None], init_heads[:, root] + d / dist * 0.999 * info.reach[name], tgt)

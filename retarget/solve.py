@@ -306,7 +306,14 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
     # process joints parents first so end bones can inherit
     up = np.array([0.0, 0.0, 1.0])
     for k, b in enumerate(path[:-1]):
-        e = _unit(K.T @ (ha[path[k + 1]] - ha[b]))
+        # the next path head away from this one (a BVH root often shares its
+        # head with the first spine joint: its direction is the spine's, not
+        # its tail's, which a converter may point anywhere)
+        e = None
+        for nxt in path[k + 1:]:
+            e = _unit(K.T @ (ha[nxt] - ha[b]))
+            if e is not None:
+                break
         if e is None:
             e = _unit(K.T @ (ta[b] - ha[b]))
         offsets[b] = np.eye(3) if e is None else rotation_between(e, up)
