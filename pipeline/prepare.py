@@ -22,11 +22,6 @@ __all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_requi
 #: network infers every other joint (a long gap elsewhere is masked).
 REQUIRED_KEYPOINTS: tuple = ("pelvis",)
 
-#: Foot keypoints and their height above the floor in the canonical rest pose.
-_GROUND_POINTS = (("heel_l", 0.0), ("heel_r", 0.0), ("toe_tip_l", 0.0), ("toe_tip_r", 0.0),
-                  ("toe_l", 0.03), ("toe_r", 0.03), ("foot_l", 0.08), ("foot_r", 0.08))
-
-
 @dataclass
 class PreparedSource:
     """Keypoints ready to bake.
@@ -120,11 +115,7 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
 
 
 def ground_keypoints(kp, valid):
-    """Shift ``kp`` vertically so its lowest foot point is on the floor.
-
-    Uses heels and toe tips where the source has them, else toes and ankles
-    less their rest height. The 1st percentile, not the minimum, so a single
-    bad sample does not decide the floor.
+    """Shift ``kp`` vertically so its lowest foot point is on the floor (:func:`..readers.base.floor_height`).
 
     Returns
     -------
@@ -132,17 +123,14 @@ def ground_keypoints(kp, valid):
     shift : float or None
         Metres added to every z (``None`` when the source has no foot points).
     """
-    for names in (_GROUND_POINTS[:4], _GROUND_POINTS[4:]):
-        idx = [KEYPOINTS.index(n) for n, _ in names]
-        rest = np.array([h for _, h in names])
-        z = kp[:, idx, 2] - rest
-        z = z[valid[:, idx] & np.isfinite(z)]
-        if z.size:
-            shift = -float(np.percentile(z, 1.0))
-            out = kp.copy()
-            out[..., 2] += shift
-            return out, shift
-    return kp, None
+    from ..readers.base import floor_height
+
+    floor = floor_height(kp, valid)
+    if floor is None:
+        return kp, None
+    out = kp.copy()
+    out[..., 2] -= floor
+    return out, -floor
 
 
 def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig=None) -> PreparedSource:
