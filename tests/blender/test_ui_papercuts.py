@@ -318,3 +318,19 @@ def test_import_into_an_animated_scene_leaves_its_frames(ext, tmp_path):
     assert bpy.ops.neural_ik.import_keypoints(filepath=str(_clip30(ext, tmp_path)), ground=False) == {'FINISHED'}
     assert scene.render.fps == 24 and (scene.frame_start, scene.frame_end) == (1, 250)
     assert scene.neural_ik.keypoint_object["fps"] == 24.0
+
+
+def test_effector_bake_status_has_no_nan(ext):
+    """Figures that do not apply to an effector bake are left out, never shown as "nan"."""
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 1, 6
+    obj = _mapped_rig(ext)
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    hand = next(c for c in scene.neural_ik.effector_root.children if c["neural_ik_effector"] == "hand_l")
+    hand.keyframe_insert("location", frame=1)
+    hand.location.z += 0.2
+    hand.keyframe_insert("location", frame=6)
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    status = scene.neural_ik.status
+    assert status.startswith("Baked 6 frames") and "nan" not in status.lower(), status
+    assert obj.animation_data.action is not None
