@@ -27,7 +27,9 @@ tests/blender/
     ``rnp``, ``blender_ext``, the autouse ``reset_scene``. Operators, panels,
     properties, ``blender_io/`` and the command line (``run_cli``) go here.
 
-Shared helpers live in ``tests/`` (``rigs.py``; ``data/``); fixtures for both
+Shared helpers live in ``tests/`` (``rigs.py``; ``data/``; ``ui_layout.py``:
+``RecordingLayout`` runs a panel's or an operator's ``draw`` headless and
+checks the props and operators it names); fixtures for both
 kinds here: ``repo_root``, ``run_cli``. Test file names must be unique across
 both folders (pytest imports them by their base name).
 """
