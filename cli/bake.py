@@ -100,6 +100,12 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     from .targets import target_label
 
     t0 = time.perf_counter()
+    max_frames = getattr(args, "max_frames", common.MAX_FRAMES)
+    peeked = common.peek_frame_count(source)
+    if peeked is not None and args.frames is not None:
+        peeked = _sliced(peeked, args.frames)
+    if peeked is not None:  # a huge file is refused before it is loaded
+        common.check_frame_count(source, peeked, max_frames)
     try:
         clip = common.read_source(source, args)
     except KeypointReadError as ex:
@@ -172,6 +178,9 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
     fps = args.fps or clip.fps
     frames = common.resolve_frames(args.frames, clip.num_frames, source)
     n = baked_frame_count(clip.num_frames, clip.fps, fps, frames)
+    n_source = frames[1] - frames[0] if frames is not None else clip.num_frames
+    common.check_frame_count(source, n_source, getattr(args, "max_frames", common.MAX_FRAMES), n_baked=n,
+                             source_fps=clip.fps, fps=fps)
     if args.frame_start is not None and args.frame_start + n - 1 > common.FRAME_MAX:
         raise CliError("{}: --frame-start {} with {} baked frames ends at frame {}, past Blender's last frame "
                        "{}".format(source, args.frame_start, n, args.frame_start + n - 1, common.FRAME_MAX))

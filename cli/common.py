@@ -45,6 +45,9 @@ __all__ = [
     "check_saved_blend",
     "emit_report",
     "read_source",
+    "peek_frame_count",
+    "check_frame_count",
+    "MAX_FRAMES",
     "load_bone_mapping",
     "bake_one",
     "summary",
@@ -59,6 +62,8 @@ SMOOTH_CHOICES = ("none", "oneeuro", "savgol", "butter")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Blender's scene frame limits (``MINAFRAME``..``MAXFRAME``).
 FRAME_MIN, FRAME_MAX = -1048574, 1048574
+#: Default of ``--max-frames``: longer clips are refused before any long work.
+MAX_FRAMES = 1_000_000
 
 
 class CliError(Exception):
@@ -200,6 +205,16 @@ def _positive_float(text):
     return value
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a whole number: {!r}".format(text)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, got {!r}".format(text))
+    return value
+
+
 def _unit_float(text):
     try:
         value = float(text)
@@ -275,6 +290,10 @@ def add_bake_arguments(parser):
     g.add_argument("--rotation-mode", default="BONE", choices=("QUATERNION", "BONE"),
                    help="rotation channels written: QUATERNION (bones switched to quaternions) or BONE "
                         "(each bone's own rotation mode, the rig's settings untouched); default BONE")
+    g.add_argument("--max-frames", type=_positive_int, default=MAX_FRAMES, metavar="N",
+                   help="refuse a clip of more than N frames, counted after --frames and after resampling to "
+                        "--fps, before any long work (default: {:,}); memory and time grow with the frame "
+                        "count".format(MAX_FRAMES))
     add_device_argument(g)
     g.add_argument("--weights", metavar="PATH", default=None,
                    help="network weights file (default: weights/neural_ik.pt in the package)")
@@ -720,6 +739,65 @@ def check_source_path(path):
             path, ext or "(none)", ", ".join(SOURCE_EXTENSIONS)))
     if not os.path.isfile(path):
         raise UsageError("{}: no such file".format(path))
+
+
+def peek_frame_count(path):
+    """Frame count of a ``.npz``, ``.npy`` or ``.bvh`` file read from its header only, else ``None``.
+
+    Lets ``--max-frames`` refuse a huge file before it is loaded. Anything
+    unexpected returns ``None`` (the reader reports bad files).
+    """
+    import zipfile
+
+    import numpy as np
+
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext in (".npy", ".npz"):
+            with contextlib.ExitStack() as stack:
+                if ext == ".npz":
+                    archive = stack.enter_context(zipfile.ZipFile(path))
+                    if "positions.npy" not in archive.namelist():
+                        return None
+                    handle = stack.enter_context(archive.open("positions.npy"))
+                else:
+                    handle = stack.enter_context(open(path, "rb"))
+                version = np.lib.format.read_magic(handle)
+                shape = (np.lib.format.read_array_header_1_0(handle) if version == (1, 0)
+                         else np.lib.format.read_array_header_2_0(handle))[0]
+                return int(shape[0]) if len(shape) else None
+        if ext == ".bvh":
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    parts = line.replace(":", " : ").split()
+                    if len(parts) == 3 and parts[0].lower() == "frames" and parts[1] == ":":
+                        return int(parts[2])
+    except (OSError, ValueError, zipfile.BadZipFile, IndexError, TypeError):
+        return None
+    return None
+
+
+def check_frame_count(source, n_source, max_frames, *, n_baked=None, source_fps=None, fps=None):
+    """Refuse a clip longer than ``--max-frames`` (:class:`CliError` naming the file, the count and the flag).
+
+    Parameters
+    ----------
+    source : str
+    n_source : int
+        Source frames (after ``--frames``).
+    max_frames : int
+    n_baked, source_fps, fps : optional
+        Frames after resampling from ``source_fps`` to ``fps``.
+    """
+    if max_frames is None:
+        return
+    if n_source > max_frames:
+        raise CliError("{}: {:,} frames, more than --max-frames {:,} (raise --max-frames to bake it, or bake a "
+                       "part with --frames A:B)".format(source, n_source, max_frames))
+    if n_baked is not None and n_baked > max_frames:
+        raise CliError("{}: {:,} frames at {:g} fps resample to {:,} frames at {:g} fps, more than --max-frames "
+                       "{:,} (lower --fps or raise --max-frames)".format(source, n_source, source_fps, n_baked,
+                                                                         fps, max_frames))
 
 
 def read_source(path, args):
