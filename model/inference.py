@@ -7,7 +7,7 @@ through :class:`Solver`::
 
     solver = Solver()                      # weights/neural_ik.pt, device "auto"
     res = solver.solve(keypoints)          # (T, 32, 3) metres, Z up, NaN = missing
-    res.local_rot                          # (T, 22, 3, 3) float64, row 0 = root orientation
+    res.local_rot                          # (T, 22, 3, 3) float64 (dtype=), row 0 = root orientation
     res.root_pos                           # (T, 3)
     res.keypoints                          # (T, 32, 3) FK of the result
     res.error_mm                           # (T,) mean distance to the given keypoints
@@ -53,12 +53,26 @@ pose" solve) never touches torch: a float32 numpy twin of the network
 twin of the refinement (:func:`.refine.refine_numpy`) refines it, which
 avoids torch's per-operation overhead (about 2.5 ms in all on 2 CPU cores).
 
+Memory does not grow with the clip beyond the outputs: inputs are masked,
+converted and sent batch by batch, and the error per frame is computed with
+its batch.
+
 Threads and devices
 -------------------
-``device="auto"`` uses CUDA when available. The solver does not change
-torch's thread count; a caller that shares the CPU (Blender) may call
-``torch.set_num_threads``. Results are float64 numpy arrays whatever the
-device.
+``device="auto"`` uses CUDA when available. A solve of at most
+:data:`CPU_MAX_FRAMES_ON_CUDA` frames (a single pose: Live Solve, Solve
+Frame) runs on the CPU even on a CUDA solver: one pose costs about 23 ms of
+kernel launches on a GPU against 2.5 ms on the CPU. On CUDA every batch
+stays float32 on the device (network, refinement, forward kinematics and
+the per-frame error); inputs go up through pinned (page-locked) staging
+buffers and results come down asynchronously, so the GPU computes a batch
+while the host fills the next one and converts the previous one; with
+``dtype=np.float32`` the results are copied straight into pinned output
+arrays (no conversion at all). The solver does not change torch's thread
+count; a caller that shares the CPU (Blender) may call
+``torch.set_num_threads``. Results are numpy arrays of ``dtype`` (float64
+by default) whatever the device; ``SolveResult.device`` says where the
+frames were solved.
 
 Errors
 ------
@@ -71,6 +85,7 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,16 +96,21 @@ import torch
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
 from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
 from .refine import DEFAULTS as REFINE_DEFAULTS
-from .refine import SMALL_BATCH, _np_fk, refine_numpy
+from .refine import _np_fk, refine_numpy
 from .refine import refine as _refine
 from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton
 
-__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network", "DEFAULT_WEIGHTS", "FORMAT_VERSION"]
+__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network", "DEFAULT_WEIGHTS",
+           "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA"]
 
 #: Weights shipped with the extension.
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
 #: Weights format version this code reads.
 FORMAT_VERSION = 1
+
+#: Solves of at most this many frames run on the CPU even on a CUDA solver (kernel launch
+#: overhead: one pose takes about 23 ms on a GPU against 2.5 ms on the CPU).
+CPU_MAX_FRAMES_ON_CUDA = 16
 
 _SPARSE_SET = np.zeros(NUM_KEYPOINTS, dtype=bool)
 _SPARSE_SET[list(EFFECTOR_KP) + list(HINT_KP)] = True
@@ -106,11 +126,13 @@ class SolveResult:
 
     Attributes
     ----------
-    local_rot : ndarray, shape (T, 22, 3, 3), float64
-        Local joint rotations; row 0 is the root's world orientation.
-    root_pos : ndarray, shape (T, 3), float64
+    local_rot : ndarray, shape (T, 22, 3, 3)
+        Local joint rotations; row 0 is the root's world orientation. Of the
+        ``dtype`` asked of :meth:`Solver.solve` (float64 by default), as
+        are ``root_pos`` and ``keypoints``.
+    root_pos : ndarray, shape (T, 3)
         World position of the root (pelvis) joint, metres.
-    keypoints : ndarray, shape (T, 32, 3), float64
+    keypoints : ndarray, shape (T, 32, 3)
         Forward kinematics of the result with ``skeleton``.
     skeleton : Skeleton
         The skeleton used (given or fitted).
@@ -120,7 +142,10 @@ class SolveResult:
     mode : str
         ``"dense"`` or ``"sparse"``.
     seconds : dict
-        Wall time of the ``network`` and ``refine`` stages (and ``total``).
+        Wall time of the ``network`` and ``refine`` stages (and ``total``;
+        on CUDA the stages are GPU time).
+    device : str
+        Where the frames were solved (``"cpu"`` or ``"cuda"``).
     """
 
     local_rot: np.ndarray
@@ -130,6 +155,7 @@ class SolveResult:
     error_mm: np.ndarray
     mode: str = "dense"
     seconds: dict = field(default_factory=dict)
+    device: str = "cpu"
 
 
 def detect_mode(mask: np.ndarray) -> str:
@@ -424,34 +450,50 @@ class Solver:
         When ``device`` is unavailable.
     """
 
+    #: At most this many frames (evenly spread over the clip) are solved to re-measure bone directions.
+    REFIT_FRAMES = 256
+
     def __init__(self, weights=None, device="auto"):
         self.device = _resolve_device(device)
         self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         self.net, blob = load_network(self.weights_path, self.device)
         self.info = blob.get("train", {})
-        self._sk_key = None
-        self._sk_t = None
-        # single CPU frames: numpy float32 twin of the network (weights cached here)
-        self._np_net = _NumpyNet(self.net) if self.device.type == "cpu" else None
+        self._sk_cache = {}
+        # single frames run on the CPU whatever the device: numpy twin of the network (weights cached here)
+        self._np_net = _NumpyNet(self.net)
+        self._cpu_net = self.net if self.device.type == "cpu" else None
 
-    def _skeleton_tensors(self, sk: Skeleton):
-        key = (np.asarray(sk.offsets, dtype=np.float64).tobytes(), np.asarray(sk.end_offsets, dtype=np.float64).tobytes())
-        if key != self._sk_key:
-            self._sk_t = (
-                torch.as_tensor(np.asarray(sk.offsets), dtype=torch.float32, device=self.device),
-                torch.as_tensor(np.asarray(sk.end_offsets), dtype=torch.float32, device=self.device),
-            )
-            self._sk_key = key
-        return self._sk_t
+    def _network_on(self, dev: torch.device):
+        """The network on ``dev`` (a CPU copy of a CUDA solver's network is made once, when first needed)."""
+        if dev.type == self.device.type:
+            return self.net
+        if self._cpu_net is None:
+            self._cpu_net = copy.deepcopy(self.net).to("cpu").eval()
+        return self._cpu_net
+
+    def _skeleton_tensors(self, sk: Skeleton, dev: torch.device):
+        off = np.asarray(sk.offsets, dtype=np.float64)
+        eo = np.asarray(sk.end_offsets, dtype=np.float64)
+        key = (off.tobytes(), eo.tobytes(), str(dev))
+        hit = self._sk_cache.get(key)
+        if hit is None:
+            if len(self._sk_cache) > 8:
+                self._sk_cache.clear()
+            hit = (torch.as_tensor(off, dtype=torch.float32, device=dev),
+                   torch.as_tensor(eo, dtype=torch.float32, device=dev))
+            self._sk_cache[key] = hit
+        return hit
 
     def solve(self, keypoints, mask=None, *, mode="auto", refine=True, refine_steps=REFINE_DEFAULTS["steps"],
-              orientations=None, batch_size=4096, skeleton=None, progress=None, limits=True) -> SolveResult:
+              orientations=None, batch_size=4096, skeleton=None, progress=None, limits=True,
+              dtype=np.float64) -> SolveResult:
         """Solve poses for a sequence of keypoint frames.
 
         Parameters
         ----------
         keypoints : array_like, shape (T, 32, 3) or (32, 3)
-            Canonical keypoints, metres, Z up; NaN = missing.
+            Canonical keypoints, metres, Z up; NaN = missing. Float32 input
+            is used as it is (no float64 copy).
         mask : array_like, shape (T, 32) bool, optional
             Given keypoints (default: finite entries); combined with finiteness.
         mode : {"auto", "dense", "sparse"}
@@ -462,25 +504,35 @@ class Solver:
         orientations : array_like, shape (T, 6, 3, 3), optional
             Effector world orientations (sparse mode), NaN where not given.
         batch_size : int
-            Frames per batch.
+            Frames per batch (on a GPU, larger batches are faster: 65,536 or more).
         skeleton : Skeleton, optional
             Subject skeleton; fitted from the keypoints when None.
         progress : callable, optional
             ``progress(done_frames, total_frames)`` after every batch.
         limits : bool
             Soft joint limits in the refinement.
+        dtype : numpy dtype
+            Of ``local_rot``, ``root_pos`` and ``keypoints`` in the result:
+            float64 (default) or float32 (half the memory; the batched solve
+            computes in float32 anyway; on CUDA the results then arrive in
+            pinned memory without any conversion).
 
         Returns
         -------
         SolveResult
         """
         t_start = time.perf_counter()
-        kp = np.asarray(keypoints, dtype=np.float64)
+        kp = np.asarray(keypoints)
+        if kp.dtype not in (np.float32, np.float64):
+            kp = kp.astype(np.float64)
         single = kp.ndim == 2
         if single:
             kp = kp[None]
         if kp.ndim != 3 or kp.shape[1:] != (NUM_KEYPOINTS, 3):
             raise ValueError(f"keypoints must have shape (T, {NUM_KEYPOINTS}, 3) or ({NUM_KEYPOINTS}, 3), got {np.shape(keypoints)}")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dtype}")
         T = kp.shape[0]
         finite = np.isfinite(kp).all(-1)
         if mask is None:
@@ -492,6 +544,7 @@ class Solver:
             if m.shape != (T, NUM_KEYPOINTS):
                 raise ValueError(f"mask must have shape ({T}, {NUM_KEYPOINTS}), got {m.shape}")
             m = m & finite
+        del finite
         if mode == "auto":
             mode = detect_mode(m)
         if mode not in ("dense", "sparse"):
@@ -507,42 +560,20 @@ class Solver:
                 raise ValueError(f"orientations must have shape ({T}, {NUM_EFF}, 3, 3), got {ori.shape}")
             omask = np.isfinite(ori).all((-2, -1))
             ori = np.where(omask[..., None, None], ori, np.eye(3))
-        kp0 = np.where(m[..., None], kp, 0.0)
         if skeleton is None:
             skeleton = fit_skeleton(kp, m)
             if mode == "dense" and T > 1:
-                skeleton = self._refit_directions(kp0, m, ori, omask, skeleton, batch_size)
-        off, eo = self._skeleton_tensors(skeleton)
-
-        out_L = np.empty((T, NUM_JOINTS, 3, 3))
-        out_root = np.empty((T, 3))
-        out_kp = np.empty((T, NUM_KEYPOINTS, 3))
-        timers = [0.0, 0.0]
+                skeleton = self._refit_directions(kp, m, ori, omask, skeleton, batch_size)
         dev = self.device
-        bs = max(int(batch_size), 1)
-        # a single frame on the CPU: one torch thread (thread hand-off costs more than it saves)
-        n_threads = torch.get_num_threads()
-        one_thread = dev.type == "cpu" and T <= SMALL_BATCH and n_threads > 1 and self._np_net is None
-        if one_thread:
-            torch.set_num_threads(1)
-        try:
-            self._run_batches(kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
-                              out_L, out_root, out_kp, timers)
-        finally:
-            if one_thread:
-                torch.set_num_threads(n_threads)
-        t_net, t_ref = timers
-        err = np.linalg.norm(out_kp - np.where(m[..., None], kp, np.nan), axis=-1)
-        cnt = m.sum(1)
-        with np.errstate(invalid="ignore"):
-            err_mm = np.where(cnt > 0, np.nansum(np.where(m, err, 0.0), axis=1) / np.maximum(cnt, 1) * 1000.0, np.nan)
-        return SolveResult(out_L, out_root, out_kp, skeleton, err_mm, mode,
-                           {"network": t_net, "refine": t_ref, "total": time.perf_counter() - t_start})
+        if dev.type == "cuda" and T <= CPU_MAX_FRAMES_ON_CUDA:  # launch overhead: a few frames are faster here
+            dev = torch.device("cpu")
+        out = self._solve_frames(kp, m, ori, omask, skeleton, refine, refine_steps, limits, batch_size, progress,
+                                 dtype, dev)
+        return SolveResult(out["L"], out["root"], out["kp"], skeleton, out["err"], mode,
+                           {"network": out["seconds"][0], "refine": out["seconds"][1],
+                            "total": time.perf_counter() - t_start}, dev.type)
 
-    #: At most this many frames (evenly spread over the clip) are solved to re-measure bone directions.
-    REFIT_FRAMES = 256
-
-    def _refit_directions(self, kp0, m, ori, omask, skeleton, batch_size, rounds=2, max_frames=None):
+    def _refit_directions(self, kp, m, ori, omask, skeleton, batch_size, rounds=2, max_frames=None):
         """Bone directions of a fitted skeleton from the solved poses.
 
         :func:`fit_skeleton` measures lengths only. Here each keypoint's offset
@@ -553,25 +584,24 @@ class Solver:
         few hundred frames is as good as over thousands, and this pre-pass
         would otherwise cost two full solves with refinement).
         """
-        T = kp0.shape[0]
+        T = kp.shape[0]
         n_max = int(self.REFIT_FRAMES if max_frames is None else max_frames)
         if T > n_max:
             idx = np.unique(np.linspace(0, T - 1, n_max).round().astype(np.int64))
-            kp0, m = kp0[idx], m[idx]
+            kp, m = kp[idx], m[idx]
             if ori is not None:
                 ori, omask = ori[idx], omask[idx]
-            T = len(idx)
+        T = kp.shape[0]
+        kp0 = np.where(m[..., None], kp, 0.0)
+        dev = self.device if (self.device.type != "cuda" or T > CPU_MAX_FRAMES_ON_CUDA) else torch.device("cpu")
         sk = skeleton
+        carrier = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # frame each keypoint's offset lives in
+        base = carrier  # joint the offset starts at
         for _ in range(rounds):
-            off, eo = self._skeleton_tensors(sk)
-            L = np.empty((T, NUM_JOINTS, 3, 3))
-            R0 = np.empty((T, 3))
-            KP = np.empty((T, NUM_KEYPOINTS, 3))
-            self._run_batches(kp0, m, ori, omask, off, eo, sk, True, REFINE_DEFAULTS["steps"], True,
-                              max(int(batch_size), 1), None, L, R0, KP, [0.0, 0.0])
-            W, P, _ = _np_fk(L, R0, np.asarray(sk.offsets, dtype=np.float64), np.asarray(sk.end_offsets, dtype=np.float64))
-            carrier = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # frame each keypoint's offset lives in
-            base = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # joint the offset starts at
+            out = self._solve_frames(kp0, m, ori, omask, sk, True, REFINE_DEFAULTS["steps"], True, batch_size, None,
+                                     np.float64, dev)
+            W, P, _ = _np_fk(out["L"], out["root"], np.asarray(sk.offsets, dtype=np.float64),
+                             np.asarray(sk.end_offsets, dtype=np.float64))
             rel = kp0 - kp0[:, base]  # (T, 32, 3) world offsets from the start joint
             loc = np.einsum("tkji,tkj->tki", W[:, carrier], rel)  # into the carrier's frame
             ok = m & m[:, base]
@@ -587,13 +617,17 @@ class Solver:
             sk = Skeleton(new_off, new_end)
         return sk
 
-    def _single_numpy(self, kp0, m, ori, omask, skeleton, refine, refine_steps, limits, a, out_L, out_root, out_kp):
-        """Frame ``a`` with the numpy network and the numpy LM refinement; returns (network s, refine s)."""
+    def _single_numpy(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, a):
+        """Frame ``a`` with the numpy network and the numpy LM refinement.
+
+        Returns ``(local (22, 3, 3), root (3,), keypoints (32, 3), network s, refine s)``.
+        """
         t0 = time.perf_counter()
         o = om = None
         if ori is not None:
             o, om = ori[a], omask[a]
-        Ln, rn = self._np_net.predict(kp0[a], m[a], skeleton, o, om)
+        kp0 = np.where(m[a][:, None], kp[a], 0.0).astype(np.float64)
+        Ln, rn = self._np_net.predict(kp0, m[a], skeleton, o, om)
         Ln, rn = Ln[None], rn[None]
         t1 = time.perf_counter()
         off = np.asarray(skeleton.offsets, dtype=np.float64)
@@ -601,67 +635,214 @@ class Solver:
         kpo = None
         if refine and refine_steps > 0:
             Ln, rn, kpo = refine_numpy(
-                Ln, rn, kp0[a:a + 1], m[a:a + 1].astype(np.float64), off, eo,
+                Ln, rn, kp0[None], m[a:a + 1].astype(np.float64), off, eo,
                 steps=int(refine_steps), orient_targets=None if ori is None else ori[a:a + 1],
                 orient_weights=None if omask is None else omask[a:a + 1] * REFINE_DEFAULTS["orient_weight"],
                 orient_joints=EFFECTOR_JOINTS, limits=limits, return_keypoints=True)
-        t2 = time.perf_counter()
-        out_L[a], out_root[a] = Ln[0], rn[0]
-        out_kp[a] = (kpo if kpo is not None else _np_fk(Ln, rn, off, eo)[2])[0]
-        return t1 - t0, t2 - t1
+        kpo = (kpo if kpo is not None else _np_fk(Ln, rn, off, eo)[2])[0]
+        return Ln[0], rn[0], kpo, t1 - t0, time.perf_counter() - t1
 
-    def _run_batches(self, kp0, m, ori, omask, off, eo, skeleton, refine, refine_steps, limits, bs, progress,
-                     out_L, out_root, out_kp, timers):
-        T = kp0.shape[0]
-        dev = self.device
-        sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        t_net = t_ref = 0.0
+    @staticmethod
+    def _host_array(shape, dtype, pinned):
+        """``(numpy array, torch view or None)``: page-locked when ``pinned`` (and possible)."""
+        if pinned:
+            try:
+                t = torch.empty(shape, dtype=torch.float32 if dtype == np.float32 else torch.float64, pin_memory=True)
+                return t.numpy(), t
+            except RuntimeError:  # no page-locked memory to be had: pageable arrays
+                pass
+        return np.empty(shape, dtype), None
+
+    def _solve_frames(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, batch_size, progress, dtype,
+                      dev):
+        """Network (+ refinement) for every frame on ``dev``; dict of outputs ``L``, ``root``, ``kp``, ``err``
+        (mm per frame) and ``seconds`` (network, refine)."""
+        T = kp.shape[0]
+        direct = dev.type == "cuda" and dtype == np.float32  # results copied straight into pinned arrays
+        out = {}
+        views = {}
+        for key, shape in (("L", (T, NUM_JOINTS, 3, 3)), ("root", (T, 3)), ("kp", (T, NUM_KEYPOINTS, 3))):
+            out[key], views[key] = self._host_array(shape, dtype, direct)
+        out["err"], views["err"] = self._host_array((T,), np.float32 if direct else np.float64, direct)
+        seconds = [0.0, 0.0]
+        bs = max(int(batch_size), 1)
+        if dev.type == "cpu" and T == 1:  # one frame: the numpy twins, no torch
+            L, r, k, tn, tr = self._single_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, 0)
+            out["L"][0], out["root"][0], out["kp"][0] = L, r, k
+            cnt = m[0].sum()
+            err = np.linalg.norm(k - np.where(m[0][:, None], kp[0], 0.0), axis=-1)
+            out["err"][0] = (err[m[0]].sum() / cnt * 1000.0) if cnt else np.nan
+            if progress is not None:
+                progress(1, 1)
+            out["seconds"] = (tn, tr)
+            return out
         with torch.inference_mode():
-            for a in range(0, T, bs):
-                b = min(a + bs, T)
-                t0 = time.perf_counter()
-                if b - a == 1 and self._np_net is not None:  # one CPU frame: all numpy
-                    t_n, t_r = self._single_numpy(kp0, m, ori, omask, skeleton, refine, refine_steps, limits, a,
-                                                  out_L, out_root, out_kp)
-                    t_net += t_n
-                    t_ref += t_r
-                    if progress is not None:
-                        progress(b, T)
-                    continue
-                kt = torch.as_tensor(kp0[a:b], dtype=torch.float32, device=dev)
-                mt = torch.as_tensor(m[a:b], device=dev)
+            if dev.type == "cuda":
+                self._batches_cuda(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
+                                   views, seconds)
+            else:
+                self._batches_cpu(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
+                                  seconds)
+        out["seconds"] = tuple(seconds)
+        return out
+
+    @staticmethod
+    def _batch_network(net, kt, mt, ot, omt, off, eo):
+        """Masked keypoints (zeros where not given) and the network's pose for one batch, on its device."""
+        kt = torch.where(mt[..., None], kt, torch.zeros((), dtype=kt.dtype, device=kt.device))
+        L, root, _ = net.predict(kt, mt, off, eo, ot, omt)
+        return kt, L, root
+
+    @staticmethod
+    def _batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits, active):
+        return _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
+                       orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
+                       orient_joints=EFFECTOR_JOINTS, limits=limits, active=active)
+
+    @staticmethod
+    def _batch_output(L, root, kt, mt, off, eo):
+        """Keypoints of the pose and the mean distance (mm) to the given ones, per frame."""
+        kpo = fk_keypoints(L, root, off, eo)
+        w = mt.to(kpo.dtype)
+        cnt = w.sum(1)
+        err = ((kpo - kt).norm(dim=-1) * w).sum(1) / cnt.clamp_min(1.0) * 1000.0
+        return kpo, torch.where(cnt > 0, err, torch.full_like(err, float("nan")))
+
+    @staticmethod
+    def _active(m, ori, omask, a, b):
+        """Keypoints (and orientations) given in frames ``a:b``, from the host mask (no device sync)."""
+        return (m[a:b].any(0), None if omask is None else omask[a:b].any(0))
+
+    def _batches_cpu(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, seconds):
+        T = kp.shape[0]
+        net = self._network_on(torch.device("cpu"))
+        off, eo = self._skeleton_tensors(skeleton, torch.device("cpu"))
+        for a in range(0, T, bs):
+            b = min(a + bs, T)
+            t0 = time.perf_counter()
+            if b - a == 1:  # a lone frame: the numpy twins
+                L, r, k, tn, tr = self._single_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, a)
+                out["L"][a], out["root"][a], out["kp"][a] = L, r, k
+                cnt = m[a].sum()
+                err = np.linalg.norm(k - np.where(m[a][:, None], kp[a], 0.0), axis=-1)
+                out["err"][a] = (err[m[a]].sum() / cnt * 1000.0) if cnt else np.nan
+                seconds[0] += tn
+                seconds[1] += tr
+            else:
+                kt = torch.from_numpy(np.ascontiguousarray(kp[a:b])).float()
+                mt = torch.from_numpy(np.ascontiguousarray(m[a:b]))
                 ot = omt = None
                 if ori is not None:
-                    ot = torch.as_tensor(ori[a:b], dtype=torch.float32, device=dev)
-                    omt = torch.as_tensor(omask[a:b], device=dev)
-                L, root, _ = self.net.predict(kt, mt, off, eo, ot, omt)
-                sync()
+                    ot = torch.from_numpy(np.ascontiguousarray(ori[a:b])).float()
+                    omt = torch.from_numpy(np.ascontiguousarray(omask[a:b]))
+                kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo)
                 t1 = time.perf_counter()
-                t_net += t1 - t0
-                small = dev.type == "cpu" and (b - a) <= SMALL_BATCH
-                if small:  # one frame: the numpy twin has far less per-operation overhead
-                    Ln, rn = L.double().numpy(), root.double().numpy()
-                    if refine and refine_steps > 0:
-                        Ln, rn = refine_numpy(
-                            Ln, rn, kp0[a:b], m[a:b].astype(np.float64), skeleton.offsets, skeleton.end_offsets,
-                            steps=int(refine_steps), orient_targets=None if ori is None else ori[a:b],
-                            orient_weights=None if omask is None else omask[a:b] * REFINE_DEFAULTS["orient_weight"],
-                            orient_joints=EFFECTOR_JOINTS, limits=limits)
-                    t_ref += time.perf_counter() - t1
-                    out_L[a:b], out_root[a:b] = Ln, rn
-                    out_kp[a:b] = _np_fk(Ln, rn, np.asarray(skeleton.offsets, dtype=np.float64),
-                                         np.asarray(skeleton.end_offsets, dtype=np.float64))[2]
-                else:
-                    if refine and refine_steps > 0:
-                        L, root = _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
-                                          orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
-                                          orient_joints=EFFECTOR_JOINTS, limits=limits)
-                        sync()
-                    t_ref += time.perf_counter() - t1
-                    kpo = fk_keypoints(L, root, off, eo)
-                    out_L[a:b] = L.double().cpu().numpy()
-                    out_root[a:b] = root.double().cpu().numpy()
-                    out_kp[a:b] = kpo.double().cpu().numpy()
-                if progress is not None:
-                    progress(b, T)
-        timers[0], timers[1] = t_net, t_ref
+                seconds[0] += t1 - t0
+                if refine and refine_steps > 0:
+                    L, root = self._batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits,
+                                                 self._active(m, ori, omask, a, b))
+                seconds[1] += time.perf_counter() - t1
+                kpo, err = self._batch_output(L, root, kt, mt, off, eo)
+                out["L"][a:b] = L.numpy()
+                out["root"][a:b] = root.numpy()
+                out["kp"][a:b] = kpo.numpy()
+                out["err"][a:b] = err.numpy()
+            if progress is not None:
+                progress(b, T)
+
+    def _batches_cuda(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, views,
+                      seconds):
+        """Batches on the GPU, float32 throughout, overlapped with the host.
+
+        Per batch: the host converts the inputs into one of two pinned
+        staging buffers (waiting only for that buffer's previous upload), the
+        upload, the network, the refinement, the forward kinematics and the
+        error run on the GPU's stream, and the results are copied back
+        asynchronously: straight into the pinned outputs (``views``, when
+        the result dtype is float32) or into one of two pinned download
+        buffers that the host converts into the outputs while the GPU works
+        on the next batch. The refinement gets the active keypoints from the
+        host mask, so nothing waits on the GPU inside a batch.
+        """
+        dev = self.device
+        T = kp.shape[0]
+        n = min(bs, T)
+        net = self.net
+        off, eo = self._skeleton_tensors(skeleton, dev)
+        has_ori = ori is not None
+        pin = dict(pin_memory=True)
+        up = [dict(kp=torch.empty((n, NUM_KEYPOINTS, 3), dtype=torch.float32, **pin),
+                   m=torch.empty((n, NUM_KEYPOINTS), dtype=torch.bool, **pin),
+                   ori=torch.empty((n, NUM_EFF, 3, 3), dtype=torch.float32, **pin) if has_ori else None,
+                   om=torch.empty((n, NUM_EFF), dtype=torch.bool, **pin) if has_ori else None,
+                   done=None) for _ in range(2)]
+        direct = views["L"] is not None
+        down = None
+        if not direct:
+            down = [dict(L=torch.empty((n, NUM_JOINTS, 3, 3), dtype=torch.float32, **pin),
+                         root=torch.empty((n, 3), dtype=torch.float32, **pin),
+                         kp=torch.empty((n, NUM_KEYPOINTS, 3), dtype=torch.float32, **pin),
+                         err=torch.empty((n,), dtype=torch.float32, **pin)) for _ in range(2)]
+        timing = []
+        pending = []  # (slot, a, b, done event) copied back but not yet converted / reported
+
+        def finish(item):
+            slot, a0, b0, done = item
+            done.synchronize()
+            if not direct:
+                k = b0 - a0
+                for key in ("L", "root", "kp", "err"):
+                    out[key][a0:b0] = down[slot][key][:k].numpy()
+            if progress is not None:
+                progress(b0, T)
+
+        for i, a in enumerate(range(0, T, bs)):
+            b = min(a + bs, T)
+            k = b - a
+            slot = i % 2
+            buf = up[slot]
+            if buf["done"] is not None:
+                buf["done"].synchronize()  # its previous upload has finished: the buffer may be refilled
+            np.copyto(buf["kp"][:k].numpy(), kp[a:b])
+            np.copyto(buf["m"][:k].numpy(), m[a:b])
+            ot = omt = None
+            kt = buf["kp"][:k].to(dev, non_blocking=True)
+            mt = buf["m"][:k].to(dev, non_blocking=True)
+            if has_ori:
+                np.copyto(buf["ori"][:k].numpy(), ori[a:b])
+                np.copyto(buf["om"][:k].numpy(), omask[a:b])
+                ot = buf["ori"][:k].to(dev, non_blocking=True)
+                omt = buf["om"][:k].to(dev, non_blocking=True)
+            buf["done"] = torch.cuda.Event()
+            buf["done"].record()
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            ev[0].record()
+            kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo)
+            ev[1].record()
+            if refine and refine_steps > 0:
+                L, root = self._batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits,
+                                             self._active(m, ori, omask, a, b))
+            ev[2].record()
+            kpo, err = self._batch_output(L, root, kt, mt, off, eo)
+            timing.append(ev)
+            if direct:
+                dst = {key: views[key][a:b] for key in ("L", "root", "kp", "err")}
+            else:
+                if len(pending) == 2:  # this download buffer's previous batch must be converted first
+                    finish(pending.pop(0))
+                dst = {key: down[slot][key][:k] for key in ("L", "root", "kp", "err")}
+            dst["L"].copy_(L, non_blocking=True)
+            dst["root"].copy_(root, non_blocking=True)
+            dst["kp"].copy_(kpo, non_blocking=True)
+            dst["err"].copy_(err, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            pending.append((slot, a, b, done))
+            if len(pending) == 2:  # convert / report the previous batch while this one runs
+                finish(pending.pop(0))
+        while pending:
+            finish(pending.pop(0))
+        torch.cuda.synchronize(dev)
+        for ev in timing:
+            seconds[0] += ev[0].elapsed_time(ev[1]) / 1000.0
+            seconds[1] += ev[1].elapsed_time(ev[2]) / 1000.0

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS
-from .rotations import matrix_to_rot6d, rot6d_to_matrix, rot_z
+from .rotations import device_constant, matrix_to_rot6d, rot6d_to_matrix, rot_z
 from .skeleton import END_OFFSETS, KEYPOINTS, MIRROR_KEYPOINTS, REST_OFFSETS, SPARSE_EFFECTORS, SPARSE_HINTS
 
 __all__ = [
@@ -78,6 +78,8 @@ for _i, _n in enumerate(KEYPOINTS):
 _BONE_IDX = {"spine": [1, 2, 3, 4, 5], "legs": [KEYPOINTS.index(n) for n in ("calf_l", "foot_l", "calf_r", "foot_r")]}
 _REST_LEN = np.linalg.norm(REST_OFFSETS, axis=1)
 _REST_END_LEN = np.linalg.norm(END_OFFSETS, axis=1)
+_REST_LEN_1 = _REST_LEN[1:].copy()
+_ID6 = np.array([1.0, 0, 0, 0, 1, 0])
 _HEAD_TOP_END = 0  # index of head_top in END_OFFSETS
 _REST_SIZE = float(_REST_LEN[_BONE_IDX["spine"]].sum() + _REST_END_LEN[_HEAD_TOP_END] + _REST_LEN[_BONE_IDX["legs"]].sum() / 2)
 
@@ -109,7 +111,7 @@ def estimate_heading(kp: torch.Tensor, mask: torch.Tensor, orient=None, orient_m
     orient_mask : Tensor, shape (B, 6), optional
     """
     m = mask.to(kp.dtype)
-    w = torch.as_tensor(_PAIRS_W, dtype=kp.dtype, device=kp.device)
+    w = device_constant(_PAIRS_W, kp.dtype, kp.device)
     both = m[:, _PAIRS_L] * m[:, _PAIRS_R] * w  # (B, P)
     vec = ((kp[:, _PAIRS_L, :2] - kp[:, _PAIRS_R, :2]) * both[..., None]).sum(1)  # (B, 2)
     if orient is not None and orient_mask is not None:
@@ -160,8 +162,8 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
     rel = rel * m[..., None]
     om = orient_mask.to(dt)
     o6 = matrix_to_rot6d(rot_inv[:, None] @ torch.where(orient_mask[..., None, None], orient, torch.eye(3, dtype=dt, device=dev))) * om[..., None]
-    bl = offsets[:, 1:].norm(dim=-1) / torch.as_tensor(_REST_LEN[1:], dtype=dt, device=dev) / scale[:, None] - 1.0
-    el = end_offsets.norm(dim=-1) / torch.as_tensor(_REST_END_LEN, dtype=dt, device=dev) / scale[:, None] - 1.0
+    bl = offsets[:, 1:].norm(dim=-1) / device_constant(_REST_LEN_1, dt, dev) / scale[:, None] - 1.0
+    el = end_offsets.norm(dim=-1) / device_constant(_REST_END_LEN, dt, dev) / scale[:, None] - 1.0
     feats = torch.cat([rel.reshape(B, -1), m, o6.reshape(B, -1), om, bl, el], dim=-1)
     return feats, (centre, rot_h, scale)
 
@@ -187,7 +189,7 @@ def decode(out: torch.Tensor, frame):
     """
     centre, rot_h, scale = frame
     B = out.shape[0]
-    id6 = torch.tensor([1.0, 0, 0, 0, 1, 0], dtype=out.dtype, device=out.device)
+    id6 = device_constant(_ID6, out.dtype, out.device)
     rot6 = out[:, : NUM_JOINTS * 6].reshape(B, NUM_JOINTS, 6) + id6
     local = rot6d_to_matrix(rot6)
     root = rot_h @ local[:, 0]

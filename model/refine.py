@@ -65,6 +65,7 @@ def _world_parent(world_rot: torch.Tensor) -> torch.Tensor:
 
 
 _TREE_PLANS: dict = {}
+_SETUPS: dict = {}
 
 
 def _tree_plan(J, dev):
@@ -311,6 +312,7 @@ def refine(
     init_root: torch.Tensor | None = None,
     max_rot: float = 0.6,
     max_trans: float = 0.5,
+    active=None,
 ):
     """Refine poses so that their keypoints reach the targets.
 
@@ -350,6 +352,11 @@ def refine(
     max_rot, max_trans : float
         Trust region: a joint's rotation step is shortened to at most
         ``max_rot`` radians, the root's translation step to ``max_trans`` m.
+    active : tuple (ndarray (32,) bool, ndarray (E,) bool or None), optional
+        The keypoints (and orientations) given in at least one frame of the
+        batch (``weights > 0`` / ``orient_weights > 0`` anywhere), when the
+        caller knows them from a host-side mask: on a GPU this saves reading
+        them back from the device (which would stall the stream).
 
     Returns
     -------
@@ -366,7 +373,10 @@ def refine(
     targets = torch.where(weights[..., None] > 0, targets, torch.zeros((), dtype=dt, device=dev))
 
     # active keypoints and joints (union over the batch)
-    kp_active = (weights > 0).any(0).cpu().numpy()
+    if active is not None and active[0] is not None:
+        kp_active = np.asarray(active[0], dtype=bool)
+    else:
+        kp_active = (weights > 0).any(0).cpu().numpy()
     use_orient = orient_targets is not None and orient_weights is not None
     if use_orient:
         if orient_joints is None:
@@ -374,7 +384,10 @@ def refine(
 
             orient_joints = EFFECTOR_JOINTS
         orient_joints = list(orient_joints)
-        o_active = (orient_weights > 0).any(0).cpu().numpy()
+        if active is not None and active[1] is not None:
+            o_active = np.asarray(active[1], dtype=bool)
+        else:
+            o_active = (orient_weights > 0).any(0).cpu().numpy()
         use_orient = bool(o_active.any())
     joint_active = _ANC[kp_active].any(0)
     if use_orient:
@@ -387,7 +400,28 @@ def refine(
     if nk == 0 and not use_orient:
         return local_rot, root_pos
     n = 3 * nj + 3
-    A = torch.as_tensor(_ANC[np.ix_(K, J)], dtype=dt, device=dev)  # (nk, nj)
+    # index tables of this mask pattern on the device, made once (copies to a GPU wait for its queue)
+    skey = (tuple(K), tuple(J), tuple(oj) if use_orient else None, bool(limits), dt, str(dev))
+    setup = _SETUPS.get(skey)
+    if setup is None:
+        setup = {"A": torch.as_tensor(_ANC[np.ix_(K, J)], dtype=dt, device=dev)}  # (nk, nj)
+        setup["A_t"] = setup["A"].t().contiguous()
+        if use_orient:
+            setup["o_A"] = torch.as_tensor(_ANC_INCL[np.ix_(oj, J)], dtype=dt, device=dev)  # (no, nj)
+        if limits:
+            lo, hi = limit_arrays(dt, dev)
+            setup["lo"], setup["hi"] = lo[J], hi[J]
+            jj, aa, cc = np.meshgrid(np.arange(nj), np.arange(3), np.arange(3), indexing="ij")
+            setup["diag_idx"] = torch.as_tensor(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1), device=dev)
+        # pair tables: for related joints (one is an ancestor-or-self of the other)
+        # the keypoints moved by both are those moved by the deeper one
+        anc_incl = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
+        deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj))
+        setup["deeper_flat"] = torch.as_tensor(deeper.reshape(-1), device=dev)
+        if len(_SETUPS) > 64:
+            _SETUPS.clear()
+        _SETUPS[skey] = setup
+    A, A_t, deeper_flat = setup["A"], setup["A_t"], setup["deeper_flat"]
     sw = weights[:, K].sqrt()  # (B, nk)
     tgt = targets[:, K]
     eye3 = torch.eye(3, dtype=dt, device=dev)
@@ -397,20 +431,10 @@ def refine(
     if use_orient:
         o_tgt = orient_targets[:, oi]
         o_sw = orient_weights[:, oi].to(dt).sqrt()
-        o_A = torch.as_tensor(_ANC_INCL[np.ix_(oj, J)], dtype=dt, device=dev)  # (no, nj)
+        o_A = setup["o_A"]
     if limits:
-        lo, hi = limit_arrays(dt, dev)
-        lo, hi = lo[J], hi[J]
-        jj, aa, cc = np.meshgrid(np.arange(nj), np.arange(3), np.arange(3), indexing="ij")
-        diag_idx = torch.as_tensor(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1), device=dev)
+        lo, hi, diag_idx = setup["lo"], setup["hi"], setup["diag_idx"]
     init_local_inv = init_local[:, J].transpose(-1, -2)
-
-    # pair tables: for related joints (one is an ancestor-or-self of the other)
-    # the keypoints moved by both are those moved by the deeper one
-    anc_incl = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
-    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj))
-    A_t = A.t().contiguous()
-    deeper_flat = torch.as_tensor(deeper.reshape(-1), device=dev)
     w_k = weights[:, K]  # (B, nk)
 
     def evaluate(L, t):
@@ -491,7 +515,7 @@ def refine(
         cand = evaluate(L_new, t + dtr)
         # Levenberg-Marquardt acceptance, per frame: keep a step only if it lowers the cost
         ok = (cand["cost"] <= cur["cost"]) & (info == 0)
-        if bool(ok.all()):
+        if dev.type == "cpu" and bool(ok.all()):  # (on a GPU the test would stall the stream)
             cur = cand
         else:
             cur = {k: torch.where(ok.view((B,) + (1,) * (v.dim() - 1)), v, cur[k]) for k, v in cand.items()}

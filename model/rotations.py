@@ -18,6 +18,7 @@ import math
 import torch
 
 __all__ = [
+    "device_constant",
     "matrix_to_rot6d",
     "rot6d_to_matrix",
     "quat_to_matrix",
@@ -123,6 +124,27 @@ def _quat_coef() -> torch.Tensor:
 
 _QUAT_COEF = _quat_coef()
 
+_CONSTANTS: dict = {}
+
+
+def device_constant(array, dtype, device) -> torch.Tensor:
+    """A module-level constant (numpy array or tensor) as a tensor of ``dtype`` on ``device``, made once.
+
+    Copying a small constant to a GPU on every call (``torch.as_tensor(x,
+    device="cuda")``) waits for the device to finish its queued work; the
+    copy is kept here instead, per (constant, dtype, device). Only for
+    constants that live as long as the program (the cache keys on their
+    identity and keeps a reference).
+    """
+    key = (id(array), dtype, str(device))
+    hit = _CONSTANTS.get(key)
+    if hit is None:
+        if len(_CONSTANTS) > 256:
+            _CONSTANTS.clear()
+        hit = (torch.as_tensor(array, dtype=dtype, device=device), array)
+        _CONSTANTS[key] = hit
+    return hit[0]
+
 
 def matrix_to_quat(rot: torch.Tensor) -> torch.Tensor:
     """Unit quaternions ``(w, x, y, z)`` with ``w >= 0`` from rotation matrices.
@@ -140,7 +162,7 @@ def matrix_to_quat(rot: torch.Tensor) -> torch.Tensor:
     """
     # the four candidate solutions (each well conditioned for one case) are
     # linear in the matrix entries: one matmul builds them all
-    coef = _QUAT_COEF.to(dtype=rot.dtype, device=rot.device)
+    coef = device_constant(_QUAT_COEF, rot.dtype, rot.device)
     cands = (rot.reshape(rot.shape[:-2] + (9,)) @ coef[:9] + coef[9]).unflatten(-1, (4, 4))
     best = cands.diagonal(dim1=-2, dim2=-1).contiguous().argmax(-1)  # argmax over a strided view is slow
     q = torch.gather(cands, -2, best[..., None, None].expand(best.shape + (1, 4))).squeeze(-2)
