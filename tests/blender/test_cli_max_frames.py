@@ -10,7 +10,7 @@ import pytest
 
 from _pkg import pkg
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 WEIGHTS = os.environ.get("NEURAL_IK_WEIGHTS") or str(REPO / "weights" / "neural_ik.pt")
 needs_weights = pytest.mark.skipif(not os.path.isfile(WEIGHTS), reason="network weights not available")
 

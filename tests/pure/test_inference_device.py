@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import inference as I, train as T  # noqa: E402
+from neural_ik.model import inference as I  # noqa: E402
+from training import train as T  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, KEYPOINTS, keypoints_from_fk_np  # noqa: E402
 
 torch.set_num_threads(2)
