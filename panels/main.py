@@ -209,6 +209,8 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         span = input_frames(s)
         if span is not None and s.use_clip_range:  # the keys land on the input's frames (its Start Frame)
             col.label(text=f"Frames {span[0]}-{span[1]}")
+        elif span is not None and not (span[0] <= s.frame_from <= s.frame_to <= span[1]):
+            col.label(text=f"Outside the input's frames {span[0]}-{span[1]}", icon='ERROR')
         col = layout.column()
         col.prop(s, "smooth")
         sub = col.column()

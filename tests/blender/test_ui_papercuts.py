@@ -308,6 +308,10 @@ def test_30fps_clip_into_a_24fps_scene_in_use_is_resampled(ext, tmp_path):
     s.frame_from, s.frame_to = 20, 29
     assert bpy.ops.neural_ik.bake() == {'FINISHED'}
     assert _baked_frames(obj) == (20, 29, 10)
+    s.frame_to = 58                                   # one past the clip: said in the panel and by the bake
+    assert ("label_icon", ("Outside the input's frames 10-57", "ERROR")) in _draw(ext, "VIEW3D_PT_neural_ik_bake")
+    with pytest.raises(RuntimeError, match="custom range 20-58 is outside the input's frames 10-57"):
+        bpy.ops.neural_ik.bake()
 
 
 def test_import_into_an_animated_scene_leaves_its_frames(ext, tmp_path):
