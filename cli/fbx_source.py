@@ -100,9 +100,16 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
             elif ext in (".glb", ".gltf"):
                 quiet(bpy.ops.import_scene.gltf, filepath=os.path.abspath(path))
             else:
+                texts_before = set(bpy.data.texts.keys())
                 with bpy.data.libraries.load(os.path.abspath(path), link=False) as (src, dst):
                     dst.objects = list(src.objects)
                     dst.scenes = list(src.scenes)[:1]
+                # nothing appended may run Python (drivers evaluate on frame changes
+                # where the user allows auto-run): mute its script drivers, unregister its texts
+                from .targets import disarm_scripts
+                appended = [o for o in dst.objects if o is not None]
+                appended += [o.data for o in appended if o.data is not None] + [sc for sc in dst.scenes if sc]
+                disarm_scripts(appended, set(bpy.data.texts.keys()) - texts_before)
                 for obj in dst.objects:
                     if obj is not None and obj.type == "ARMATURE":
                         scene.collection.objects.link(obj)

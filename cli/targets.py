@@ -230,7 +230,7 @@ def _all_ids():
             yield tree
 
 
-def disarm_scripts():
+def disarm_scripts(ids=None, texts=None):
     """Make sure nothing of the current file can run Python when it is saved and opened again.
 
     A ``.blend`` target is opened with ``use_scripts=False``, so its text
@@ -240,6 +240,15 @@ def disarm_scripts():
     and drivers whose expression needs Python (not one of Blender's simple
     expressions) are muted.
 
+    Parameters
+    ----------
+    ids : iterable of bpy.types.ID, optional
+        Only these data-blocks' drivers (default: the whole file's); for
+        data appended from another file into the user's scene, whose own
+        drivers are the user's business.
+    texts : iterable of str, optional
+        Only these text blocks (default: all).
+
     Returns
     -------
     list of str
@@ -247,11 +256,12 @@ def disarm_scripts():
     """
     import bpy
 
-    texts = sorted(t.name for t in bpy.data.texts if t.use_module)
+    names = None if texts is None else set(texts)
+    texts = sorted(t.name for t in bpy.data.texts if t.use_module and (names is None or t.name in names))
     for name in texts:
         bpy.data.texts[name].use_module = False
     drivers = []
-    for id_ in _all_ids():
+    for id_ in (_all_ids() if ids is None else [i for i in ids if i is not None]):
         ad = getattr(id_, "animation_data", None)
         if ad is None:
             continue

@@ -86,5 +86,8 @@ def load_preset(path, rig=None):
         this rig lacks (empty without ``rig``).
     """
     with open(os.fspath(path), encoding="utf-8") as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except RecursionError:
+            raise ValueError(f"{os.fspath(path)}: JSON nested too deeply to be a mapping preset") from None
     return preset_from_dict(data, rig)
