@@ -341,6 +341,7 @@ class RigBake:
             if not shared:
                 return None
         else:
+            self.same_skeleton = True
             self.warnings.append("same skeleton as the source: its bones' rotations are copied")
         Ws, _ = pose_rig(src.rig, src.quaternions, src.locations)
         Qs = src.rig.rest_rotation()
@@ -356,7 +357,7 @@ class RigBake:
         """Carry the start pose onto the rig, then solve on the rig's own skeleton."""
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
-        from .targets import dense_targets, floor_normal, sparse_targets
+        from .targets import dense_targets, floor_normal, foot_points, sparse_targets
 
         if self.solved is None:
             raise RuntimeError("solve() first")
@@ -396,7 +397,14 @@ class RigBake:
             targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=init.heads)
             prior = self._sparse_prior()
         else:
-            heights = self._source_heights()
+            if getattr(self, "same_skeleton", False):
+                # the source's feet are the rig's: their flat-foot heights are the rig's own
+                # (bone tails, which these heights read, may point anywhere on either)
+                fp = foot_points(plan, n)
+                heights = {sd: {nm: h / scale for nm, _b, _o, h in pts if nm in ("ankle", "ball")}
+                           for sd, pts in fp.items()}
+            else:
+                heights = self._source_heights()
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
                                           source_rest=self._source_lengths())
