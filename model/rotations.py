@@ -141,7 +141,8 @@ def device_constant(array, dtype, device) -> torch.Tensor:
     if hit is None:
         if len(_CONSTANTS) > 256:
             _CONSTANTS.clear()
-        hit = (torch.as_tensor(array, dtype=dtype, device=device), array)
+        with torch.inference_mode(False):  # made inside a solve's inference mode, still usable by autograd
+            hit = (torch.as_tensor(array, dtype=dtype, device=device), array)
         _CONSTANTS[key] = hit
     return hit[0]
 
