@@ -242,7 +242,13 @@ class RigBake:
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
         if self.source_rig is not None and self.mode == "dense":
-            self.solved = self._from_source_rig(kp)
+            if self._shared_bones()[1] or self._source_rest_is_human():
+                self.solved = self._from_source_rig(kp)
+            else:
+                self.warnings.append("the source skeleton's rest is not a standing human pose: its joint "
+                                     "rotations are not used, the network solves its joints")
+                self.source_rig_rotations = False
+                self.solved = self._from_network(kp, progress, cancel, batch_size)
         else:
             if self.mode == "sparse" and self.skeleton is None and self.plan.leg_length > 0:
                 # a few effectors say little about bone lengths: the source skeleton's
@@ -284,6 +290,31 @@ class RigBake:
         except ValueError as ex:
             raise BakeError(f"the solver rejected the keypoints: {ex}") from None
 
+    def _source_rest_is_human(self) -> bool:
+        """Whether the source skeleton's rest is a standing human pose (T, A, any joint orients).
+
+        Its joint rotations are read relative to that rest (:mod:`.source`); a
+        rest lying down or with limbs folded (markerless captures that rest
+        along one axis) would turn every rotation wrong.
+        """
+        try:
+            splan = _cached_plan(self.source_rig.rig, self.source_rig.mapping)
+        except ValueError:
+            return False
+        limits = {"thigh_l": 60, "thigh_r": 60, "calf_l": 60, "calf_r": 60, "spine1": 60, "pelvis": 60,
+                  "upperarm_l": 100, "upperarm_r": 100, "forearm_l": 100, "forearm_r": 100}
+        for j, lim in limits.items():
+            bone = self.source_rig.mapping.entries.get(j)
+            if bone is None or not self.source_rig.rig.has(bone):
+                continue
+            C = splan.offset.get(self.source_rig.rig.index(bone))
+            if C is None:
+                continue
+            ang = np.degrees(np.arccos(np.clip((np.trace(C) - 1.0) / 2.0, -1.0, 1.0)))
+            if ang > lim:
+                return False
+        return True
+
     def _from_source_rig(self, kp):
         from ..model.inference import SolveResult
         from .source import source_world_rotations
@@ -300,21 +331,47 @@ class RigBake:
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
         root = kp[:, _J["pelvis"]]
-        self._world_rotations = self._same_named_bones(rot_source_world=Rm)
+        self._world_rotations = self._same_named_bones()
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
         if missing:
             self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
                                  + " (they follow their parent)")
         return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
 
-    def _same_named_bones(self, rot_source_world):
+    def _shared_bones(self):
+        """``(pairs, same)``: (rig bone, source bone) pairs sharing a name, and whether it is the same skeleton.
+
+        The same skeleton: every bone the two share by name rests at the same
+        place relative to the pelvis, within 1% of the leg length, whatever
+        the bones' rolls or joint orients.
+        """
+        if getattr(self, "_shared", None) is not None:
+            return self._shared
+        src = self.source_rig
+        rig, plan = self.rig, self.plan
+        shared = [(b, src.rig.index(rig.names[b])) for b in range(len(rig)) if src.rig.has(rig.names[b])]
+        same = False
+        pelvis_s = src.rig.index(src.mapping.entries["pelvis"]) if "pelvis" in src.mapping.entries else -1
+        if shared and pelvis_s >= 0 and plan.leg_length > 0 and len(shared) >= 0.9 * len(plan.mapping.entries):
+            R = self._source_to_armature()
+            ht = rig.head[[b for b, _ in shared]] - rig.head[plan.root]
+            hs = (src.rig.head[[sb for _, sb in shared]] - src.rig.head[pelvis_s]) @ R.T / self.unit
+            same = bool(np.max(np.linalg.norm(ht - hs, axis=-1)) < 0.01 * plan.leg_length)
+        self._shared = (shared, same)
+        self.same_skeleton = same
+        return self._shared
+
+    def _source_to_armature(self):
+        """Rotation from the source's world (the clip's space) into the rig's armature axes."""
+        Rm = self.minv[:3, :3] * self.unit
+        return Rm / np.cbrt(np.linalg.det(Rm))
+
+    def _same_named_bones(self, rot_source_world=None):
         """World rotations for rig bones the source has by the same name, where they apply.
 
-        - The **same skeleton** (every bone the two share by name rests at the
-          same place relative to the pelvis, within 1% of the leg length,
-          whatever the bones' rolls or joint orients): every shared bone turns
-          exactly as in the source, relative to its rest; the clip comes back
-          as it was, fingers included.
+        - The **same skeleton** (:meth:`_shared_bones`): every shared bone
+          turns exactly as in the source, relative to its rest; the clip comes
+          back as it was, fingers included.
         - Otherwise only in-chain bones no canonical joint stands for (a CMU
           ``LHipJoint``, a second neck bone) take the source's turn.
         """
@@ -323,17 +380,10 @@ class RigBake:
 
         src = self.source_rig
         rig, plan = self.rig, self.plan
-        shared = [(b, src.rig.index(rig.names[b])) for b in range(len(rig)) if src.rig.has(rig.names[b])]
+        shared, same = self._shared_bones()
         if not shared:
             return None
-        R = rot_source_world / np.cbrt(np.linalg.det(rot_source_world))
-        pelvis_t = plan.root
-        pelvis_s = src.rig.index(src.mapping.entries["pelvis"]) if "pelvis" in src.mapping.entries else -1
-        same = False
-        if pelvis_s >= 0 and plan.leg_length > 0 and len(shared) >= 0.9 * len(plan.mapping.entries):
-            ht = rig.head[[b for b, _ in shared]] - rig.head[pelvis_t]
-            hs = (src.rig.head[[sb for _, sb in shared]] - src.rig.head[pelvis_s]) @ R.T / self.unit
-            same = bool(np.max(np.linalg.norm(ht - hs, axis=-1)) < 0.01 * plan.leg_length)
+        R = self._source_to_armature()
         if not same:
             mapped = {rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and rig.has(b)}
             chain = set(free_bones(rig, mapped, plan.root)) - mapped
@@ -341,7 +391,6 @@ class RigBake:
             if not shared:
                 return None
         else:
-            self.same_skeleton = True
             self.warnings.append("same skeleton as the source: its bones' rotations are copied")
         Ws, _ = pose_rig(src.rig, src.quaternions, src.locations)
         Qs = src.rig.rest_rotation()
