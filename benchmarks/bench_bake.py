@@ -4,8 +4,8 @@
    (:mod:`neural_ik.cli.demo_motion`) onto Rigify's human meta-rig with
    :func:`neural_ik.blender_io.bake.bake_keypoints` and prints frames/s split
    into inference (network + refinement, with and without refinement),
-   retarget maths (foot lock included; one more row bakes without it) and
-   keyframe writing, with the quality figures: keypoint error (at the
+   the rig-space solve (contacts included; one more row bakes without them) and
+   keyframe writing, with the quality figures: floor error (cm), joint error (at the
    leg-length scale: includes the meta-rig's other proportions), mean
    bone-direction error (degrees, proportion-independent), jitter and foot
    sliding (mm/frame). Without ``weights/neural_ik.pt`` the
@@ -81,14 +81,14 @@ def bench_bake(frames, fps=30.0, weights=None, label=""):
         solver = bake.get_solver("cpu", weights=str(weights))
         solver.solve(kp[:64])                                  # warm-up
         solvers += [(label + "network + refinement", solver, True, True),
-                    (label + "network + refinement, no foot lock", solver, True, False),
+                    (label + "network + refinement, no contacts", solver, True, False),
                     (label + "network only", solver, False, True)]
     else:
         rot = walk_rotations(seconds, fps)[:frames]
         rel = keypoints_from_fk_np(rot, np.zeros((frames, 3)))
         root = kp[:, 0] - rel[:, 0]
         solvers += [("exact stand-in (no weights)", _ExactSolver(rot, root), True, True),
-                    ("exact stand-in, no foot lock", _ExactSolver(rot, root), True, False)]
+                    ("exact stand-in, no contacts", _ExactSolver(rot, root), True, False)]
     for label, solver, refine, lock in solvers:
         obj = _metarig()
         t0 = time.perf_counter()
@@ -137,14 +137,14 @@ def main(argv=None):
     rows = bench_bake(args.frames, weights=weights, label=label)
     print(f"\nBake: {args.frames} frames onto Rigify's meta-rig, {args.threads} CPU threads "
           f"(torch {torch.__version__})")
-    print(f"{'solver':40s} {'total fps':>10s} {'inference':>16s} {'retarget':>16s} {'write':>16s} "
-          f"{'kp err mm':>10s} {'bone deg':>8s} {'jitter':>8s} {'slide mm':>8s}")
+    print(f"{'solver':40s} {'total fps':>10s} {'start pose':>16s} {'rig solve':>16s} {'write':>16s} "
+          f"{'floor cm':>8s} {'bone deg':>8s} {'joint mm':>8s} {'jitter':>8s} {'slide mm':>8s}")
     for label, res, total in rows:
         s = res.seconds
         cells = [f"{res.frames / s[k]:8.0f} f/s {s[k]:5.2f}s" if s[k] > 0 else "-" for k in ("solve", "fit", "write")]
         print(f"{label:40s} {res.frames / total:10.0f} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s} "
-              f"{res.keypoint_error_mm[0]:10.1f} {res.bone_direction_error_deg:8.2f} {res.jitter:8.2f} "
-              f"{res.foot_sliding_mm:8.2f}")
+              f"{res.figures.floor_error_cm:+8.1f} {res.bone_direction_error_deg:8.2f} "
+              f"{res.keypoint_error_mm[0]:8.1f} {res.jitter:8.2f} {res.foot_sliding_mm:8.2f}")
     bpy.ops.wm.read_homefile(use_factory_startup=True, use_empty=True, load_ui=False)
     dt, joints = bench_keying(args.key_frames)
     print(f"\nKeypoint object: {args.key_frames} frames x {joints} points keyed in {dt:.2f} s "
