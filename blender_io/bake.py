@@ -558,7 +558,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
         kp = kp[None]
     single = BakeOptions(**{**options.__dict__, "frames": None, "smooth": "none", "fps": None,
                             "frame_start": None, "foot_lock": False, "ground": False,
-                            "rig_iterations": max(int(options.rig_iterations), 10)})
+                            "rig_iterations": max(int(options.rig_iterations), 10)})   # the prior fades in 6
     t0 = time.perf_counter()
     job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
                   source_name="pose", mapping=mapping, solver=solver)

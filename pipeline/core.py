@@ -57,6 +57,8 @@ REACH_WARN_MM = 5.0
 REACH_OK_MM = 1.0
 #: Rig-solve iterations at least, in sparse mode (effectors met to the millimetre).
 SPARSE_ITERATIONS = 20
+#: ... for one pose (Solve Frame, Live Solve).
+SPARSE_POSE_ITERATIONS = 10
 
 
 def leg_length(skel) -> float:
@@ -473,7 +475,8 @@ class RigBake:
         iterations = int(o.rig_iterations)
         if self.mode == "sparse" and iterations > 0:
             # effectors must be met to the millimetre: the prior fades over more steps
-            iterations = max(iterations, SPARSE_ITERATIONS)
+            # (more for clips, whose every frame must converge, straight limbs included)
+            iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
         if len(targets) and iterations > 0:
             # sparse: the prior fades so the effectors are met exactly; dense: many
             # targets decide the pose and a weak, constant prior only settles twist
