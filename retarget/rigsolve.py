@@ -244,13 +244,14 @@ class _RigFK:
                 rel_pos[i] = Q[p].T @ (h[b] - h[p])
         self.rel_rot_list = list(torch.as_tensor(rel_rot, dtype=dtype).unbind(0))
         self.rel_pos_list = list(torch.as_tensor(rel_pos, dtype=dtype).unbind(0))
-        self.par = par
-        depth = np.array([rig.depth[b] for b in self.posed])
+        self.rel_rot_np, self.rel_pos_np = rel_rot, rel_pos
         self.par = [int(x) for x in par]
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
         T, n = basis.shape[:2]
+        if T <= SMALL_BATCH:
+            return self._small(basis, loc)
         W, X, B = [None] * n, [None] * n, [None] * n
         rr, rp = self.rel_rot_list, self.rel_pos_list
         for i in range(n):           # parents first; per-bone views, no gathers
@@ -266,6 +267,38 @@ class _RigFK:
             W[i] = br @ basis[:, i]
             X[i] = bp + (br @ loc[:, i, :, None])[..., 0]
         return torch.stack(W, 1), torch.stack(X, 1), torch.stack(B, 1)
+
+
+    def _small(self, basis, loc):
+        """The same forward kinematics in numpy, for a few frames (a pose being dragged).
+
+        ``bench_live.py``: a torch call costs several microseconds whatever its
+        size, a numpy call on 3x3 matrices about one; a chain of ~30 bones
+        evaluated ~20 times per solve makes that the difference between tens of
+        milliseconds and a few. Same algorithm, same results
+        (``tests/pure/test_pipeline.py`` checks they agree).
+        """
+        b = basis.numpy()
+        lc = loc.numpy()
+        T, n = b.shape[:2]
+        W = np.empty((T, n, 3, 3))
+        X = np.empty((T, n, 3))
+        B = np.empty((T, n, 3, 3))
+        rr, rp = self.rel_rot_np, self.rel_pos_np
+        for i in range(n):
+            p = self.par[i]
+            if p < 0:
+                br = np.broadcast_to(rr[i], (T, 3, 3))
+                bp = np.broadcast_to(rp[i], (T, 3))
+            else:
+                Wp = W[:, p]
+                br = Wp @ rr[i]
+                bp = X[:, p] + Wp @ rp[i]
+            B[:, i] = br
+            W[:, i] = br @ b[:, i]
+            X[:, i] = bp + (br @ lc[:, i, :, None])[..., 0]
+        dt = basis.dtype
+        return torch.from_numpy(W).to(dt), torch.from_numpy(X).to(dt), torch.from_numpy(B).to(dt)
 
 
 def posed_points(W, X, points_bone_slot, points_offset):

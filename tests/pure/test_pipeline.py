@@ -184,3 +184,25 @@ def test_unreachable_effector_is_named():
     arm = job.result.heads[0, b] - job.result.heads[0, s]
     to = tgt - job.result.heads[0, s]
     assert np.dot(arm, to) / np.linalg.norm(arm) / np.linalg.norm(to) > 0.99
+
+
+def test_small_batch_fk_matches_the_batched_one():
+    """The numpy forward kinematics used for a few frames agrees with the torch one."""
+    import torch
+
+    from neural_ik.retarget import rigsolve
+
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    free = free_bones(rig, _mapped(rig, mapping), plan.root)
+    posed = sorted({a for b in free for a in [b, *rig.ancestors(b)]}, key=lambda i: (rig.depth[i], i))
+    fk = rigsolve._RigFK(rig, posed, torch.float64)
+    rng = np.random.default_rng(3)
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+    basis = torch.as_tensor(axis_angle_to_matrix(rng.normal(scale=0.4, size=(rigsolve.SMALL_BATCH + 8, len(posed), 3))))
+    loc = torch.as_tensor(rng.normal(scale=0.1, size=(rigsolve.SMALL_BATCH + 8, len(posed), 3)))
+    big = fk(basis, loc)                                   # torch path (more frames than SMALL_BATCH)
+    small = fk(basis[:4], loc[:4])                         # numpy path
+    for a, b in zip(big, small):
+        np.testing.assert_allclose(a[:4].numpy(), b.numpy(), atol=1e-12)
