@@ -68,7 +68,7 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     except json.JSONDecodeError as ex:
         raise KeypointReadError(path, f"invalid or truncated JSON at line {ex.lineno}, column {ex.colno}: {ex.msg}") from None
     except RecursionError:
-        raise KeypointReadError(path, "JSON nested too deeply to be keypoints") from None
+        raise KeypointReadError(path, "nested too deeply to be keypoints (JSON)") from None
     except OSError as ex:
         raise KeypointReadError(path, f"cannot read ({ex})") from None
 
