@@ -501,8 +501,6 @@ def load_mapping(source, name: str | None = None) -> Layout:
                 data = json.load(fh)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
             raise ValueError(f"{where}: cannot read layout mapping ({ex})") from None
-        except RecursionError:
-            raise ValueError(f"{where}: cannot read layout mapping (JSON nested too deeply)") from None
         name = name or os.path.splitext(os.path.basename(where))[0]
     else:
         data = source
@@ -551,8 +549,6 @@ def get_layout(layout) -> Layout:
             return load_mapping(json.loads(key))
         except json.JSONDecodeError as ex:
             raise ValueError(f"layout JSON: {ex}") from None
-        except RecursionError:
-            raise ValueError("layout JSON nested too deeply") from None
     if key in LAYOUTS:
         return LAYOUTS[key]
     if key.lower() in LAYOUTS:
