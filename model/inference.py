@@ -195,16 +195,21 @@ def fit_skeleton(keypoints: np.ndarray, mask: np.ndarray | None = None) -> Skele
     -------
     Skeleton
     """
-    kp = np.asarray(keypoints, dtype=np.float64).reshape(-1, NUM_KEYPOINTS, 3)
+    kp = np.asarray(keypoints)
+    if kp.dtype not in (np.float32, np.float64):
+        kp = kp.astype(np.float64)
+    kp = kp.reshape(-1, NUM_KEYPOINTS, 3)
     if mask is None:
         mask = np.isfinite(kp).all(-1)
     mask = np.asarray(mask, dtype=bool).reshape(-1, NUM_KEYPOINTS) & np.isfinite(kp).all(-1)
     ln0, le0 = _canonical_dirs_lengths()
     parent_kp = list(PARENTS[1:]) + list(END_PARENTS)  # parent of keypoints 1..31
     child = np.arange(1, NUM_KEYPOINTS)
-    both = mask[:, child] & mask[:, parent_kp]
-    d = np.linalg.norm(kp[:, child] - kp[:, parent_kp], axis=-1)
-    d = np.where(both, d, np.nan)
+    d = np.empty((len(kp), len(child)))  # bone lengths per frame, in chunks (no (T, 31, 3) temporaries)
+    for a in range(0, len(kp), 65536):
+        c = kp[a:a + 65536].astype(np.float64)
+        d[a:a + 65536] = np.linalg.norm(c[:, child] - c[:, parent_kp], axis=-1)
+    d[~(mask[:, child] & mask[:, parent_kp])] = np.nan
     with np.errstate(all="ignore"):
         import warnings
 
