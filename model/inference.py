@@ -683,8 +683,9 @@ class Solver:
             return out
         with torch.inference_mode():
             if dev.type == "cuda":
-                self._batches_cuda(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
-                                   views, seconds)
+                with torch.cuda.device(dev):  # events and streams of this device
+                    self._batches_cuda(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
+                                       views, seconds)
             else:
                 self._batches_cpu(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
                                   seconds)
