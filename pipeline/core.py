@@ -477,13 +477,14 @@ class RigBake:
             # effectors must be met to the millimetre: the prior fades over more steps
             # (more for clips, whose every frame must converge, straight limbs included)
             iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
-        if len(targets) and iterations > 0:
+        if len(targets):   # (0 iterations still measures the residuals of the start pose)
             # sparse: the prior fades so the effectors are met exactly; dense: many
             # targets decide the pose and a weak, constant prior only settles twist
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
                             prior_rotation=prior, iterations=iterations, locked=self.locked,
                             progress=_progress, chunk=512,
-                            prior_decay=0.3 if self.mode == "sparse" else 1.0)
+                            prior_decay=0.3 if self.mode == "sparse" else 1.0,
+                            root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
         else:

@@ -91,7 +91,7 @@ class BakeOptions:
     device: str = "auto"
     mode: str = "auto"
     action_name: str | None = None
-    rig_iterations: int = 6
+    rig_iterations: int = 2
 
 
 def check_options(options: BakeOptions):

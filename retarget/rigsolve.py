@@ -308,7 +308,7 @@ def posed_points(W, X, points_bone_slot, points_offset):
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
-              prior_decay: float = 0.3, prior_floor: float = 1e-3,
+              prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
               dtype=torch.float32, progress=None) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
@@ -337,6 +337,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         Frames per batch (bounds memory).
     tol : float
         Stop early once no frame's step exceeds this (radians / units).
+    root_fixed : ndarray (3, 3), optional
+        Projection onto the directions (armature space) in which the root's
+        translation must not move (``I - n n^T``: horizontally, for an
+        in-place bake).
     prior_decay, prior_floor : float
         The prior's weight is multiplied by ``prior_decay`` every iteration,
         down to ``prior_floor`` times its start: the first steps stay near the
@@ -404,6 +408,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     prior_diag = np.repeat(pr, 3)
     if root >= 0:
         prior_diag = np.concatenate([prior_diag, np.full(3, float(prior_translation))])
+    root_fixed_t = None if root_fixed is None else torch.as_tensor(np.asarray(root_fixed), dtype=dtype)
     lock_axes = None
     if locked:
         lf, le = [], []
@@ -512,6 +517,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
                     for j, f_i in enumerate(lock_f.tolist()):
                         sl = slice(3 * f_i, 3 * f_i + 3)
                         H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
+                if root >= 0 and root_fixed is not None:   # root translation held in these directions
+                    H[:, 3 * nF:, 3 * nF:] += 1e6 * root_fixed_t
                 step = _solve_spd(H, g)
                 d_w = step[:, :3 * nF].reshape(n, nF, 3)
                 eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
