@@ -940,7 +940,6 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     return bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
                           solver=solver, progress=progress, cancel=cancel,
                           source_rig=getattr(clip, "source_rig", None))
-    return result
 
 
 def summary(rows, seconds, **extra):

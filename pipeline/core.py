@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.skeleton import CANONICAL, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS, Skeleton
+from ..model.skeleton import CANONICAL, JOINTS, KEYPOINTS, PARENTS, Skeleton
 from .options import BakeCancelled, BakeError, BakeOptions, check_options
 from .prepare import prepare_source
 
@@ -563,7 +563,6 @@ class RigBake:
         res = self.result
         plan = self.plan
         u = self.unit
-        T = self.n_frames
         tk = target_keypoints(plan, res.quaternions, res.locations) * u      # metres, body axes
         J = len(JOINTS)
         f = BakeFigures()
@@ -572,7 +571,6 @@ class RigBake:
         f.source_jitter = metrics.jitter(self.kp_body[:, :J], self.fps)
         f.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
         # joints at the rig's scale (world metres)
-        s = self.scale * u
         ent = {j: plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)}
         js = [_J[j] for j in ent]
         rig_j = res.heads[:, list(ent.values())] * u

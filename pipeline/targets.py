@@ -296,7 +296,6 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     if foot_lock and T >= 3:
         fp = foot_points(plan, n)
         names = {"ankle": "foot", "ball": "toe"}
-        src_up = src @ n                                   # heights (metres) along world up
         contacts = np.zeros((T, 4), dtype=bool)
         offsets = []
         for si, s in enumerate("lr"):

@@ -371,7 +371,6 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     slot = fk.slot
     nF = len(free)
     fslot = np.array([slot[b] for b in free], dtype=np.int64)
-    nv = 3 * nF + (3 if root >= 0 else 0)
     P = len(targets.points)
     R = len(targets.rows)
     pslot = torch.as_tensor([slot[b] for b in point_bones], dtype=torch.long)
@@ -429,7 +428,6 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     rots = np.empty((T, nb, 3, 3))
     resid = np.zeros((T, R))
     posed_idx = np.array(posed, dtype=np.int64)
-    eye3 = torch.eye(3, dtype=dtype)
 
     done_iterations = 0
     # while the prior fades, keep iterating until it is nearly gone
