@@ -46,7 +46,7 @@ __all__ = ["EXPORT_EXTENSIONS", "BVH_CHUNK_FRAMES", "PoseChannels", "check_expor
 #: File types ``--export`` writes.
 EXPORT_EXTENSIONS = (".bvh", ".fbx", ".glb", ".gltf")
 #: Frames composed and written at a time by the numpy BVH writer.
-BVH_CHUNK_FRAMES = 4096
+BVH_CHUNK_FRAMES = 2048
 
 _EULER_ORDERS = ("XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX")
 _TRANSFORMS = ("location", "rotation_quaternion", "rotation_euler", "rotation_axis_angle", "scale")

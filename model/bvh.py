@@ -674,7 +674,7 @@ def write_bvh(
             if written > num_frames:
                 raise ValueError(f"motion has more than the {num_frames} frames announced")
             # blocks of frames (bounded text size), each formatted without a loop over values
-            step = max(1, (1 << 21) // max(nchan, 1))
+            step = max(1, (1 << 20) // max(nchan, 1))
             for a in range(0, chunk.shape[0], step):
                 block = chunk[a:a + step]
                 text = _format_rows(block, precision) if newline == "\n" and nchan else None
