@@ -21,9 +21,12 @@ Dense sources (:func:`dense_targets`)
       floor, the rig's ankle or ball goes where the source's is (at the rig's
       scale) with the rig's own foot height: the rig's feet stand on the
       rig's floor and stay planted where the source's are;
+    - **heights**: on every frame, weakly, each ankle as high above the
+      rig's floor as the source's above its own (scaled, flat-foot heights
+      matched), so the body sits right in flight and on raised ground too;
     - the **root** near the scaled source root, weakly, vertically shifted by
-      the median contact correction so the body does not pop between
-      contacts and flight.
+      the median contact correction (the median height correction without
+      contacts) so the body does not pop between contacts and flight.
 Sparse sources (:func:`sparse_targets`)
     The effectors (pelvis, head, hands, feet) where they are, elbow and knee
     hints weakly.
@@ -44,7 +47,7 @@ _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
 
 #: Row weights (per armature unit of error) and prior weights (per radian).
-WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, root=0.3, root_vertical=0.1,
+WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, height=0.3, root=0.3, root_vertical=0.1,
                sparse_effector=1.0, sparse_hint=0.1, pole=0.005)
 #: Frames over which a contact target fades in and out.
 CONTACT_BLEND = 4
@@ -297,7 +300,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         fp = foot_points(plan, n)
         names = {"ankle": "foot", "ball": "toe"}
         contacts = np.zeros((T, 4), dtype=bool)
-        offsets = []
+        offsets, heights = [], []
         for si, s in enumerate("lr"):
             if s not in fp:
                 continue
@@ -308,10 +311,21 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 continue
             h_rig_ankle = fp[s][0][3]
             if source_heights is not None and "ankle" in source_heights.get(s, {}):
-                h_src = float(source_heights[s]["ankle"])
+                h_src, known = float(source_heights[s]["ankle"]), True
             else:
-                h_src = planted_height(src, mask, s, n, fps, ka)
+                h_src, known = planted_height(src, mask, s, n, fps, ka, with_flag=True)
             delta = h_rig_ankle - scale * h_src
+            # the ankle's height above the floor on every frame (weakly): the rig's feet
+            # are as high above its floor as the source's above its own, scaled, in
+            # flight and on raised ground too, so the root sits where the feet say
+            # (only where the source's flat-foot height is known: from its skeleton, or
+            # from frames where that foot stands flat; a guess would move the body)
+            a_bone = fp[s][0][1]
+            a_tgt = x[:, ka] + n * delta
+            if known:
+                tg.add({tg.point(a_bone): 1.0}, a_tgt, w["height"] * mask[:, ka], axes=np.outer(n, n),
+                       name=f"ankle_{s} height", kind="height")
+                heights.append(((a_tgt - init_heads[:, a_bone]) @ n)[mask[:, ka]])
             for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
                 k = _K[f"{names[pname]}_{s}"]
                 ok = mask[:, k]
@@ -334,36 +348,44 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 if not np.any(off):
                     offsets.append(((tgt - init_heads[:, bone]) @ n)[c])
         info.contacts = contacts
-        if offsets and root_row is not None:
+        if not offsets:
+            offsets = heights
+        if offsets and root_row is not None and np.concatenate(offsets).size:
             shift = float(np.median(np.concatenate(offsets)))
             info.floor_offset = shift
             tg.rows[root_row]["target"] = tg.rows[root_row]["target"] + n * shift
     return tg, info
 
 
-def planted_height(src, mask, side, n, fps, k):
+def planted_height(src, mask, side, n, fps, k, *, with_flag=False):
     """The source point's height (metres) while its foot is planted flat, estimated from the motion.
 
     The median height over frames where the ankle and the ball of that foot
     are both low and still; the 5th percentile of its height when the foot is
-    never planted.
+    never planted. ``with_flag``: also return whether the foot was seen
+    planted (the estimate is then reliable).
     """
+    h, ok = _planted_height(src, mask, side, n, fps, k)
+    return (h, ok) if with_flag else h
+
+
+def _planted_height(src, mask, side, n, fps, k):
     a, b = _K[f"foot_{side}"], _K[f"toe_{side}"]
     h = src @ n
     ok = mask[:, a] & mask[:, b] & mask[:, k]
     if ok.sum() < 3:
-        ok = mask[:, k]
-        return float(np.percentile(h[ok, k], 5.0))
+        return float(np.percentile(h[mask[:, k], k], 5.0)), False
     vel = np.zeros(len(src))
     for j in (a, b):
         v = np.gradient(np.where(mask[:, j, None], src[:, j], np.nan), axis=0) * float(fps)
         vel = np.maximum(vel, np.nan_to_num(np.linalg.norm(v, axis=-1), nan=np.inf))
     lo_a = np.percentile(h[ok, a], 5.0)
     lo_b = np.percentile(h[ok, b], 5.0)
-    flat = ok & (vel < 0.15) & (h[:, a] < lo_a + 0.03) & (h[:, b] < lo_b + 0.03)
+    # low and still, and the ball of the foot near the floor (z = 0 after grounding)
+    flat = ok & (vel < 0.15) & (h[:, a] < lo_a + 0.03) & (h[:, b] < lo_b + 0.03) & (h[:, b] < 0.08)
     if flat.sum() < 3:
-        return float(np.percentile(h[mask[:, k], k], 5.0))
-    return float(np.median(h[flat, k]))
+        return float(np.percentile(h[mask[:, k], k], 5.0)), False
+    return float(np.median(h[flat, k])), True
 
 
 def _world_from(n):
