@@ -638,7 +638,10 @@ class RigBake:
             return float("nan")
         from ..retarget.solve import pose_rig
 
-        W, X = pose_rig(self.plan.rig, res.quaternions, res.locations)
+        rig = self.plan.rig
+        feet = {b for side in fp.values() for _n, b, _o, _h in side}
+        W, X = pose_rig(rig, res.quaternions, res.locations,
+                        bones=sorted(feet | {a for b in feet for a in rig.ancestors(b)}))
         pts = np.stack([X[:, b] + W[:, b] @ off for side in fp.values() for _n, b, off, _h in side], 1)
         low = self._world_heights(pts).min(axis=1)
         c = info.contacts.any(1)

@@ -123,8 +123,6 @@ class RigSolveResult:
         Pose-bone locations (only the root bone's changes).
     heads : ndarray (T, B, 3)
         Posed heads in armature space.
-    rotations : ndarray (T, B, 3, 3)
-        Posed armature-space rotations (``PoseBone.matrix``'s rotation).
     residual : ndarray (T, R)
         Unweighted residual length of each target row after the solve
         (armature units; height only for ``axes=(0, 0, 1)`` rows).
@@ -134,7 +132,6 @@ class RigSolveResult:
     quaternions: np.ndarray
     locations: np.ndarray
     heads: np.ndarray
-    rotations: np.ndarray
     residual: np.ndarray
     iterations: int
 
@@ -421,11 +418,9 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             lock_e = torch.as_tensor(np.array(le), dtype=dtype)
     prior_t = torch.as_tensor(prior_diag, dtype=dtype)
 
-    basis_all = quat_to_matrix(quats)                    # (T, B, 3, 3)
     out_quats = quats.copy()
     out_locs = locations.copy()
     heads = np.empty((T, nb, 3))
-    rots = np.empty((T, nb, 3, 3))
     resid = np.zeros((T, R))
     posed_idx = np.array(posed, dtype=np.int64)
 
@@ -437,7 +432,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         for c0 in range(0, T, chunk):
             c1 = min(T, c0 + chunk)
             n = c1 - c0
-            basis = torch.as_tensor(basis_all[c0:c1][:, posed_idx], dtype=dtype)
+            basis = torch.as_tensor(quat_to_matrix(quats[c0:c1][:, posed_idx]), dtype=dtype)
             loc = torch.as_tensor(locations[c0:c1][:, posed_idx], dtype=dtype)
             basis0 = basis[:, fslot].clone()
             root_head0 = None
@@ -553,15 +548,14 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             out_quats[c0:c1, posed_idx] = matrix_to_quat(b_np)
             out_locs[c0:c1, posed_idx] = loc.numpy()
             heads[c0:c1, posed_idx] = X.numpy()
-            rots[c0:c1, posed_idx] = W.numpy()
             if progress is not None:
                 progress(c1, T)
-    # bones outside the posed subset: full FK for the outputs (cheap, numpy)
+    # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
     rest = np.setdiff1d(np.arange(nb), posed_idx)
     if rest.size:
         from .solve import pose_rig
-        Wf, Xf = pose_rig(rig, out_quats, out_locs)
-        heads[:, rest] = Xf[:, rest]
-        rots[:, rest] = Wf[:, rest]
+        for c0 in range(0, T, 4096):
+            _, Xf = pose_rig(rig, out_quats[c0:c0 + 4096], out_locs[c0:c0 + 4096])
+            heads[c0:c0 + 4096, rest] = Xf[:, rest]
     from .solve import quat_continuity
-    return RigSolveResult(quat_continuity(out_quats), out_locs, heads, rots, resid, done_iterations)
+    return RigSolveResult(quat_continuity(out_quats), out_locs, heads, resid, done_iterations)

@@ -633,10 +633,12 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
     get metres from a scaled rig). No other scaling: these are the keypoints
     to give the solver for a round trip.
     """
-    W, X = pose_rig(plan.rig, quats, locations)
+    rig = plan.rig
+    need = {rig.index(b) for b in plan.mapping.entries.values() if rig.has(b)} | set(plan.path)
+    need |= {a for b in list(need) for a in rig.ancestors(b)}
+    W, X = pose_rig(rig, quats, locations, bones=sorted(need))   # only what is read (memory)
     T = W.shape[0]
     K = plan.K
-    rig = plan.rig
     out = np.full((T, len(KEYPOINTS), 3), np.nan)
     Rc = {}
     ent = {j: rig.index(b) for j, b in plan.mapping.entries.items() if j in _J}
