@@ -63,6 +63,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -549,6 +550,8 @@ def main(argv=None):
 
     choices = _parser_choices()
     solver = get_solver(_cli_args("x.bvh", []))
+    # a SIGTERM (timeout, kill) ends the run through the finally below, which removes the cut clips
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="bench_foreign_")
     started = time.perf_counter()
     print("bench_foreign: {} folders, {} per clip, targets {}, modes {}, methods {}{}".format(

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def main(argv=None):
     scale, up, units = bb.FOLDER_UNITS.get(args.folder, (1.0, "Y", None))
     hints = (["--units", units] if units else []) + (["--up-axis", up] if up != "Y" else [])
     python = sys.executable
+    # a SIGTERM (timeout, kill) ends the run through the finally below, which removes the cut clips
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="bench_vs_blender_")
     results = []
     try:
