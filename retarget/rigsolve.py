@@ -391,13 +391,13 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     M = torch.as_tensor(C @ A, dtype=dtype)
     Mroot = torch.as_tensor(C @ moved_by_root, dtype=dtype)
     per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
-    if per_frame:
-        proj_np = np.stack([np.broadcast_to(row["proj"], (T, 3, 3)) for row in targets.rows], 1)
+    if per_frame:   # stacked per chunk below (a (T, R, 3, 3) array is large for long clips)
         diag_only = False
+        proj_all = None
     else:
         proj_np = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
         diag_only = bool(np.allclose(proj_np, proj_np * np.eye(3)))
-    proj_all = torch.as_tensor(proj_np, dtype=dtype)
+        proj_all = torch.as_tensor(proj_np, dtype=dtype)
     tgt_all = np.stack([row["target"] for row in targets.rows], 1) if R else np.zeros((T, 0, 3))
     w_all = np.stack([row["weight"] for row in targets.rows], 1) if R else np.zeros((T, 0))
     pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (nF,))
@@ -438,7 +438,11 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             root_head0 = None
             tgt = torch.as_tensor(tgt_all[c0:c1], dtype=dtype)
             wts = torch.as_tensor(w_all[c0:c1], dtype=dtype)
-            proj = proj_all[c0:c1] if per_frame else proj_all[None]
+            if per_frame:
+                proj = torch.as_tensor(np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1]
+                                                 for row in targets.rows], 1), dtype=dtype)
+            else:
+                proj = proj_all[None]
             wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
             wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
             lam = torch.full((n,), 1e-3, dtype=dtype)
