@@ -454,11 +454,13 @@ class RigBake:
                 fp = foot_points(plan, n)
                 heights = {sd: {nm: h / scale for nm, _b, _o, h in pts if nm in ("ankle", "ball")}
                            for sd, pts in fp.items()}
-            else:
+            elif self.source_rig is not None and self._source_rest_is_human():
                 heights = self._source_heights()
+            else:   # no skeleton, or one whose rest says nothing about standing: from the motion
+                heights = None
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
-                                          source_rest=self._source_lengths())
+                                          source_rest=self._source_lengths() if heights is not None else None)
             prior = 0.01
         self.targets, self.target_info = targets, info
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
