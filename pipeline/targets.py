@@ -205,24 +205,28 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     rest = rig.head
     x = src * scale
     w = weights
+    def direction(ja, jb, weight, kind):
+        """A row: rig head(jb) - head(ja) along the source's jb - ja (error across it only)."""
+        ba, bb = _bone(plan, JOINTS[ja]), _bone(plan, JOINTS[jb])
+        L = float(np.linalg.norm(rest[bb] - rest[ba]))
+        if L < 1e-6:
+            return
+        d = src[:, jb] - src[:, ja]
+        nd = np.linalg.norm(d, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = d / nd
+        ok = mask[:, ja] & mask[:, jb] & (nd[:, 0] > 1e-6)
+        tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, weight * ok, name=f"{JOINTS[ja]}>{JOINTS[jb]}",
+               kind=kind, perpendicular=True)
+
     # bone directions
     for j, name in enumerate(JOINTS):
         c = BONE_CHILD[j]
         if c >= len(JOINTS):
             continue
         bj, bc = _bone(plan, name), _bone(plan, JOINTS[c])
-        if bj is None or bc is None or not rig.is_ancestor(bj, bc):
-            continue
-        L = float(np.linalg.norm(rest[bc] - rest[bj]))
-        if L < 1e-6:
-            continue
-        d = src[:, c] - src[:, j]
-        nd = np.linalg.norm(d, axis=-1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            u = d / nd
-        ok = mask[:, j] & mask[:, c] & (nd[:, 0] > 1e-6)
-        tg.add({tg.point(bc): 1.0, tg.point(bj): -1.0}, L * u, w["direction"] * ok, name=f"{name}>{JOINTS[c]}",
-               kind="direction", perpendicular=True)
+        if bj is not None and bc is not None and rig.is_ancestor(bj, bc):
+            direction(j, c, w["direction"], "direction")
     # joints missing in the middle of a bone chain (a rig with fewer spine
     # bones): the direction from the nearest mapped ancestor along bone links
     for j, name in enumerate(JOINTS):
@@ -234,34 +238,14 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 a = PARENTS[k]
                 break
             k = PARENTS[k]
-        if a < 0 or a == PARENTS[j]:
-            continue
-        ba, bj = _bone(plan, JOINTS[a]), _bone(plan, name)
-        if not rig.is_ancestor(ba, bj):
-            continue
-        L = float(np.linalg.norm(rest[bj] - rest[ba]))
-        d = src[:, j] - src[:, a]
-        nd = np.linalg.norm(d, axis=-1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            u = d / nd
-        ok = mask[:, j] & mask[:, a] & (nd[:, 0] > 1e-6)
-        tg.add({tg.point(bj): 1.0, tg.point(ba): -1.0}, L * u, w["direction"] * ok, name=f"{JOINTS[a]}>{name}",
-               kind="direction", perpendicular=True)
+        if a >= 0 and a != PARENTS[j] and rig.is_ancestor(_bone(plan, JOINTS[a]), _bone(plan, name)):
+            direction(a, j, w["direction"], "direction")
     # left-right directions of hips and shoulders
     # (joints fixed on the pelvis and on the chest: the clavicles, not the upper
     # arms, whose distance changes when the clavicles turn)
     for a, b in (("thigh_r", "thigh_l"), ("clavicle_r", "clavicle_l")):
-        ba, bb = _bone(plan, a), _bone(plan, b)
-        if ba is None or bb is None:
-            continue
-        L = float(np.linalg.norm(rest[bb] - rest[ba]))
-        d = src[:, _J[b]] - src[:, _J[a]]
-        nd = np.linalg.norm(d, axis=-1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            u = d / nd
-        ok = mask[:, _J[a]] & mask[:, _J[b]] & (nd[:, 0] > 1e-6)
-        tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, w["lateral"] * ok, name=f"{a}>{b}", kind="lateral",
-               perpendicular=True)
+        if _bone(plan, a) is not None and _bone(plan, b) is not None:
+            direction(_J[a], _J[b], w["lateral"], "lateral")
     # effectors relative to their chain roots, at the chain's scale
     for eff, root, chain in _CHAINS:
         be, br = _bone(plan, eff), _bone(plan, root)
