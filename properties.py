@@ -139,8 +139,9 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
                     "(for sources whose floor is not at zero); the pose is unchanged")
     foot_lock: BoolProperty(
         name="Foot Lock", default=True,
-        description="Keep the feet planted where the source's feet are planted: the legs are bent by "
-                    "two-bone IK so a rig with other proportions does not slide its feet")
+        description="Keep the feet planted where the source's feet are planted, on the rig's floor: the "
+                    "source's foot contacts are targets of the solve on the rig, so a rig with other "
+                    "proportions neither slides nor floats")
     auto_scale: BoolProperty(
         name="Auto Scale", default=True,
         description="Scale the root motion by the ratio of the armature's leg length to the source's")

@@ -12,7 +12,7 @@ tests/pure/
     install: they are fast. Import the package as ``neural_ik`` (already
     imported here through :func:`devpkg.import_package`)::
 
-        from neural_ik.retarget.footlock import foot_lock
+        from neural_ik.retarget.rigsolve import solve_rig
         from training import train       # training code, not shipped
         from rigs import humanoid        # test armatures as plain data
 
