@@ -254,20 +254,14 @@ def to_rest(obj):
     """Remove an armature's action and constraints and reset every pose bone."""
     import bpy
 
-    ad = obj.animation_data
-    if ad is not None and ad.action is not None:
-        action = ad.action
-        ad.action = None
-        if action.users == 0:
-            bpy.data.actions.remove(action)
+    from neural_ik.cli.targets import _rest_pose
+
     for pb in obj.pose.bones:
         for c in list(pb.constraints):
             pb.constraints.remove(c)
-        pb.location = (0.0, 0.0, 0.0)
-        pb.rotation_quaternion = (1.0, 0.0, 0.0, 0.0)
-        pb.rotation_euler = (0.0, 0.0, 0.0)
+    _rest_pose(obj)
+    for pb in obj.pose.bones:
         pb.rotation_axis_angle = (0.0, 0.0, 1.0, 0.0)
-        pb.scale = (1.0, 1.0, 1.0)
     bpy.context.view_layer.update()
 
 

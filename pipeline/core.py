@@ -183,7 +183,7 @@ class RigBake:
             self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
         kp = src.keypoints
         if self.source_rig is not None:
-            kp = _joints_from_source_rig(kp, self.source_rig)
+            kp = _joints_from_source_rig(kp, self.source_rig, self._source_pose()[1])
         K = self.plan.K
         arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
         #: source keypoints in the armature's axes, metres (origin: the armature's)
@@ -321,7 +321,7 @@ class RigBake:
         from ..model.inference import SolveResult
         from .source import source_world_rotations
 
-        rot, given, splan = source_world_rotations(self.source_rig)
+        rot, given, splan = source_world_rotations(self.source_rig, self._source_pose()[0])
         # world -> the body frame the network would have used
         Rm = self.minv[:3, :3] * self.unit
         M = self.plan.K.T @ Rm
@@ -339,6 +339,15 @@ class RigBake:
             self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
                                  + " (they follow their parent)")
         return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
+
+    def _source_pose(self):
+        """The source skeleton's posed rotations and heads ``(W, X)``, computed once per bake."""
+        if getattr(self, "_source_fk", None) is None:
+            from ..retarget.solve import pose_rig
+
+            src = self.source_rig
+            self._source_fk = pose_rig(src.rig, src.quaternions, src.locations)
+        return self._source_fk
 
     def _shared_bones(self):
         """``(pairs, same)``: (rig bone, source bone) pairs sharing a name, and whether it is the same skeleton.
@@ -378,7 +387,6 @@ class RigBake:
           ``LHipJoint``, a second neck bone) take the source's turn.
         """
         from ..retarget.rigsolve import free_bones
-        from ..retarget.solve import pose_rig
 
         src = self.source_rig
         rig, plan = self.rig, self.plan
@@ -394,7 +402,7 @@ class RigBake:
                 return None
         else:
             self.warnings.append("same skeleton as the source: its bones' rotations are copied")
-        Ws, _ = pose_rig(src.rig, src.quaternions, src.locations)
+        Ws = self._source_pose()[0]
         Qs = src.rig.rest_rotation()
         Qt = rig.rest_rotation()
         out = {}
@@ -697,7 +705,7 @@ class RigBake:
         return self.result
 
 
-def _joints_from_source_rig(kp, source_rig):
+def _joints_from_source_rig(kp, source_rig, X):
     """Keypoints whose joints are the source skeleton's mapped bone heads (the same mapper as the rig's).
 
     A reader may place a canonical joint between bones (a CMU ``LHipJoint``
@@ -705,9 +713,6 @@ def _joints_from_source_rig(kp, source_rig):
     points the source skeleton's mapping names, or a skeleton baked onto
     itself would be pulled away from where it is.
     """
-    from ..retarget.solve import pose_rig
-
-    _, X = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
     out = kp.copy()
     for j, name in enumerate(JOINTS):
         bone = source_rig.mapping.entries.get(name)

@@ -21,15 +21,18 @@ import numpy as np
 
 from ..model.skeleton import JOINTS, PARENTS
 
-__all__ = ["source_world_rotations", "source_leg_length"]
+__all__ = ["source_world_rotations"]
 
 
-def source_world_rotations(source_rig) -> tuple:
+def source_world_rotations(source_rig, W=None) -> tuple:
     """World rotations (T, 22, 3, 3) of the canonical joints and which ones the source has.
 
     Parameters
     ----------
     source_rig : readers.source_rig.SourceRig
+    W : ndarray (T, B, 3, 3), optional
+        The source's posed rotations when already computed
+        (:func:`..retarget.solve.pose_rig`).
 
     Returns
     -------
@@ -42,7 +45,8 @@ def source_world_rotations(source_rig) -> tuple:
     from ..retarget.solve import plan_retarget, pose_rig
 
     plan = plan_retarget(source_rig.rig, source_rig.mapping)
-    W, _ = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
+    if W is None:
+        W, _ = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
     T = W.shape[0]
     rot = np.empty((T, len(JOINTS), 3, 3))
     given = np.zeros(len(JOINTS), dtype=bool)
@@ -57,8 +61,3 @@ def source_world_rotations(source_rig) -> tuple:
         else:
             rot[:, j] = np.eye(3)
     return rot, given, plan
-
-
-def source_leg_length(plan) -> float:
-    """Thigh + calf length of a planned source skeleton (metres), 0 when unknown."""
-    return float(plan.leg_length)
