@@ -266,9 +266,10 @@ class BakeJob:
         unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
         if unsure:
             warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
-        constrained = [pb.name for pb in obj.pose.bones
-                       if pb.name in set(mapping.entries.values()) and any(c.enabled and c.influence > 0
-                                                                           for c in pb.constraints)]
+        pose_bones = obj.pose.bones
+        constrained = [name for name in dict.fromkeys(mapping.entries.values())
+                       if (pb := pose_bones.get(name)) is not None
+                       and any(c.enabled and c.influence > 0 for c in pb.constraints)]
         if constrained:
             warnings.append("constraints on " + ", ".join(constrained[:6]) + (" ..." if len(constrained) > 6 else "")
                             + " override the baked keys: mute them to see the bake")
@@ -557,8 +558,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     if kp.ndim == 2:
         kp = kp[None]
     single = BakeOptions(**{**options.__dict__, "frames": None, "smooth": "none", "fps": None,
-                            "frame_start": None, "foot_lock": False, "ground": False,
-                            "rig_iterations": max(int(options.rig_iterations), 10)})   # the prior fades in 6
+                            "frame_start": None, "foot_lock": False, "ground": False})
     t0 = time.perf_counter()
     job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
                   source_name="pose", mapping=mapping, solver=solver)

@@ -53,17 +53,38 @@ def armature_arrays(obj) -> dict:
     }
 
 
+_DESCRIPTIONS: dict = {}
+
+
 def rig_description(obj):
-    """The armature as a :class:`..retarget.rig.RigDescription`."""
+    """The armature as a :class:`..retarget.rig.RigDescription`.
+
+    The same content (bone names, parents, rest, object matrix and name)
+    gives the same object back: Live Solve reads the rig on every tick, and
+    what is derived from a description (rest rotations, the retarget plan)
+    is then computed once. Treat the result as read-only.
+    """
+    import hashlib
+
     from ..retarget.rig import RigDescription
 
     a = armature_arrays(obj)
-    return RigDescription(
-        names=a["names"],
-        parents=a["parents"],
-        matrix_local=a["matrix_local"],
-        head=a["head"],
-        tail=a["tail"],
-        matrix_world=a["matrix_world"],
-        name=obj.name,
-    )
+    h = hashlib.sha1("\0".join([obj.name, *a["names"]]).encode())
+    for k in ("parents", "matrix_local", "head", "tail", "matrix_world"):
+        h.update(np.ascontiguousarray(a[k]).tobytes())
+    key = h.hexdigest()
+    rig = _DESCRIPTIONS.get(key)
+    if rig is None:
+        rig = RigDescription(
+            names=a["names"],
+            parents=a["parents"],
+            matrix_local=a["matrix_local"],
+            head=a["head"],
+            tail=a["tail"],
+            matrix_world=a["matrix_world"],
+            name=obj.name,
+        )
+        if len(_DESCRIPTIONS) >= 8:
+            _DESCRIPTIONS.pop(next(iter(_DESCRIPTIONS)))
+        _DESCRIPTIONS[key] = rig
+    return rig

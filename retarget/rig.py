@@ -227,9 +227,19 @@ class RigDescription:
         return list(reversed(anc[:anc.index(a)]))
 
     def rest_rotation(self) -> np.ndarray:
-        """Rest rotations (B, 3, 3), orthonormalised (``matrix_local`` has no scale)."""
+        """Rest rotations (B, 3, 3), orthonormalised (``matrix_local`` has no scale); read-only.
+
+        Computed once per ``matrix_local`` array (Solve Frame and Live Solve
+        ask for it several times per solve).
+        """
+        cached = self.__dict__.get("_rest_rotation")
+        if cached is not None and cached[0] is self.matrix_local:
+            return cached[1]
         u, _, vt = np.linalg.svd(self.matrix_local[:, :3, :3])
-        return u @ vt
+        q = u @ vt
+        q.setflags(write=False)
+        self.__dict__["_rest_rotation"] = (self.matrix_local, q)
+        return q
 
     def align_matrices(self) -> np.ndarray:
         """Matrices used to align with the canonical T-pose: reference pose or rest."""

@@ -183,26 +183,10 @@ def _logmap(R):
     return w * f[..., None]
 
 
-#: Up to this many frames the solve runs on one torch thread: for tiny
-#: problems the thread pool's hand-offs cost milliseconds per call (and make
-#: the other thread pools in the process, numpy's BLAS, wait), more than the work.
+#: Chunks of up to this many frames are solved in float64 numpy (:func:`_lm_numpy`):
+#: for tiny problems a torch call's fixed cost (and its thread pool's hand-offs)
+#: outweighs the work.
 SMALL_BATCH = 32
-
-
-class _threads:
-    """Context: torch runs on ``n`` threads inside, as before outside."""
-
-    def __init__(self, n):
-        self.n = int(n)
-
-    def __enter__(self):
-        self.old = torch.get_num_threads()
-        if self.n != self.old:
-            torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        if self.n != self.old:
-            torch.set_num_threads(self.old)
 
 
 def _solve_spd(H, g):
@@ -212,13 +196,8 @@ def _solve_spd(H, g):
     return torch.where((info == 0)[:, None], step, torch.zeros_like(step))
 
 
-def _orthonormalise(m):
-    u, _, vh = torch.linalg.svd(m)
-    return u @ vh
-
-
 class _RigFK:
-    """Forward kinematics of the posed subset of a rig, torch, batched over frames."""
+    """Forward kinematics of the posed subset of a rig, batched over frames (torch, or numpy for a few frames)."""
 
     def __init__(self, rig, posed, dtype):
         self.posed = list(posed)                      # parents before children
@@ -239,18 +218,19 @@ class _RigFK:
                 par[i] = self.slot[p]
                 rel_rot[i] = Q[p].T @ Q[b]
                 rel_pos[i] = Q[p].T @ (h[b] - h[p])
-        self.rel_rot_list = list(torch.as_tensor(rel_rot, dtype=dtype).unbind(0))
-        self.rel_pos_list = list(torch.as_tensor(rel_pos, dtype=dtype).unbind(0))
+        self.dtype = dtype
         self.rel_rot_np, self.rel_pos_np = rel_rot, rel_pos
         self.par = [int(x) for x in par]
+        self._torch = None
 
     def __call__(self, basis, loc):
-        """basis (T, n, 3, 3), loc (T, n, 3) -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
+        """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
+        if self._torch is None:
+            self._torch = (list(torch.as_tensor(self.rel_rot_np, dtype=self.dtype).unbind(0)),
+                           list(torch.as_tensor(self.rel_pos_np, dtype=self.dtype).unbind(0)))
+        rr, rp = self._torch
         T, n = basis.shape[:2]
-        if T <= SMALL_BATCH:
-            return self._small(basis, loc)
         W, X, B = [None] * n, [None] * n, [None] * n
-        rr, rp = self.rel_rot_list, self.rel_pos_list
         for i in range(n):           # parents first; per-bone views, no gathers
             p = self.par[i]
             if p < 0:
@@ -265,42 +245,433 @@ class _RigFK:
             X[i] = bp + (br @ loc[:, i, :, None])[..., 0]
         return torch.stack(W, 1), torch.stack(X, 1), torch.stack(B, 1)
 
-
-    def _small(self, basis, loc):
-        """The same forward kinematics in numpy, for a few frames (a pose being dragged).
-
-        ``bench_live.py``: a torch call costs several microseconds whatever its
-        size, a numpy call on 3x3 matrices about one; a chain of ~30 bones
-        evaluated ~20 times per solve makes that the difference between tens of
-        milliseconds and a few. Same algorithm, same results
-        (``tests/pure/test_pipeline.py`` checks they agree).
-        """
-        b = basis.numpy()
-        lc = loc.numpy()
-        T, n = b.shape[:2]
+    def numpy(self, basis, loc):
+        """The same forward kinematics on float64 numpy arrays, one batch per depth level."""
+        if not hasattr(self, "_levels"):
+            # posed bones are sorted by depth: every level is a contiguous slice
+            depth = np.zeros(len(self.par), dtype=np.int64)
+            for i, p in enumerate(self.par):
+                depth[i] = 0 if p < 0 else depth[p] + 1
+            self._levels = []
+            for d in range(int(depth.max()) + 1 if depth.size else 0):
+                idx = np.flatnonzero(depth == d)
+                sl = slice(int(idx[0]), int(idx[-1]) + 1)
+                assert idx[-1] - idx[0] + 1 == len(idx)
+                par = None if d == 0 else np.array([self.par[i] for i in idx])
+                self._levels.append((sl, par, self.rel_rot_np[sl], self.rel_pos_np[sl][..., None]))
+        T, n = basis.shape[:2]
         W = np.empty((T, n, 3, 3))
         X = np.empty((T, n, 3))
         B = np.empty((T, n, 3, 3))
-        rr, rp = self.rel_rot_np, self.rel_pos_np
-        for i in range(n):
-            p = self.par[i]
-            if p < 0:
-                br = np.broadcast_to(rr[i], (T, 3, 3))
-                bp = np.broadcast_to(rp[i], (T, 3))
+        for sl, par, rr, rp in self._levels:
+            if par is None:
+                br = rr
+                bp = rp[..., 0]
             else:
-                Wp = W[:, p]
-                br = Wp @ rr[i]
-                bp = X[:, p] + Wp @ rp[i]
-            B[:, i] = br
-            W[:, i] = br @ b[:, i]
-            X[:, i] = bp + (br @ lc[:, i, :, None])[..., 0]
-        dt = basis.dtype
-        return torch.from_numpy(W).to(dt), torch.from_numpy(X).to(dt), torch.from_numpy(B).to(dt)
+                Wp = W[:, par]
+                br = Wp @ rr
+                bp = X[:, par] + (Wp @ rp)[..., 0]
+            B[:, sl] = br
+            W[:, sl] = br @ basis[:, sl]
+            X[:, sl] = bp + (br @ loc[:, sl, :, None])[..., 0]
+        return W, X, B
 
 
 def posed_points(W, X, points_bone_slot, points_offset):
     """Positions (T, P, 3) of points attached to posed bones."""
     return X[:, points_bone_slot] + (W[:, points_bone_slot] @ points_offset[None, :, :, None])[..., 0]
+
+
+class _Problem:
+    """What every chunk of frames shares: the posed subset, the targets' structure, the prior, the locks.
+
+    All arrays are float64 numpy; :meth:`torch` gives them as tensors for
+    the batched path.
+    """
+
+    def __init__(self, rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype):
+        free = [int(b) for b in free]
+        point_bones = [b for b, _ in targets.points]
+        need = set(free) | set(point_bones) | ({root} if root >= 0 else set())
+        posed = set()
+        for b in need:
+            posed.add(b)
+            posed.update(rig.ancestors(b))
+        self.posed = sorted(posed, key=lambda i: (rig.depth[i], i))
+        self.fk = _RigFK(rig, self.posed, dtype)
+        slot = self.fk.slot
+        self.nF = nF = len(free)
+        self.fslot = np.array([slot[b] for b in free], dtype=np.int64)
+        self.root_slot = slot[root] if root >= 0 else -1
+        P = len(targets.points)
+        R = len(targets.rows)
+        self.R = R
+        self.pslot = np.array([slot[b] for b in point_bones], dtype=np.int64)
+        self.poff = np.array([o for _, o in targets.points], dtype=np.float64).reshape(P, 3)
+        # which free bones move each point: A[p, f] = 1 if free[f] is bone(p) or its ancestor
+        A = np.zeros((P, nF))
+        for p_i, b in enumerate(point_bones):
+            chain = {b, *rig.ancestors(b)}
+            for f_i, f in enumerate(free):
+                if f in chain:
+                    A[p_i, f_i] = 1.0
+        moved_by_root = np.array([1.0 if (root >= 0 and (b == root or rig.is_ancestor(root, b))) else 0.0
+                                  for b in point_bones])
+        C = np.zeros((R, P))
+        for r_i, row in enumerate(targets.rows):
+            for p_i, c in row["coef"].items():
+                C[r_i, p_i] += c
+        # CA[r, p, k] = C[r, p] A[p, k]; M = C A; Mroot = C moved_by_root
+        self.C, self.CA, self.M, self.Mroot = C, C[:, :, None] * A[None], C @ A, C @ moved_by_root
+        self.per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
+        if self.per_frame:   # stacked per chunk (a (T, R, 3, 3) array is large for long clips)
+            self.diag_only = False
+            self.proj = None
+        else:
+            self.proj = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
+            self.diag_only = bool(np.allclose(self.proj, self.proj * np.eye(3)))
+        pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (nF,))
+        prior = np.repeat(pr, 3)
+        if root >= 0:
+            prior = np.concatenate([prior, np.full(3, float(prior_translation))])
+        self.prior = prior
+        self.root_fixed = None if root_fixed is None else np.asarray(root_fixed, dtype=np.float64)
+        lf, le = [], []
+        for f_i, b in enumerate(free):
+            for ax in np.flatnonzero(np.asarray((locked or {}).get(b, (False,) * 3), dtype=bool)):
+                lf.append(f_i)
+                le.append(np.eye(3)[ax])
+        self.lock_f = lf
+        self.lock_e = np.array(le).reshape(-1, 3)
+        self.dtype = dtype
+        self._t = None
+
+    def projections(self, targets, c0, c1, T):
+        """(n, R, 3, 3) per-frame projections of frames ``c0:c1``, or (R, 3, 3)."""
+        if not self.per_frame:
+            return self.proj
+        return np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1] for row in targets.rows], 1)
+
+    def torch(self):
+        if self._t is None:
+            t = lambda a: torch.as_tensor(a, dtype=self.dtype)  # noqa: E731
+            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C), CA=t(self.CA),
+                           M=t(self.M), Mroot=t(self.Mroot), prior=t(self.prior),
+                           root_fixed=None if self.root_fixed is None else t(self.root_fixed),
+                           lock_f=torch.as_tensor(self.lock_f, dtype=torch.long), lock_e=t(self.lock_e))
+        return self._t
+
+
+def _problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype) -> _Problem:
+    """:class:`_Problem`, remembered on the rig for the last few structures.
+
+    Solve Frame and Live Solve pose the same rig with the same targets (only
+    their values change) many times a second; the key is everything the
+    problem is built from except the target values and weights.
+    """
+    key = (tuple(int(b) for b in free), int(root), float(prior_translation), str(dtype),
+           np.asarray(prior_rotation, dtype=np.float64).tobytes(),
+           tuple((b, o.tobytes()) for b, o in targets.points),
+           tuple((tuple(r["coef"].items()), r["proj"].shape, r["proj"].tobytes() if r["proj"].ndim == 2 else b"")
+                 for r in targets.rows),
+           tuple((int(b), tuple(bool(x) for x in np.asarray(v).reshape(-1))) for b, v in sorted((locked or {}).items())),
+           None if root_fixed is None else np.asarray(root_fixed, dtype=np.float64).tobytes())
+    cache = rig.__dict__.setdefault("_rigsolve_problems", {})
+    pb = cache.get(key)
+    arrays = (rig.matrix_local, rig.head, rig.parents)
+    if pb is None or any(a is not b for a, b in zip(pb.rig_arrays, arrays)):
+        pb = _Problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
+        pb.rig_arrays = arrays
+        if len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[key] = pb
+    return pb
+
+
+def _cross_jacobian(v, xp):
+    """(n, R, F, 3) lever vectors -> (n, R, 3, F, 3): the Jacobian block ``-[v]_x`` per row and bone."""
+    n, R, F, _ = v.shape
+    J = xp.zeros((n, R, 3, F, 3), dtype=v.dtype)
+    vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
+    J[:, :, 0, :, 1] = vz
+    J[:, :, 0, :, 2] = -vy
+    J[:, :, 1, :, 0] = -vz
+    J[:, :, 1, :, 2] = vx
+    J[:, :, 2, :, 0] = vy
+    J[:, :, 2, :, 1] = -vx
+    return J
+
+
+def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
+              min_iterations, tol, progress=None):
+    """Levenberg-Marquardt on one chunk of frames, torch (large batches); returns numpy ``(basis, loc, iterations)``."""
+    dtype = pb.dtype
+    tt = pb.torch()
+    n = basis.shape[0]
+    nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
+    basis = torch.as_tensor(basis, dtype=dtype)
+    loc = torch.as_tensor(loc, dtype=dtype)
+    basis0 = basis[:, fslot].clone()
+    tgt = torch.as_tensor(tgt, dtype=dtype)
+    wts = torch.as_tensor(wts, dtype=dtype)
+    proj = torch.as_tensor(proj, dtype=dtype)
+    if proj.dim() == 3:
+        proj = proj[None]
+    wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
+    wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
+    lam = torch.full((n,), 1e-3, dtype=dtype)
+    Ct, CA, M, Mroot, prior_t = tt["C"], tt["CA"], tt["M"], tt["Mroot"], tt["prior"]
+    pslot, poff = tt["pslot"], tt["poff"]
+    state = {"pw": prior_t}
+
+    def evaluate(basis, loc):
+        W, X, Bm = pb.fk(basis, loc)
+        pts = posed_points(W, X, pslot, poff)                    # (n, P, 3)
+        comb = torch.einsum("rp,tpi->tri", Ct, pts)
+        if pb.diag_only:
+            r_t = wdiag * (comb - tgt)                            # (n, R, 3)
+        else:
+            r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
+        eta = _logmap(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
+        r_p = [eta.reshape(n, -1)]
+        if rs >= 0:
+            r_p.append(X[:, rs] - root_head0)
+        r_prior = state["pw"] * torch.cat(r_p, 1)
+        cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
+        return W, X, Bm, pts, r_t, r_prior, cost
+
+    root_head0 = pb.fk(basis, loc)[1][:, rs].clone() if rs >= 0 else None
+    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
+    pw = prior_t
+    done = 0
+    for it in range(int(iterations)):
+        if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
+            new_pw = prior_t * max(prior_decay ** it, prior_floor)
+            ratio = new_pw / pw
+            cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
+            r_prior = r_prior * ratio
+            pw = state["pw"] = new_pw
+        # Jacobian of row r w.r.t. a world-axis increment d_k of free bone k
+        # (the subtree of k turns about X_k): sum_p C[r,p] A[p,k] d_k x (p - X_k)
+        # = -[v_rk]_x d_k with v_rk = q_rk - M_rk X_k.
+        q = torch.einsum("rpk,tpi->trki", CA, pts)               # (n, R, F, 3)
+        v = q - M[None, :, :, None] * X[:, None, fslot]          # (n, R, F, 3)
+        Jd = _cross_jacobian(v, torch)
+        if pb.diag_only:
+            Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
+        else:
+            Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
+        if rs >= 0:
+            Jr = Mroot[None, :, None, None] * wproj                    # (n, R, 3, 3)
+            Jd = torch.cat([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+        rt = r_t.reshape(n, 3 * R)
+        H = Jd.transpose(1, 2) @ Jd
+        g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
+        # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
+        Wf = W[:, fslot]
+        gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
+        if rs >= 0:
+            gp = torch.cat([gp, r_prior[:, 3 * nF:]], 1)
+        H = H + torch.diag_embed(pw ** 2).expand_as(H)
+        g = g + pw * gp
+        diag = torch.diagonal(H, dim1=-2, dim2=-1)
+        H = H + torch.diag_embed(lam[:, None] * diag + 1e-9)
+        if pb.lock_f:   # locked bone axes: stiff springs on (W_k e_a) . d_k
+            u = (Wf[:, tt["lock_f"]] @ tt["lock_e"][None, :, :, None])[..., 0]        # (n, Lk, 3)
+            for j, f_i in enumerate(pb.lock_f):
+                sl = slice(3 * f_i, 3 * f_i + 3)
+                H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
+        if rs >= 0 and pb.root_fixed is not None:   # root translation held in these directions
+            H[:, 3 * nF:, 3 * nF:] += 1e6 * tt["root_fixed"]
+        step = _solve_spd(H, g)
+        d_w = step[:, :3 * nF].reshape(n, nF, 3)
+        eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
+        nb_basis = basis.clone()
+        nb_basis[:, fslot] = basis[:, fslot] @ _expmap(eta)
+        nloc = loc
+        if rs >= 0:
+            tau = step[:, 3 * nF:]
+            nloc = loc.clone()
+            nloc[:, rs] = loc[:, rs] + (Bm[:, rs].transpose(-1, -2) @ tau[..., None])[..., 0]
+        cand = evaluate(nb_basis, nloc)
+        better = cand[-1] <= cost
+        basis = torch.where(better[:, None, None, None], nb_basis, basis)
+        loc = torch.where(better[:, None, None], nloc, loc)
+        W, X, Bm, pts, r_t, r_prior = (torch.where(better.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
+                                       for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
+        cost = torch.where(better, cand[-1], cost)
+        lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
+        done = it + 1
+        # every frame converged: a further step would move nothing that matters
+        if float(step.abs().max()) < tol and it + 1 >= min_iterations:
+            break
+        if progress is not None:
+            progress()
+    return basis.double().numpy(), loc.double().numpy(), done
+
+
+def _np_expmap(v):
+    """Axis-angle vectors (..., 3) to rotation matrices (Rodrigues), numpy."""
+    theta2 = (v * v).sum(-1)
+    theta = np.sqrt(theta2)
+    small = theta < 1e-8
+    t = np.where(small, 1.0, theta)
+    a = np.where(small, 1.0 - theta2 / 6.0, np.sin(t) / t)
+    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(t)) / (t * t))
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    bxy, bxz, byz = b * x * y, b * x * z, b * y * z
+    R = np.empty(v.shape + (3,))
+    R[..., 0, 0] = 1.0 - b * (y * y + z * z)
+    R[..., 1, 1] = 1.0 - b * (x * x + z * z)
+    R[..., 2, 2] = 1.0 - b * (x * x + y * y)
+    R[..., 0, 1] = bxy - a * z
+    R[..., 1, 0] = bxy + a * z
+    R[..., 0, 2] = bxz + a * y
+    R[..., 2, 0] = bxz - a * y
+    R[..., 1, 2] = byz - a * x
+    R[..., 2, 1] = byz + a * x
+    return R
+
+
+def _np_logmap(R):
+    """Rotation matrices (..., 3, 3) to axis-angle vectors, numpy (as :func:`_logmap`)."""
+    tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
+    theta = np.arccos(np.clip((tr - 1.0) * 0.5, -1.0, 1.0))
+    w = np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
+    s = np.sin(theta)
+    f = np.where(np.abs(s) < 1e-6, 0.5 + theta ** 2 / 12.0, theta / (2.0 * np.maximum(s, 1e-12)))
+    return w * f[..., None]
+
+
+def _np_solve_spd(H, g):
+    """``-H^-1 g`` per frame for float64 numpy arrays; 0 for a frame whose ``H`` is singular.
+
+    Factorised by torch on one thread (:class:`_threads`): numpy's LAPACK
+    hands a 70 x 70 system to its thread pool, which on a busy machine (or
+    next to torch's spinning workers) costs milliseconds instead of tens of
+    microseconds.
+    """
+    return _solve_spd(torch.from_numpy(H), torch.from_numpy(g)).numpy()
+
+
+class _threads:
+    """Context: torch runs on ``n`` threads inside, as before outside."""
+
+    def __init__(self, n):
+        self.n = int(n)
+
+    def __enter__(self):
+        self.old = torch.get_num_threads()
+        if self.n != self.old:
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        if self.n != self.old:
+            torch.set_num_threads(self.old)
+
+
+def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
+              min_iterations, tol, progress=None):
+    """:func:`_lm_torch` in float64 numpy, for a few frames (a pose being dragged).
+
+    ``bench_live.py``: a torch call costs several microseconds whatever its
+    size, a numpy call on small matrices about one; the ~200 calls of an
+    iteration make that the difference between a live solve of 25 ms and one
+    of a few. Same algorithm, same steps (``tests/pure/test_pipeline.py``
+    checks that both give the same pose).
+    """
+    n = basis.shape[0]
+    nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
+    basis = np.array(basis, dtype=np.float64)
+    loc = np.array(loc, dtype=np.float64)
+    basis0T = np.swapaxes(basis[:, fslot], -1, -2).copy()
+    if proj.ndim == 3:
+        proj = proj[None]
+    wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
+    wdiag = np.diagonal(wproj, axis1=-2, axis2=-1)              # (n, R, 3)
+    lam = np.full(n, 1e-3)
+    prior = pb.prior
+    pw = prior
+    state = {"pw": prior}
+
+    def evaluate(basis, loc):
+        W, X, Bm = pb.fk.numpy(basis, loc)
+        pts = X[:, pb.pslot] + (W[:, pb.pslot] @ pb.poff[None, :, :, None])[..., 0]
+        comb = np.einsum("rp,tpi->tri", pb.C, pts)
+        if pb.diag_only:
+            r_t = wdiag * (comb - tgt)
+        else:
+            r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
+        eta = _np_logmap(basis0T @ basis[:, fslot])
+        r_p = eta.reshape(n, -1)
+        if rs >= 0:
+            r_p = np.concatenate([r_p, X[:, rs] - root_head0], 1)
+        r_prior = state["pw"] * r_p
+        cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
+        return W, X, Bm, pts, r_t, r_prior, cost
+
+    root_head0 = pb.fk.numpy(basis, loc)[1][:, rs].copy() if rs >= 0 else None
+    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
+    done = 0
+    eye_idx = np.arange(3 * nF + (3 if rs >= 0 else 0))
+    for it in range(int(iterations)):
+        if it and prior_decay < 1.0:
+            new_pw = prior * max(prior_decay ** it, prior_floor)
+            ratio = new_pw / pw
+            cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
+            r_prior = r_prior * ratio
+            pw = state["pw"] = new_pw
+        q = np.einsum("rpk,tpi->trki", pb.CA, pts)
+        v = q - pb.M[None, :, :, None] * X[:, None, fslot]
+        Jd = _cross_jacobian(v, np)
+        if pb.diag_only:
+            Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
+        else:
+            Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
+        if rs >= 0:
+            Jr = pb.Mroot[None, :, None, None] * wproj
+            Jd = np.concatenate([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+        rt = r_t.reshape(n, 3 * R)
+        JdT = np.swapaxes(Jd, 1, 2)
+        H = JdT @ Jd
+        g = (JdT @ rt[..., None])[..., 0]
+        Wf = W[:, fslot]
+        gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
+        if rs >= 0:
+            gp = np.concatenate([gp, r_prior[:, 3 * nF:]], 1)
+        H[:, eye_idx, eye_idx] += pw ** 2
+        g = g + pw * gp
+        H[:, eye_idx, eye_idx] += lam[:, None] * H[:, eye_idx, eye_idx] + 1e-9
+        if pb.lock_f:
+            u = (Wf[:, pb.lock_f] @ pb.lock_e[None, :, :, None])[..., 0]
+            for j, f_i in enumerate(pb.lock_f):
+                sl = slice(3 * f_i, 3 * f_i + 3)
+                H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
+        if rs >= 0 and pb.root_fixed is not None:
+            H[:, 3 * nF:, 3 * nF:] += 1e6 * pb.root_fixed
+        step = _np_solve_spd(H, g)
+        d_w = step[:, :3 * nF].reshape(n, nF, 3)
+        eta = (np.swapaxes(Wf, -1, -2) @ d_w[..., None])[..., 0]
+        nb_basis = basis.copy()
+        nb_basis[:, fslot] = basis[:, fslot] @ _np_expmap(eta)
+        nloc = loc
+        if rs >= 0:
+            nloc = loc.copy()
+            nloc[:, rs] = loc[:, rs] + (np.swapaxes(Bm[:, rs], -1, -2) @ step[:, 3 * nF:, None])[..., 0]
+        cand = evaluate(nb_basis, nloc)
+        better = cand[-1] <= cost
+        basis = np.where(better[:, None, None, None], nb_basis, basis)
+        loc = np.where(better[:, None, None], nloc, loc)
+        W, X, Bm, pts, r_t, r_prior = (np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+                                       for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
+        cost = np.where(better, cand[-1], cost)
+        lam = np.where(better, np.maximum(lam / 3.0, 1e-7), lam * 10.0)
+        done = it + 1
+        if float(np.abs(step).max()) < tol and it + 1 >= min_iterations:
+            break
+        if progress is not None:
+            progress()
+    return basis, loc, done
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
@@ -344,6 +715,9 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         initial pose (its basin: natural twist, the network's posture), the
         last ones meet reachable targets exactly (an effector is not left
         millimetres short because the prior pulls back).
+    dtype : torch.dtype
+        Precision of the batched (torch) path; chunks of at most
+        :data:`SMALL_BATCH` frames run in float64 numpy.
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
 
@@ -356,204 +730,48 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     quats = np.asarray(quats, dtype=np.float64)
     locations = np.asarray(locations, dtype=np.float64)
     T, nb = quats.shape[:2]
-    free = [int(b) for b in free]
-    point_bones = [b for b, _ in targets.points]
-    need = set(free) | set(point_bones) | ({root} if root >= 0 else set())
-    posed = set()
-    for b in need:
-        posed.add(b)
-        posed.update(rig.ancestors(b))
-    posed = sorted(posed, key=lambda i: (rig.depth[i], i))
-    fk = _RigFK(rig, posed, dtype)
-    slot = fk.slot
-    nF = len(free)
-    fslot = np.array([slot[b] for b in free], dtype=np.int64)
-    P = len(targets.points)
-    R = len(targets.rows)
-    pslot = torch.as_tensor([slot[b] for b in point_bones], dtype=torch.long)
-    poff = torch.as_tensor(np.array([o for _, o in targets.points]).reshape(P, 3), dtype=dtype)
-    # which free bones move each point: A[p, f] = 1 if free[f] is bone(p) or its ancestor
-    A = np.zeros((P, nF))
-    for p_i, b in enumerate(point_bones):
-        chain = {b, *rig.ancestors(b)}
-        for f_i, f in enumerate(free):
-            if f in chain:
-                A[p_i, f_i] = 1.0
-    moved_by_root = np.array([1.0 if (root >= 0 and (b == root or rig.is_ancestor(root, b))) else 0.0
-                              for b in point_bones])
-    C = np.zeros((R, P))
-    for r_i, row in enumerate(targets.rows):
-        for p_i, c in row["coef"].items():
-            C[r_i, p_i] += c
-    Ct = torch.as_tensor(C, dtype=dtype)
-    # CA[r, p, k] = C[r, p] A[p, k]; M = C A; Mroot = C moved_by_root
-    CA = torch.as_tensor(C[:, :, None] * A[None], dtype=dtype)
-    M = torch.as_tensor(C @ A, dtype=dtype)
-    Mroot = torch.as_tensor(C @ moved_by_root, dtype=dtype)
-    per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
-    if per_frame:   # stacked per chunk below (a (T, R, 3, 3) array is large for long clips)
-        diag_only = False
-        proj_all = None
-    else:
-        proj_np = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
-        diag_only = bool(np.allclose(proj_np, proj_np * np.eye(3)))
-        proj_all = torch.as_tensor(proj_np, dtype=dtype)
+    pb = _problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
+    R = pb.R
     tgt_all = np.stack([row["target"] for row in targets.rows], 1) if R else np.zeros((T, 0, 3))
     w_all = np.stack([row["weight"] for row in targets.rows], 1) if R else np.zeros((T, 0))
-    pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (nF,))
-    prior_diag = np.repeat(pr, 3)
-    if root >= 0:
-        prior_diag = np.concatenate([prior_diag, np.full(3, float(prior_translation))])
-    root_fixed_t = None if root_fixed is None else torch.as_tensor(np.asarray(root_fixed), dtype=dtype)
-    lock_axes = None
-    if locked:
-        lf, le = [], []
-        for f_i, b in enumerate(free):
-            for ax in np.flatnonzero(np.asarray(locked.get(b, (False,) * 3), dtype=bool)):
-                lf.append(f_i)
-                le.append(np.eye(3)[ax])
-        if lf:
-            lock_axes = True
-            lock_f = torch.as_tensor(lf)
-            lock_e = torch.as_tensor(np.array(le), dtype=dtype)
-    prior_t = torch.as_tensor(prior_diag, dtype=dtype)
 
     out_quats = quats.copy()
     out_locs = locations.copy()
     heads = np.empty((T, nb, 3))
     resid = np.zeros((T, R))
-    posed_idx = np.array(posed, dtype=np.int64)
+    posed_idx = np.array(pb.posed, dtype=np.int64)
 
     done_iterations = 0
     # while the prior fades, keep iterating until it is nearly gone
     min_iterations = int(np.ceil(np.log(prior_floor) / np.log(prior_decay))) if 0 < prior_decay < 1 else 0
     min_iterations = min(min_iterations, int(iterations))
-    with _threads(1 if T <= SMALL_BATCH else torch.get_num_threads()):
-        for c0 in range(0, T, chunk):
-            c1 = min(T, c0 + chunk)
-            n = c1 - c0
-            basis = torch.as_tensor(quat_to_matrix(quats[c0:c1][:, posed_idx]), dtype=dtype)
-            loc = torch.as_tensor(locations[c0:c1][:, posed_idx], dtype=dtype)
-            basis0 = basis[:, fslot].clone()
-            root_head0 = None
-            tgt = torch.as_tensor(tgt_all[c0:c1], dtype=dtype)
-            wts = torch.as_tensor(w_all[c0:c1], dtype=dtype)
-            if per_frame:
-                proj = torch.as_tensor(np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1]
-                                                 for row in targets.rows], 1), dtype=dtype)
-            else:
-                proj = proj_all[None]
-            wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
-            wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
-            lam = torch.full((n,), 1e-3, dtype=dtype)
-
-            def evaluate(basis, loc):
-                W, X, Bm = fk(basis, loc)
-                pts = posed_points(W, X, pslot, poff)                    # (n, P, 3)
-                comb = torch.einsum("rp,tpi->tri", Ct, pts)
-                if diag_only:
-                    r_t = wdiag * (comb - tgt)                            # (n, R, 3)
-                else:
-                    r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-                eta = _logmap(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
-                r_p = [eta.reshape(n, -1)]
-                if root >= 0:
-                    r_p.append(X[:, slot[root]] - root_head0)
-                r_prior = pw * torch.cat(r_p, 1)
-                cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
-                return W, X, Bm, pts, r_t, r_prior, cost
-
-            W, X, Bm, pts, r_t, r_prior, cost = (None,) * 7
-            pw = prior_t
-            if root >= 0:
-                _, X0, _ = fk(basis, loc)
-                root_head0 = X0[:, slot[root]].clone()
-            W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
-            pw = prior_t
-            for it in range(int(iterations)):
-                if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
-                    new_pw = prior_t * max(prior_decay ** it, prior_floor)
-                    ratio = new_pw / pw
-                    cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
-                    r_prior = r_prior * ratio
-                    pw = new_pw
-                # Jacobian of row r w.r.t. a world-axis increment d_k of free bone k
-                # (the subtree of k turns about X_k): sum_p C[r,p] A[p,k] d_k x (p - X_k)
-                # = -[v_rk]_x d_k with v_rk = q_rk - M_rk X_k.
-                q = torch.einsum("rpk,tpi->trki", CA, pts)               # (n, R, F, 3)
-                v = q - M[None, :, :, None] * X[:, None, fslot]          # (n, R, F, 3)
-                Jd = torch.zeros((n, R, 3, nF, 3), dtype=dtype)
-                vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
-                Jd[:, :, 0, :, 1] = vz
-                Jd[:, :, 0, :, 2] = -vy
-                Jd[:, :, 1, :, 0] = -vz
-                Jd[:, :, 1, :, 2] = vx
-                Jd[:, :, 2, :, 0] = vy
-                Jd[:, :, 2, :, 1] = -vx
-                if diag_only:
-                    Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
-                else:
-                    Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
-                if root >= 0:
-                    Jr = Mroot[None, :, None, None] * wproj                    # (n, R, 3, 3)
-                    Jd = torch.cat([Jd, Jr.reshape(n, 3 * R, 3)], -1)
-                rt = r_t.reshape(n, 3 * R)
-                H = Jd.transpose(1, 2) @ Jd
-                g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
-                # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
-                Wf = W[:, fslot]
-                gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
-                if root >= 0:
-                    gp = torch.cat([gp, r_prior[:, 3 * nF:]], 1)
-                H = H + torch.diag_embed(pw ** 2).expand_as(H)
-                g = g + pw * gp
-                diag = torch.diagonal(H, dim1=-2, dim2=-1)
-                H = H + torch.diag_embed(lam[:, None] * diag + 1e-9)
-                if lock_axes is not None:   # locked bone axes: stiff springs on (W_k e_a) . d_k
-                    u = (Wf[:, lock_f] @ lock_e[None, :, :, None])[..., 0]        # (n, Lk, 3)
-                    for j, f_i in enumerate(lock_f.tolist()):
-                        sl = slice(3 * f_i, 3 * f_i + 3)
-                        H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
-                if root >= 0 and root_fixed is not None:   # root translation held in these directions
-                    H[:, 3 * nF:, 3 * nF:] += 1e6 * root_fixed_t
-                step = _solve_spd(H, g)
-                d_w = step[:, :3 * nF].reshape(n, nF, 3)
-                eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
-                nb_basis = basis.clone()
-                nb_basis[:, fslot] = basis[:, fslot] @ _expmap(eta)
-                nloc = loc
-                if root >= 0:
-                    tau = step[:, 3 * nF:]
-                    rs = slot[root]
-                    nloc = loc.clone()
-                    nloc[:, rs] = loc[:, rs] + (Bm[:, rs].transpose(-1, -2) @ tau[..., None])[..., 0]
-                cand = evaluate(nb_basis, nloc)
-                better = cand[-1] <= cost
-                bm = better[:, None, None, None]
-                basis = torch.where(bm, nb_basis, basis)
-                loc = torch.where(better[:, None, None], nloc, loc)
-                W, X, Bm, pts, r_t, r_prior = (torch.where(better.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
-                                               for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-                cost = torch.where(better, cand[-1], cost)
-                lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
-                done_iterations = max(done_iterations, it + 1)
-                # every frame converged: a further step would move nothing that matters
-                if float(step.abs().max()) < tol and it + 1 >= min_iterations:
-                    break
-                if progress is not None:
-                    progress(c0 + n * 0.999, T)
-            basis = _orthonormalise(basis)
-            W, X, _ = fk(basis, loc)
-            # unweighted residual lengths
-            pts = posed_points(W, X, pslot, poff)
-            comb = torch.einsum("rp,tpi->tri", Ct, pts)
-            resid[c0:c1] = torch.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], dim=-1).numpy()
-            b_np = basis.numpy()
-            out_quats[c0:c1, posed_idx] = matrix_to_quat(b_np)
-            out_locs[c0:c1, posed_idx] = loc.numpy()
-            heads[c0:c1, posed_idx] = X.numpy()
-            if progress is not None:
-                progress(c1, T)
+    for c0 in range(0, T, chunk):
+        c1 = min(T, c0 + chunk)
+        n = c1 - c0
+        basis = quat_to_matrix(quats[c0:c1][:, posed_idx])
+        loc = locations[c0:c1][:, posed_idx]
+        proj = pb.projections(targets, c0, c1, T)
+        tick = None if progress is None else (lambda: progress(c0 + n * 0.999, T))
+        kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
+                  min_iterations=min_iterations, tol=tol, progress=tick)
+        if n <= SMALL_BATCH:
+            with _threads(1):
+                basis, loc, it = _lm_numpy(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
+        else:
+            basis, loc, it = _lm_torch(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
+        done_iterations = max(done_iterations, it)
+        u, _, vh = np.linalg.svd(basis)
+        basis = u @ vh                                   # orthonormal again
+        W, X, _ = pb.fk.numpy(basis, loc)
+        # unweighted residual lengths
+        pts = posed_points(W, X, pb.pslot, pb.poff)
+        comb = np.einsum("rp,tpi->tri", pb.C, pts)
+        resid[c0:c1] = np.linalg.norm((proj @ (comb - tgt_all[c0:c1])[..., None])[..., 0], axis=-1)
+        out_quats[c0:c1, posed_idx] = matrix_to_quat(basis)
+        out_locs[c0:c1, posed_idx] = loc
+        heads[c0:c1, posed_idx] = X
+        if progress is not None:
+            progress(c1, T)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
     rest = np.setdiff1d(np.arange(nb), posed_idx)
     if rest.size:

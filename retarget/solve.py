@@ -484,8 +484,6 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     qk = None
     n = len(plan.bone_names)
     rig = plan.rig
-    W = np.empty((T, n, 3, 3))
-    X = np.empty((T, n, 3))
     quats = np.zeros((T, n, 4))
     quats[..., 0] = 1.0
     locs = np.zeros((T, n, 3))
@@ -495,49 +493,55 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     if in_place:
         delta = delta.copy()
         delta[:, :2] = 0.0
-    eye = np.eye(3)
-    for b in rig.order:
-        p = rig.parents[b]
-        if p < 0:
-            base_rot = np.broadcast_to(plan.rel_rot[b], (T, 3, 3))
-            base_pos = np.broadcast_to(plan.rel_pos[b], (T, 3))
+    special = set(plan.drivers) | set(plan.twist) | set(world_rotations or ()) | {plan.root}
+    # bone-major arrays (contiguous per bone); one batch per depth level, the
+    # bones with a driver, a twist or the root handled one by one
+    Wb = np.empty((n, T, 3, 3))
+    Xb = np.empty((n, T, 3))
+    for idx, par in _levels(rig):
+        if par is None:
+            base_rot = np.broadcast_to(plan.rel_rot[idx][:, None], (len(idx), T, 3, 3))
+            base_pos = np.broadcast_to(plan.rel_pos[idx][:, None], (len(idx), T, 3))
         else:
-            base_rot = W[:, p] @ plan.rel_rot[b]
-            base_pos = X[:, p] + W[:, p] @ plan.rel_pos[b]
-        basis = None
-        if world_rotations is not None and b in world_rotations:
-            basis = np.swapaxes(base_rot, -1, -2) @ world_rotations[b]
-        elif b in plan.drivers:
-            ja, jb, w = plan.drivers[b]
-            if ja == jb or w == 0.0:
-                R = Rk[:, ja]
-            elif w == 1.0:
-                R = Rk[:, jb]
-            else:
-                if qk is None:
-                    qk = matrix_to_quat(Rk)
-                R = quat_to_matrix(quat_slerp(qk[:, ja], qk[:, jb], np.full(T, w)))
-            G = R @ plan.align[b]
-            basis = np.swapaxes(base_rot, -1, -2) @ G
-        elif b in plan.twist:
-            j, c = plan.twist[b]
-            angle = _twist_angle(np.swapaxes(Rw[:, j], -1, -2) @ Rw[:, c], CANONICAL_DIRS[j])
-            axis_w = Rk[:, j] @ (K @ CANONICAL_DIRS[j])
-            axis_l = np.einsum("tji,tj->ti", base_rot, axis_w)
-            basis = axis_angle_to_matrix(axis_l * (plan.twist_share * angle)[:, None])
-        if basis is None:
-            W[:, b] = base_rot
-        else:
-            driven[b] = True
-            W[:, b] = base_rot @ basis
-            bases[b] = basis
-        if b == plan.root:
-            H = plan.rest_head[b] + scale * (delta @ K.T)
-            locs[:, b] = np.einsum("tji,tj->ti", base_rot, H - base_pos)
-            X[:, b] = H
-        else:
-            X[:, b] = base_pos
-    del eye
+            Wp = Wb[par]
+            base_rot = Wp @ plan.rel_rot[idx][:, None]
+            base_pos = Xb[par] + (Wp @ plan.rel_pos[idx][:, None, :, None])[..., 0]
+        Wb[idx] = base_rot
+        Xb[idx] = base_pos
+        for i, b in enumerate(idx):
+            if b not in special:
+                continue
+            br = base_rot[i]
+            basis = None
+            if world_rotations is not None and b in world_rotations:
+                basis = np.swapaxes(br, -1, -2) @ world_rotations[b]
+            elif b in plan.drivers:
+                ja, jb, w = plan.drivers[b]
+                if ja == jb or w == 0.0:
+                    R = Rk[:, ja]
+                elif w == 1.0:
+                    R = Rk[:, jb]
+                else:
+                    if qk is None:
+                        qk = matrix_to_quat(Rk)
+                    R = quat_to_matrix(quat_slerp(qk[:, ja], qk[:, jb], np.full(T, w)))
+                G = R @ plan.align[b]
+                basis = np.swapaxes(br, -1, -2) @ G
+            elif b in plan.twist:
+                j, c = plan.twist[b]
+                angle = _twist_angle(np.swapaxes(Rw[:, j], -1, -2) @ Rw[:, c], CANONICAL_DIRS[j])
+                axis_w = Rk[:, j] @ (K @ CANONICAL_DIRS[j])
+                axis_l = np.einsum("tji,tj->ti", br, axis_w)
+                basis = axis_angle_to_matrix(axis_l * (plan.twist_share * angle)[:, None])
+            if basis is not None:
+                driven[b] = True
+                Wb[b] = br @ basis
+                bases[b] = basis
+            if b == plan.root:
+                H = plan.rest_head[b] + scale * (delta @ K.T)
+                locs[:, b] = np.einsum("tji,tj->ti", br, H - base_pos[i])
+                Xb[b] = H
+    X = np.swapaxes(Xb, 0, 1)
     if bases:   # one conversion for all driven bones
         idx = list(bases)
         quats[:, idx] = matrix_to_quat(np.stack([bases[b] for b in idx], axis=1))
@@ -575,25 +579,23 @@ def pose_rig(rig, quats, locations=None, *, bones=None):
     slot = np.full(n, -1)
     slot[sel] = np.arange(len(sel))
     locs = None if locations is None else np.swapaxes(np.asarray(locations, dtype=np.float64)[:, sel], 0, 1)
-    Q = rig.rest_rotation()
-    h = rig.head
     W = np.empty((n, T, 3, 3))
     X = np.empty((n, T, 3))
     # one batch per depth level (a bone's parent is always one level up)
-    for idx, par in _levels(rig):
+    for idx, par, rel_rot, rel_pos in _level_offsets(rig):
         if bones is not None:
             keep = slot[idx] >= 0
             if not keep.any():
                 continue
             idx = idx[keep]
-            par = None if par is None else par[keep]
+            if par is not None:
+                par = par[keep]
+                rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]
         k = slot[idx]
         if par is None:
-            base_rot = Q[idx][:, None]
-            base_pos = h[idx][:, None]
+            base_rot = rel_rot
+            base_pos = rel_pos[..., 0]
         else:
-            rel_rot = (np.swapaxes(Q[par], -1, -2) @ Q[idx])[:, None]
-            rel_pos = (np.swapaxes(Q[par], -1, -2) @ (h[idx] - h[par])[..., None])[:, None]
             Wp = W[par]
             base_rot = Wp @ rel_rot
             base_pos = X[par] + (Wp @ rel_pos)[..., 0]
@@ -608,14 +610,44 @@ def pose_rig(rig, quats, locations=None, *, bones=None):
 def _levels(rig):
     """Bones grouped by depth: list of ``(bones, parents)`` index arrays, roots first.
 
-    ``parents`` is ``None`` for the roots.
+    ``parents`` is ``None`` for the roots. Computed once per rig.
     """
+    cached = rig.__dict__.get("_depth_levels")
+    if cached is not None and cached[0] is rig.parents:
+        return cached[1]
     depth = np.asarray(rig.depth)
     parents = np.asarray(rig.parents)
     out = []
     for d in range(int(depth.max()) + 1 if depth.size else 0):
         idx = np.flatnonzero(depth == d)
         out.append((idx, None if d == 0 else parents[idx]))
+    rig.__dict__["_depth_levels"] = (rig.parents, out)
+    return out
+
+
+def _level_offsets(rig):
+    """:func:`_levels` with each bone's rest rotation and head relative to its parent.
+
+    List of ``(bones, parents, rel_rot (k, 1, 3, 3), rel_pos (k, 1, 3, 1))``;
+    for the roots the armature-space rest rotation and head. Computed once
+    per rig (per ``matrix_local`` array).
+    """
+    cached = rig.__dict__.get("_level_offsets")
+    if cached is not None and cached[0] is rig.matrix_local and cached[1] is rig.head:
+        return cached[2]
+    Q = rig.rest_rotation()
+    h = rig.head
+    out = []
+    for idx, par in _levels(rig):
+        if par is None:
+            rel_rot = Q[idx][:, None]
+            rel_pos = h[idx][:, None, :, None]
+        else:
+            QpT = np.swapaxes(Q[par], -1, -2)
+            rel_rot = (QpT @ Q[idx])[:, None]
+            rel_pos = (QpT @ (h[idx] - h[par])[..., None])[:, None]
+        out.append((idx, par, rel_rot, rel_pos))
+    rig.__dict__["_level_offsets"] = (rig.matrix_local, rig.head, out)
     return out
 
 

@@ -186,23 +186,48 @@ def test_unreachable_effector_is_named():
     assert np.dot(arm, to) / np.linalg.norm(arm) / np.linalg.norm(to) > 0.99
 
 
-def test_small_batch_fk_matches_the_batched_one():
-    """The numpy forward kinematics used for a few frames agrees with the torch one."""
+@pytest.mark.parametrize("decay", [0.3, 1.0])
+def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
+    """Chunks of up to SMALL_BATCH frames run the numpy twin of the LM solve: same steps, same pose.
+
+    Frames are independent problems, so a frame solved alone (numpy) must end
+    where the same frame solved in a batch of SMALL_BATCH + 8 (torch) does:
+    with locked axes, per-frame projections (perpendicular rows), the root's
+    translation and a fading or constant prior.
+    """
     import torch
 
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from neural_ik.retarget import rigsolve
 
     rig = rigs.rigify_metarig_description()
     mapping = auto_map(rig)
     plan = plan_retarget(rig, mapping)
-    free = free_bones(rig, _mapped(rig, mapping), plan.root)
-    posed = sorted({a for b in free for a in [b, *rig.ancestors(b)]}, key=lambda i: (rig.depth[i], i))
-    fk = rigsolve._RigFK(rig, posed, torch.float64)
     rng = np.random.default_rng(3)
-    from neural_ik.model.rotations_np import axis_angle_to_matrix
-    basis = torch.as_tensor(axis_angle_to_matrix(rng.normal(scale=0.4, size=(rigsolve.SMALL_BATCH + 8, len(posed), 3))))
-    loc = torch.as_tensor(rng.normal(scale=0.1, size=(rigsolve.SMALL_BATCH + 8, len(posed), 3)))
-    big = fk(basis, loc)                                   # torch path (more frames than SMALL_BATCH)
-    small = fk(basis[:4], loc[:4])                         # numpy path
-    for a, b in zip(big, small):
-        np.testing.assert_allclose(a[:4].numpy(), b.numpy(), atol=1e-12)
+    T, B = rigsolve.SMALL_BATCH + 8, len(rig)
+    q_true = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
+    loc = np.zeros((T, B, 3))
+    loc[:, plan.root] = rng.normal(scale=0.05, size=(T, 3))
+    _, X = pose_rig(rig, q_true, loc)
+    q0 = matrix_to_quat(quat_to_matrix(q_true) @ axis_angle_to_matrix(rng.normal(scale=0.2, size=(T, B, 3))))
+    ent = _mapped(rig, mapping)
+    tg = Targets()
+    for b in ent[::2]:
+        tg.add({tg.point(b): 1.0}, X[:, b], 1.0)
+    for b in ent[1::2]:   # direction rows that ignore length (per-frame projections)
+        p = rig.parents[b]
+        tg.add({tg.point(b): 1.0, tg.point(p): -1.0}, X[:, b] - X[:, p], 0.5, perpendicular=True)
+    free = free_bones(rig, ent, plan.root)
+    locked = {rig.index(mapping.entries["forearm_l"]): np.array([True, False, True])}
+    kw = dict(iterations=8, locked=locked, prior_decay=decay, dtype=torch.float64, tol=0.0)   # same steps
+    big = solve_rig(rig, q0, loc, tg, free, plan.root, **kw)                    # torch: one chunk of T
+    for t in (0, 5, T - 1):                                                      # numpy: one frame each
+        one = Targets(tg.points, [dict(r, target=r["target"][t:t + 1], weight=r["weight"][t:t + 1],
+                                       proj=r["proj"][t:t + 1] if r["proj"].ndim == 3 else r["proj"])
+                                  for r in tg.rows])
+        small = solve_rig(rig, q0[t:t + 1], loc[t:t + 1], one, free, plan.root, **kw)
+        # (LU against Cholesky on normal equations that grow stiff as the prior fades: micrometres)
+        np.testing.assert_allclose(small.heads[0], big.heads[t], atol=2e-5)
+        np.testing.assert_allclose(np.abs(np.sum(small.quaternions[0] * big.quaternions[t], -1)), 1.0, atol=1e-8)
+        np.testing.assert_allclose(small.residual[0], big.residual[t], atol=2e-5)
+    assert big.residual.mean() < 0.2 * np.linalg.norm(X[:, ent] - pose_rig(rig, q0, loc)[1][:, ent], axis=-1).mean()
