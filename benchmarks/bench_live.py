@@ -1,15 +1,22 @@
 """Solve Frame / Live Solve on Rigify's meta-rig: latency and how close the bones get to their empties.
 
-What an animator does: Add Effectors on the meta-rig, drag the left-hand
-empty by 0 to 60 cm (forward and up), solve the current frame. Each solve
-goes through :func:`neural_ik.blender_io.bake.solve_current_frame` (read the
-rig, the pipeline's sparse solve on the rig's own bones, set the pose), as
-Live Solve's timer calls it. Prints, per drag distance, the median and
-maximum solve time over ``--repeats`` solves and every effector's distance
-from its empty, read back from the posed armature (``PoseBone.head`` in
-world space after a depsgraph update), not from the solver.
+What an animator does: Add Effectors on the meta-rig (the operator), then
 
-    .venv/bin/python benchmarks/bench_live.py [--repeats 30] [--threads 2]
+1. moves the left-hand empty by 0 to 60 cm (forward and up) and solves:
+   ``--repeats`` solves per distance, each from the rest pose, through
+   :func:`neural_ik.blender_io.bake.solve_current_frame` (read the rig, the
+   pipeline's sparse solve on the rig's own bones, set the pose);
+2. drags with Live Solve on: every effector empty moves a little per timer
+   tick (a random walk of 1 cm steps, feet lifted, hips lowered, hands
+   reaching across the body) and each tick runs Live Solve's own solve (the
+   operator ``neural_ik.live_solve``: read the empties and the settings,
+   solve, set the pose, status line), ``--ticks`` ticks.
+
+Prints the median and maximum time and every effector's distance from its
+empty, read back from the posed armature (``PoseBone.head`` in world space
+after a depsgraph update), not from the solver.
+
+    .venv/bin/python benchmarks/bench_live.py [--repeats 30] [--ticks 200] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from _pkg import import_package  # the script's folder is on sys.path
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
@@ -33,7 +41,8 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(args.threads)
-    import_package()
+    pkg = import_package()
+    pkg.register()
     from neural_ik.blender_io import bake
     from neural_ik.blender_io.rig import rig_description
     from neural_ik.model.skeleton import KEYPOINTS, SPARSE_EFFECTORS
@@ -73,6 +82,62 @@ def main(argv=None):
                             - kp[0, KEYPOINTS.index(e)]) * 1000.0 for e in SPARSE_EFFECTORS]
         print(f"{move * 100:8.0f}cm {np.median(times) * 1000:10.1f} {np.max(times) * 1000:8.1f} "
               f"{np.mean(d):14.2f} {np.max(d):13.2f}  {'; '.join(out['unreachable']) or '-'}")
+    live_drag(obj, mapping, mw, args.ticks)
+    return 0
+
+
+def live_drag(obj, mapping, mw, ticks):
+    """Live Solve's solve, tick after tick, while every empty is dragged (see the module docstring)."""
+    import bpy
+
+    from neural_ik.model.skeleton import SPARSE_EFFECTORS
+    from neural_ik.operators.solve import effector_objects
+
+    for pb in obj.pose.bones:
+        pb.rotation_quaternion = (1, 0, 0, 0)
+        pb.location = (0, 0, 0)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    root = bpy.context.scene.neural_ik.effector_root
+    empties = effector_objects(root)
+    start = {k: np.array(e.location) for k, e in empties.items()}
+    # knees a little bent from the first tick: at the rest pose the legs are straight
+    # and any jitter of the feet or hips puts the feet out of reach
+    start["pelvis"] = start["pelvis"] + np.array([0.0, 0.0, -0.03])
+    start["head"] = start["head"] + np.array([0.0, 0.0, -0.03])
+    pelvis = start["pelvis"]
+    # where each drag heads: hands across the body at chest height, feet lifted, hips and head lowered
+    goal = dict(start)
+    goal["hand_l"] = pelvis + np.array([-0.1, -0.3, 0.35])
+    goal["hand_r"] = pelvis + np.array([0.15, -0.35, 0.15])
+    goal["foot_l"] = start["foot_l"] + np.array([0.0, -0.15, 0.25])
+    goal["foot_r"] = start["foot_r"] + np.array([0.05, 0.1, 0.0])
+    goal["pelvis"] = start["pelvis"] + np.array([0.0, 0.0, -0.12])
+    goal["head"] = start["head"] + np.array([0.0, -0.08, -0.14])
+    rng = np.random.default_rng(0)
+    times, worst = [], []
+    flagged = 0
+    for t in range(ticks):
+        s = 0.5 - 0.5 * np.cos(np.pi * min(1.0, 2.0 * t / ticks))   # there and hold, with jitter
+        for k, e in empties.items():
+            e.location = start[k] + s * (goal[k] - start[k]) + rng.normal(scale=0.003, size=3)
+        bpy.context.view_layer.update()
+        t0 = time.perf_counter()
+        assert bpy.ops.neural_ik.live_solve('EXEC_DEFAULT') == {'FINISHED'}
+        times.append(time.perf_counter() - t0)
+        flagged += "not reached" in bpy.context.scene.neural_ik.status
+        bpy.context.view_layer.update()
+        d = [np.linalg.norm(mw[:3, :3] @ np.array(obj.pose.bones[mapping.entries[k]].head) + mw[:3, 3]
+                            - np.array(empties[k].matrix_world.translation)) * 1000.0 for k in SPARSE_EFFECTORS]
+        worst.append(max(d))
+    times = np.array(times[5:]) * 1000.0          # the first ticks fill the caches
+    worst = np.array(worst)
+    print(f"\nLive Solve drag, {ticks} ticks (operator neural_ik.live_solve: read the empties, solve, pose, status):")
+    print(f"  median {np.median(times):.1f} ms, 90th percentile {np.percentile(times, 90):.1f} ms, max {times.max():.1f} ms;"
+          f" farthest effector per tick: median {np.median(worst):.2f} mm, max {worst.max():.2f} mm,"
+          f" ticks over 1 mm: {int((worst > 1.0).sum())} (reported as not reached: {flagged})")
+    print(f"  last status: {bpy.context.scene.neural_ik.status}")
+
     return 0
 
 

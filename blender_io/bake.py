@@ -27,6 +27,7 @@ rotation axes, the object's transform and the scene's rate), hands them to
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
@@ -176,7 +177,11 @@ def resolve_mapping(obj, rig, mapping=None):
         mapping = stored_mapping(obj)
         origin = "stored"
     if mapping is None:
-        mapping = auto_map(rig)
+        # (Live Solve reads the rig on every tick: the same description, mapped once)
+        auto = rig.__dict__.get("_auto_mapping")
+        if auto is None:
+            auto = rig.__dict__["_auto_mapping"] = auto_map(rig)
+        mapping = copy.deepcopy(auto)
         origin = "automatic"
     errors = mapping.validate(rig)
     if errors:

@@ -498,13 +498,20 @@ class RigBake:
         if len(targets):   # (0 iterations still measures the residuals of the start pose)
             # sparse: the prior fades so the effectors are met exactly; dense: many
             # targets decide the pose and a weak, constant prior only settles twist
-            fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
-                            prior_rotation=prior, iterations=iterations, locked=self.locked,
-                            progress=_progress, chunk=512,
-                            prior_decay=(1.0 if self.mode != "sparse" else SPARSE_PRIOR_DECAY if self.n_frames > 1
-                                         else SPARSE_POSE_PRIOR_DECAY),
-                            prior_floor=SPARSE_PRIOR_FLOOR,
-                            root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None)
+            kw = dict(prior_rotation=prior, iterations=iterations, locked=self.locked, progress=_progress, chunk=512,
+                      prior_decay=(1.0 if self.mode != "sparse" else SPARSE_PRIOR_DECAY if self.n_frames > 1
+                                   else SPARSE_POSE_PRIOR_DECAY),
+                      prior_floor=SPARSE_PRIOR_FLOOR,
+                      root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None)
+            fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, **kw)
+            stretched = self._stretched(fit, targets, info) if self.mode == "sparse" else {}
+            if stretched:
+                # an effector out of reach of its chain as solved (the start pose's chain
+                # roots can be far off where the network leaned the body toward it): once
+                # more from this pose, that effector weak, so the others are met
+                targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched)
+                self.targets, self.target_info = targets, info
+                fit = solve_rig(plan.rig, fit.quaternions, fit.locations, targets, free, plan.root, **kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
         else:
@@ -526,6 +533,24 @@ class RigBake:
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, init.root_bone)
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
+
+    def _stretched(self, fit, targets, info):
+        """Effector -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its chain as solved."""
+        from .targets import CHAIN_ROOTS
+
+        out = {}
+        ok = REACH_WARN_MM / 1000.0 / self.unit
+        for eff, reach in info.reach.items():
+            row = targets.rows[info.effectors[eff]]
+            missed = (fit.residual[:, info.effectors[eff]] > ok) & (row["weight"] > 0)
+            if not missed.any():
+                continue
+            tgt = info.clamped.get(eff, row["target"])
+            root = self.plan.rig.index(self.mapping.entries[CHAIN_ROOTS[eff]])
+            far = missed & (np.linalg.norm(tgt - fit.heads[:, root], axis=-1) > 0.98 * reach)
+            if far.any():
+                out[eff] = far
+        return out
 
     def _up_arm(self):
         from .targets import floor_normal

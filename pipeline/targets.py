@@ -51,6 +51,11 @@ WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, height=0.3
                sparse_effector=1.0, sparse_hint=0.1, pole=0.005)
 #: Frames over which a contact target fades in and out.
 CONTACT_BLEND = 4
+#: An effector beyond its chain's reach keeps this share of its weight: its
+#: chain stretches toward it, the other effectors stay where they are.
+UNREACHABLE_WEIGHT = 0.05
+#: The bone each effector's reach is measured from.
+CHAIN_ROOTS = {"hand_l": "upperarm_l", "hand_r": "upperarm_r", "foot_l": "thigh_l", "foot_r": "thigh_r"}
 
 _CHAINS = (("hand_l", "upperarm_l", ("upperarm_l", "forearm_l", "hand_l")),
            ("hand_r", "upperarm_r", ("upperarm_r", "forearm_r", "hand_r")),
@@ -379,13 +384,21 @@ def _world_from(n):
     return rotation_between(np.asarray(n, dtype=np.float64), np.array([0.0, 0.0, 1.0]))
 
 
-def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None):
+def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, stretched=None):
     """Targets for effectors (and elbow/knee hints) at ``scale * src``.
 
     Elbows and knees without a hint in the source keep, weakly, where the
     start pose (the network's answer) has them: like a pole target, this
     keeps the bend on the natural side while the prior fades (a nearly
     straight leg could otherwise fold backwards).
+
+    A hand or foot target beyond 1.5 times its chain's reach (from the chain's
+    root in ``init_heads``) is moved in to the reach. ``stretched``
+    (effector -> (T,) bool, for a second pass from a solved pose): on those
+    frames a target more than 2% past the reach from the solved chain root
+    keeps a fading share of its weight (down to :data:`UNREACHABLE_WEIGHT`
+    12% past it), so that the chain points at it while the other effectors
+    are met.
 
     Returns
     -------
@@ -409,20 +422,33 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None):
                     if all(bb is not None for bb in bones):
                         info.reach[name] = float(sum(np.linalg.norm(rest[bones[i + 1]] - rest[bones[i]])
                                                      for i in range(len(bones) - 1)))
-        wt = weights["sparse_hint" if hint else "sparse_effector"]
+        wt = weights["sparse_hint" if hint else "sparse_effector"] * mask[:, k]
         tgt = x[:, k]
         if not hint and name in info.reach and init_heads is not None:
-            # beyond the chain's reach from where the chain starts: aim the stretched
-            # chain at it instead of dragging the body (the other effectors stay met)
-            root = _bone(plan, {"hand_l": "upperarm_l", "hand_r": "upperarm_r", "foot_l": "thigh_l",
-                                "foot_r": "thigh_r"}[name])
+            # beyond the chain's reach from where the chain starts: the stretched chain
+            # points at it, weakly (the other effectors stay met: the body is not dragged
+            # along), at a point just past its reach (a target metres away pulls no harder)
+            root = _bone(plan, CHAIN_ROOTS[name])
             d = tgt - init_heads[:, root]
             dist = np.linalg.norm(d, axis=-1, keepdims=True)
-            far = (dist > 1.5 * info.reach[name])[:, 0] & mask[:, k]
-            if far.any():
-                info.clamped[name] = tgt.copy()
-                tgt = np.where(far[:, None], init_heads[:, root] + d / dist * 0.999 * info.reach[name], tgt)
-        tg.add({tg.point(b): 1.0}, tgt, wt * mask[:, k], name=name, kind="hint" if hint else "effector")
+            # (the weight fades from 100% 2% past the reach to UNREACHABLE_WEIGHT 12% past
+            # it: the start pose's chain roots are approximate, a straight leg is at its
+            # reach, and a dragged empty crossing the reach must not make the pose jump)
+            ratio = dist[:, 0] / info.reach[name]
+            if stretched is None:   # first pass: only targets far out of reach are moved in
+                far = (ratio > 1.5) & mask[:, k]
+                if far.any():
+                    info.clamped[name] = tgt.copy()
+                    tgt = np.where(far[:, None], init_heads[:, root] + d / dist * 0.999 * info.reach[name], tgt)
+            elif name in stretched:
+                far = (ratio > 1.02) & mask[:, k] & stretched[name]
+                if far.any():
+                    info.clamped[name] = tgt.copy()
+                    aim = init_heads[:, root] + d / np.maximum(dist, 1e-12) * np.minimum(dist, 1.12 * info.reach[name])
+                    tgt = np.where(far[:, None], aim, tgt)
+                    fade = np.where(far, np.clip((ratio - 1.02) / 0.1, 0.0, 1.0), 0.0)
+                    wt = wt * (1.0 - (1.0 - UNREACHABLE_WEIGHT) * fade)
+        tg.add({tg.point(b): 1.0}, tgt, wt, name=name, kind="hint" if hint else "effector")
     if init_heads is not None:
         for name in SPARSE_HINTS:
             b = _bone(plan, name)
