@@ -27,7 +27,6 @@ rotation axes, the object's transform and the scene's rate), hands them to
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 
@@ -50,6 +49,7 @@ __all__ = [
     "solve_current_frame",
     "get_solver",
     "clear_solver_cache",
+    "auto_mapping",
     "stored_mapping",
     "store_mapping",
     "resolve_mapping",
@@ -125,6 +125,20 @@ class BakeResult:
 # -----------------------------------------------------------------------------
 # mappings stored on the armature object
 
+def auto_mapping(rig):
+    """:func:`..retarget.mapping.auto_map` of a rig description, computed once per description.
+
+    Live Solve reads the rig on every tick and gets the same description
+    back (:func:`.rig.rig_description`); the mapping is shared: read-only.
+    """
+    from ..retarget.mapping import auto_map
+
+    auto = rig.__dict__.get("_auto_mapping")
+    if auto is None:
+        auto = rig.__dict__["_auto_mapping"] = auto_map(rig)
+    return auto
+
+
 def stored_mapping(obj):
     """The mapping stored on an armature object, or ``None`` when there is none.
 
@@ -141,8 +155,7 @@ def stored_mapping(obj):
     confidence = {it.joint: float(it.confidence) for it in items if it.joint in entries}
     mapping = BoneMapping(entries, confidence)
     try:
-        from ..retarget.mapping import auto_map
-        auto = auto_map(rig_description(obj))
+        auto = auto_mapping(rig_description(obj))
     except Exception:
         return mapping
     used = set(entries.values())
@@ -170,18 +183,14 @@ def resolve_mapping(obj, rig, mapping=None):
     BakeError
         When the mapping names missing bones or is not a usable humanoid.
     """
-    from ..retarget.mapping import auto_map, humanoid_check
+    from ..retarget.mapping import humanoid_check
 
     origin = "given"
     if mapping is None:
         mapping = stored_mapping(obj)
         origin = "stored"
     if mapping is None:
-        # (Live Solve reads the rig on every tick: the same description, mapped once)
-        auto = rig.__dict__.get("_auto_mapping")
-        if auto is None:
-            auto = rig.__dict__["_auto_mapping"] = auto_map(rig)
-        mapping = copy.deepcopy(auto)
+        mapping = auto_mapping(rig)
         origin = "automatic"
     errors = mapping.validate(rig)
     if errors:
@@ -209,9 +218,10 @@ def _locked_axes(obj, rig) -> dict:
     pbs.foreach_get("lock_rotation", buf)
     buf = buf.reshape(-1, 3)
     out = {}
-    for i, pb in enumerate(pbs):
-        if buf[i].any() and rig.has(pb.name):
-            out[rig.index(pb.name)] = buf[i].copy()
+    for i in np.flatnonzero(buf.any(axis=1)):
+        name = pbs[int(i)].name
+        if rig.has(name):
+            out[rig.index(name)] = buf[i].copy()
     return out
 
 
@@ -516,23 +526,39 @@ def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None
 
 
 def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
-    """Set pose-bone rotations (in each bone's mode) and the root location."""
+    """Set pose-bone rotations (in each bone's mode) and the root location.
+
+    Quaternion bones are written in one ``foreach_set`` (Live Solve sets a
+    pose many times a second), the others one by one in their own mode.
+    """
+    pbs = obj.pose.bones
+    n = len(pbs)
+    buf = np.empty(n * 4, dtype=np.float32)
+    pbs.foreach_get("rotation_quaternion", buf)
+    buf = buf.reshape(n, 4)
+    index = {}
+    quat_bones = False
     for b, name in enumerate(names):
         if name is None:
             continue
-        pb = obj.pose.bones[name]
+        pb = pbs[name]
         q = quats[b]
         if rotation_mode == "QUATERNION" and pb.rotation_mode != "QUATERNION":
             pb.rotation_mode = "QUATERNION"
         mode = pb.rotation_mode
+        if b == root:
+            pb.location = locations[b]
         if mode == "QUATERNION":
-            pb.rotation_quaternion = q
+            if not index:
+                index = {p.name: i for i, p in enumerate(pbs)}
+            buf[index[name]] = q
+            quat_bones = True
         elif mode == "AXIS_ANGLE":
             pb.rotation_axis_angle = _axis_angle_continuous(q[None, None])[0, 0]
         else:
             pb.rotation_euler = quats_to_euler_continuous(q[None, None], mode)[0, 0]
-        if b == root:
-            pb.location = locations[b]
+    if quat_bones:
+        pbs.foreach_set("rotation_quaternion", buf.ravel())
 
 
 def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None, *, mapping=None,
@@ -568,6 +594,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
                   source_name="pose", mapping=mapping, solver=solver)
     core = job.core
+    core.light = True
     known = core.mask[0]
     if not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any():
         core.mode = "sparse"

@@ -63,6 +63,13 @@ SPARSE_PRIOR_DECAY = 0.3
 #: reachable effector within 1 mm from the refined network pose (bench_live.py).
 SPARSE_POSE_ITERATIONS = 6
 SPARSE_POSE_PRIOR_DECAY = 0.2
+#: ... after this many refinement steps of the network's answer (the canonical
+#: skeleton's; three are the model's default): the rig-space solve meets the
+#: effectors anyway, and each step costs about 0.7 ms of a Live Solve tick.
+SPARSE_POSE_REFINE_STEPS = 2
+#: The second pass of a sparse solve (an effector out of reach) starts with the
+#: prior at this fraction of the first pass's.
+SPARSE_SECOND_PASS_PRIOR = 0.05
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
 #: iterations are lost and effectors end farther away.
@@ -215,6 +222,9 @@ class RigBake:
         self.figures = None
         #: Source skeleton for the network (None: fitted from the keypoints).
         self.skeleton = None
+        #: A pose being dragged (Solve Frame, Live Solve): the result's heads only
+        #: for the bones the rig solve poses (NaN elsewhere).
+        self.light = False
 
     def _check_bones(self):
         rig = self.rig
@@ -291,6 +301,8 @@ class RigBake:
                 progress(min(done / total, 1.0), "solve")
 
         kwargs = {"batch_size": int(batch_size)}
+        if self.mode == "sparse" and self.n_frames == 1:
+            kwargs["refine_steps"] = SPARSE_POSE_REFINE_STEPS
         if self.skeleton is not None:
             kwargs["skeleton"] = self.skeleton
         try:
@@ -480,7 +492,12 @@ class RigBake:
             prior = 0.01
         self.targets, self.target_info = targets, info
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
-        free = free_bones(plan.rig, mapped, plan.root)
+        key = ("free_bones", tuple(mapped), plan.root)
+        free = plan.__dict__.get(key) if hasattr(plan, "__dict__") else None
+        if free is None:
+            free = free_bones(plan.rig, mapped, plan.root)
+            if hasattr(plan, "__dict__"):
+                plan.__dict__[key] = free
         if isinstance(prior, dict):
             prior = np.array([prior.get(b, 0.05) for b in free])
 
@@ -502,7 +519,8 @@ class RigBake:
                       prior_decay=(1.0 if self.mode != "sparse" else SPARSE_PRIOR_DECAY if self.n_frames > 1
                                    else SPARSE_POSE_PRIOR_DECAY),
                       prior_floor=SPARSE_PRIOR_FLOOR,
-                      root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None)
+                      root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
+                      all_heads=self.n_frames > 1 or not self.light)
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, **kw)
             stretched = self._stretched(fit, targets, info) if self.mode == "sparse" else {}
             if stretched:
@@ -511,6 +529,8 @@ class RigBake:
                 # more from this pose, that effector weak, so the others are met
                 targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched)
                 self.targets, self.target_info = targets, info
+                # (that pose is already the prior's: it is kept weakly, the stretched chain turns freely)
+                kw["prior_rotation"] = np.asarray(prior) * SPARSE_SECOND_PASS_PRIOR
                 fit = solve_rig(plan.rig, fit.quaternions, fit.locations, targets, free, plan.root, **kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
@@ -542,10 +562,11 @@ class RigBake:
         ok = REACH_WARN_MM / 1000.0 / self.unit
         for eff, reach in info.reach.items():
             row = targets.rows[info.effectors[eff]]
-            missed = (fit.residual[:, info.effectors[eff]] > ok) & (row["weight"] > 0)
+            tgt = info.clamped.get(eff, row["target"])     # where the user wants it
+            b = self.plan.rig.index(self.mapping.entries[eff])
+            missed = (np.linalg.norm(fit.heads[:, b] - tgt, axis=-1) > ok) & (row["weight"] > 0)
             if not missed.any():
                 continue
-            tgt = info.clamped.get(eff, row["target"])
             root = self.plan.rig.index(self.mapping.entries[CHAIN_ROOTS[eff]])
             far = missed & (np.linalg.norm(tgt - fit.heads[:, root], axis=-1) > 0.98 * reach)
             if far.any():

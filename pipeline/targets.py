@@ -435,12 +435,12 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             # it: the start pose's chain roots are approximate, a straight leg is at its
             # reach, and a dragged empty crossing the reach must not make the pose jump)
             ratio = dist[:, 0] / info.reach[name]
-            if stretched is None:   # first pass: only targets far out of reach are moved in
+            if not stretched or name not in stretched:   # only targets far out of reach are moved in
                 far = (ratio > 1.5) & mask[:, k]
                 if far.any():
                     info.clamped[name] = tgt.copy()
                     tgt = np.where(far[:, None], init_heads[:, root] + d / dist * 0.999 * info.reach[name], tgt)
-            elif name in stretched:
+            else:
                 far = (ratio > 1.02) & mask[:, k] & stretched[name]
                 if far.any():
                     info.clamped[name] = tgt.copy()

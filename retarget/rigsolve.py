@@ -613,6 +613,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     root_head0 = pb.fk.numpy(basis, loc)[1][:, rs].copy() if rs >= 0 else None
     W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
     done = 0
+    JtJ = Jtr = None
     eye_idx = np.arange(3 * nF + (3 if rs >= 0 else 0))
     for it in range(int(iterations)):
         if it and prior_decay < 1.0:
@@ -621,20 +622,23 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
             r_prior = r_prior * ratio
             pw = state["pw"] = new_pw
-        q = np.einsum("rpk,tpi->trki", pb.CA, pts)
-        v = q - pb.M[None, :, :, None] * X[:, None, fslot]
-        Jd = _cross_jacobian(v, np)
-        if pb.diag_only:
-            Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
-        else:
-            Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
-        if rs >= 0:
-            Jr = pb.Mroot[None, :, None, None] * wproj
-            Jd = np.concatenate([Jd, Jr.reshape(n, 3 * R, 3)], -1)
-        rt = r_t.reshape(n, 3 * R)
-        JdT = np.swapaxes(Jd, 1, 2)
-        H = JdT @ Jd
-        g = (JdT @ rt[..., None])[..., 0]
+        if JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
+            q = np.einsum("rpk,tpi->trki", pb.CA, pts)
+            v = q - pb.M[None, :, :, None] * X[:, None, fslot]
+            Jd = _cross_jacobian(v, np)
+            if pb.diag_only:
+                Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
+            else:
+                Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
+            if rs >= 0:
+                Jr = pb.Mroot[None, :, None, None] * wproj
+                Jd = np.concatenate([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+            rt = r_t.reshape(n, 3 * R)
+            JdT = np.swapaxes(Jd, 1, 2)
+            JtJ = JdT @ Jd
+            Jtr = (JdT @ rt[..., None])[..., 0]
+        H = JtJ.copy()
+        g = Jtr
         Wf = W[:, fslot]
         gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
         if rs >= 0:
@@ -666,6 +670,8 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
                                        for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
         cost = np.where(better, cand[-1], cost)
         lam = np.where(better, np.maximum(lam / 3.0, 1e-7), lam * 10.0)
+        if better.any():
+            JtJ = None
         done = it + 1
         if float(np.abs(step).max()) < tol and it + 1 >= min_iterations:
             break
@@ -677,7 +683,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
-              dtype=torch.float32, progress=None) -> RigSolveResult:
+              dtype=torch.float32, progress=None, all_heads: bool = True) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
     Parameters
@@ -720,6 +726,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         :data:`SMALL_BATCH` frames run in float64 numpy.
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
+    all_heads : bool
+        Posed heads of every bone (default); ``False``: only of the bones the
+        solve poses (the free bones, the targets' bones and their
+        ancestors), NaN elsewhere (a pose being dragged needs no more).
 
     Returns
     -------
@@ -737,7 +747,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
 
     out_quats = quats.copy()
     out_locs = locations.copy()
-    heads = np.empty((T, nb, 3))
+    heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
     resid = np.zeros((T, R))
     posed_idx = np.array(pb.posed, dtype=np.int64)
 
@@ -773,8 +783,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         if progress is not None:
             progress(c1, T)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
-    rest = np.setdiff1d(np.arange(nb), posed_idx)
-    if rest.size:
+    if getattr(pb, "rest_bones", None) is None or len(pb.rest_bones[0]) != nb:
+        pb.rest_bones = (np.arange(nb), np.setdiff1d(np.arange(nb), posed_idx))
+    rest = pb.rest_bones[1]
+    if rest.size and all_heads:
         from .solve import pose_rig
         for c0 in range(0, T, 4096):
             _, Xf = pose_rig(rig, out_quats[c0:c0 + 4096], out_locs[c0:c0 + 4096])
