@@ -128,11 +128,15 @@ def main(argv=None):
                             raise RuntimeError("neural-ik batch failed clips: {}".format(s.get("failed_clips")))
                         if s["frames"] != total:
                             raise RuntimeError("neural-ik baked {} frames, expected {}".format(s["frames"], total))
+                        quality = {"floor_cm_max": max(abs(c["floor_error_cm"]) for c in rep["clips"]
+                                                       if c.get("floor_error_cm") is not None),
+                                   "bone_dir_deg": s.get("bone_direction_error_deg"),
+                                   "knees_back": sum(c.get("knees_backwards") or 0 for c in rep["clips"])}
                     times[name].append(wall)
                     print("  {} run {}: {} {:.1f} s".format(label, r + 1, name, wall), file=sys.stderr, flush=True)
             med = {k: statistics.median(v) for k, v in times.items()}
             results.append({"set": label, "frames": total, "seconds": med, "runs": times,
-                            "fps": {k: total / v for k, v in med.items()}})
+                            "fps": {k: total / v for k, v in med.items()}, "quality": quality})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n{:<20} {:>7} {:>14} {:>14} {:>16} {:>16} {:>8}".format(
@@ -142,6 +146,11 @@ def main(argv=None):
             r["set"], r["frames"], r["seconds"]["neural-ik"], r["seconds"]["blender"], r["fps"]["neural-ik"],
             r["fps"]["blender"], r["fps"]["neural-ik"] / r["fps"]["blender"]))
     print("(whole processes: start, imports, target, every clip; ratio = neural-ik frames/s / blender frames/s)")
+    print("\nneural-ik's bakes, as its report gives them (a fast bake is worth nothing if these are off):")
+    for r in results:
+        q = r["quality"]
+        print("  {:<20} feet off the floor at most {:.1f} cm, bone directions {:.1f} deg, knees backwards on {} "
+              "frames".format(r["set"], q["floor_cm_max"], q["bone_dir_deg"] or float("nan"), q["knees_back"]))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

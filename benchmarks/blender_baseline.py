@@ -254,7 +254,10 @@ def to_rest(obj):
     """Remove an armature's action and constraints and reset every pose bone."""
     import bpy
 
-    from neural_ik.cli.targets import _rest_pose
+    from _pkg import import_package   # the script's folder is on sys.path
+
+    import_package()
+    from neural_ik.cli.targets import _rest_pose   # (imports no torch: the baseline stays Blender's alone)
 
     for pb in obj.pose.bones:
         for c in list(pb.constraints):

@@ -256,7 +256,7 @@ def run(args):
     load_seconds = 0.0
     try:
         t0 = time.perf_counter()
-        target = load_target(args.target, args.armature)
+        target = load_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis)
         load_seconds = time.perf_counter() - t0
         row, result = bake_file(args.source, target, args, progress=progress, mapping=mapping)
         paths, t_export = write_outputs(target, result, args.out, args.export or [])

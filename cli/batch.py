@@ -348,7 +348,7 @@ def run(args):
         if pending:
             t0 = time.perf_counter()
             try:
-                target = load_target(args.target, args.armature)
+                target = load_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis)
                 solver = get_solver(args)
             except CliError as ex:
                 raise CliError(str(ex), ex.code) from None

@@ -235,6 +235,11 @@ def add_target_arguments(parser):
     )
     parser.add_argument("--armature", metavar="NAME", default=None,
                         help="armature object to use when TARGET holds several")
+    parser.add_argument("--target-units", choices=("m", "cm", "mm", "in", "cmu"), default=None,
+                        help="units of a .bvh TARGET (default: guessed from its skeleton's height, as for a "
+                             "source); its bones keep them, the armature object is scaled to metres")
+    parser.add_argument("--target-up-axis", choices=("Z", "Y", "-Y", "-Z"), default=None,
+                        help="up axis of a .bvh TARGET (default: detected from its skeleton, as for a source)")
 
 
 def add_bake_arguments(parser):

@@ -312,7 +312,43 @@ def enable_rigify():
     return ""
 
 
-def load_target(spec, armature=None):
+#: Blender's BVH importer axes (forward, up) for a file whose up axis is the key.
+_BVH_AXES = {"Y": ("-Z", "Y"), "Z": ("Y", "Z"), "-Y": ("Z", "-Y"), "-Z": ("-Y", "-Z")}
+
+
+def bvh_target_frame(path, units=None, up_axis=None):
+    """Units and up axis of a BVH target: given, or read from its skeleton as a source's are.
+
+    Returns
+    -------
+    (str, str, list of str)
+        Units (a key of ``readers.base.UNITS``), up axis and a note for each
+        guessed one.
+
+    Raises
+    ------
+    CliError
+        The file cannot be read as a BVH skeleton.
+    """
+    from ..readers import KeypointReadError, read_keypoints
+    from ..readers.base import UNIT_NAMES
+
+    if units is not None and up_axis is not None:
+        return units, up_axis, []
+    try:
+        clip = read_keypoints(path, units=units, up_axis=up_axis, ground=False)
+    except KeypointReadError as ex:
+        raise CliError("--target {}: {}".format(path, ex)) from None
+    notes = []
+    if units is None:
+        notes.append("target BVH in {} (guessed from its skeleton's height; --target-units to say otherwise)"
+                     .format(UNIT_NAMES.get(clip.units, clip.units)))
+    if up_axis is None and clip.up_axis != "Y":
+        notes.append("target BVH with {} up (detected; --target-up-axis to say otherwise)".format(clip.up_axis))
+    return clip.units, clip.up_axis, notes
+
+
+def load_target(spec, armature=None, *, units=None, up_axis=None):
     """Load TARGET into the current session (replacing the current file).
 
     Parameters
@@ -321,6 +357,11 @@ def load_target(spec, armature=None):
         ``rigify`` or a ``.blend``/``.fbx``/``.glb``/``.gltf``/``.bvh`` path.
     armature : str, optional
         Armature object name when the target holds several.
+    units, up_axis : str, optional
+        A BVH target's units and up axis (default: read from its skeleton,
+        as a source's are). Its bones keep the file's units (an exported BVH
+        has the target's offsets); the armature object is scaled to metres
+        and stands Z up, so bakes and their figures are in metres.
 
     Returns
     -------
@@ -370,16 +411,23 @@ def load_target(spec, armature=None):
                 quiet(bpy.ops.import_scene.gltf, filepath=path)
                 kind = "gltf"
             else:
+                from ..readers.base import UNITS
+
+                units, up_axis, notes = bvh_target_frame(path, units, up_axis)
+                forward, up = _BVH_AXES[up_axis]
                 quiet(bpy.ops.import_anim.bvh, filepath=path, update_scene_fps=False,
-                      update_scene_duration=False)
+                      update_scene_duration=False, axis_forward=forward, axis_up=up, global_scale=1.0)
                 kind = "bvh"
             objects = [o for o in bpy.data.objects if o not in before]
             warnings = disarm_scripts()
+            if kind == "bvh":
+                warnings = notes + warnings
     except RuntimeError as ex:  # quiet() leaves the cause alone in the message
         raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
     obj = _pick_armature(objects, spec, armature)
     if kind == "bvh":
         _rest_pose(obj)
+        obj.scale = (UNITS[units],) * 3   # file units -> metres
     if kind != "blend":
         bpy.context.scene.frame_set(bpy.context.scene.frame_start)
     _select_only(obj)

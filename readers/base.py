@@ -816,7 +816,7 @@ def finish_clip(
                                         f"{', '.join(_GUESS_UNITS)}; pass {_flag('units')}")
             guess = "m"
         u = guess
-        warns.append(f"units not in the file: {_UNIT_NAMES.get(u, u)} guessed from the body's height "
+        warns.append(f"units not in the file: {UNIT_NAMES.get(u, u)} guessed from the body's height "
                      f"({size * UNITS[u]:.2f} m; override with {_flag('units')})")
     elif check_scale and math.isfinite(size):
         s_m = size * UNITS[u]
@@ -833,7 +833,7 @@ def finish_clip(
         if not (HEIGHT_RANGE[0] <= h <= HEIGHT_RANGE[1]):
             better = _guess_units(size)
             alt = f"; in {better} it would be {size * UNITS[better]:.2f} m" if better and better != u else ""
-            warns.append(f"the body is {h:.2f} m tall in {_UNIT_NAMES.get(u, u)}, outside "
+            warns.append(f"the body is {h:.2f} m tall in {UNIT_NAMES.get(u, u)}, outside "
                          f"{HEIGHT_RANGE[0]:g}-{HEIGHT_RANGE[1]:g} m{alt}: check the units "
                          f"({_flag('units')})")
 
@@ -863,7 +863,7 @@ def finish_clip(
 
 
 #: Long names of units for messages.
-_UNIT_NAMES = {"m": "metres", "cm": "centimetres", "mm": "millimetres", "in": "inches", "cmu": "CMU units",
+UNIT_NAMES = {"m": "metres", "cm": "centimetres", "mm": "millimetres", "in": "inches", "cmu": "CMU units",
                "dm": "decimetres", "ft": "feet"}
 
 #: How the user changes each setting: command-line flag and the Import dialog's field.

@@ -273,3 +273,30 @@ def test_fbx_source_and_glb_target(run_cli, tmp_path):
     assert result.returncode == 0, result.stderr
     row = json.loads(result.stdout)["clips"][0]
     assert row["status"] == "done" and row["frames"] == 30
+
+
+@pytest.mark.parametrize("up,units", [("Z", "in"), ("Y", "cm")])
+def test_bvh_target_in_its_own_units_and_axes(run_cli, tmp_path, up, units):
+    """A BVH target is read in its units and up axis (as a source is): the rig stands and the feet land.
+
+    Before, a Z-up target was imported lying on its back (knees "backwards" on
+    most frames, the feet metres off) and every figure was in file units.
+    The exported BVH keeps the target's own offsets (its units).
+    """
+    from source_fixtures import humanoid_bvh
+    from neural_ik.model.bvh import read_bvh
+
+    target, _ = humanoid_bvh(tmp_path / "skeleton.bvh", "studio", up=up, units=units, orients="A", frames=1)
+    src, _ = humanoid_bvh(tmp_path / "walk.bvh", "mixamo", up="Y", units="cm", frames=30)
+    out, report = tmp_path / "out.bvh", tmp_path / "report.json"
+    result = run_cli("bake", src, "--target", target, "--export", out, "--report", report)
+    assert result.returncode == 0, result.stderr
+    row = json.loads(report.read_text())["clips"][0]
+    assert abs(row["floor_error_cm"]) < 3.0 and row["knees_backwards"] == 0, row
+    assert row["bone_direction_error_deg"] < 5.0, row
+    notes = " ".join(json.loads(report.read_text())["summary"].get("target_warnings", []) + row["warnings"])
+    if up != "Y":
+        assert f"target BVH with {up} up" in notes, notes
+    baked, rest = read_bvh(str(out)), read_bvh(str(target))
+    i, k = baked.names.index("LowerArm_L"), rest.names.index("LowerArm_L")
+    np.testing.assert_allclose(np.linalg.norm(baked.offsets[i]), np.linalg.norm(rest.offsets[k]), rtol=1e-3)
