@@ -512,6 +512,11 @@ class RigBake:
             # effectors must be met to the millimetre: the prior fades over more steps
             # (more for clips, whose every frame must converge, straight limbs included)
             iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
+        ww = getattr(self, "_world_rotations", None) or {}
+        if self.mode == "dense" and getattr(self, "same_skeleton", False) and all(b in ww for b in free):
+            # the source's own skeleton: every solved bone already turns exactly as the
+            # source's (its joints are met); the solve would only measure
+            iterations = 0
         if len(targets):   # (0 iterations still measures the residuals of the start pose)
             # sparse: the prior fades so the effectors are met exactly; dense: many
             # targets decide the pose and a weak, constant prior only settles twist

@@ -764,20 +764,26 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         tick = None if progress is None else (lambda: progress(c0 + n * 0.999, T))
         kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
                   min_iterations=min_iterations, tol=tol, progress=tick)
-        if n <= SMALL_BATCH:
+        if int(iterations) <= 0:   # only the residuals of the start pose
+            it = 0
+        elif n <= SMALL_BATCH:
             with _threads(1):
                 basis, loc, it = _lm_numpy(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
         else:
             basis, loc, it = _lm_torch(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
         done_iterations = max(done_iterations, it)
-        u, _, vh = np.linalg.svd(basis)
-        basis = u @ vh                                   # orthonormal again
+        if it:   # rotations again (products of float32 steps drift): through unit quaternions
+            q = matrix_to_quat(basis)
+            q /= np.linalg.norm(q, axis=-1, keepdims=True)
+            basis = quat_to_matrix(q)
+        else:
+            q = quats[c0:c1][:, posed_idx]
         W, X, _ = pb.fk.numpy(basis, loc)
         # unweighted residual lengths
         pts = posed_points(W, X, pb.pslot, pb.poff)
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
         resid[c0:c1] = np.linalg.norm((proj @ (comb - tgt_all[c0:c1])[..., None])[..., 0], axis=-1)
-        out_quats[c0:c1, posed_idx] = matrix_to_quat(basis)
+        out_quats[c0:c1, posed_idx] = q
         out_locs[c0:c1, posed_idx] = loc
         heads[c0:c1, posed_idx] = X
         if progress is not None:
