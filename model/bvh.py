@@ -18,6 +18,7 @@ No ``bpy`` here.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -413,9 +414,17 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
             ln = int(bad_lines[0])
             raise BVHError(path, data_start + ln + 1, f"expected {nchan} numbers on this frame line, found {counts[ln]}")
         joined = " ".join(body)
+        del body
         try:
-            values = np.array(joined.split(), dtype=np.float64)
+            # parsed in C without a list of strings (a 100,000-frame file would need a GB);
+            # it stops at a bad token: then the count is short and the slow path names it
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                values = np.fromstring(joined, dtype=np.float64, sep=" ")
+            if values.size != expected:
+                raise ValueError("not every motion value is a number")
         except ValueError:
+            body = lines[data_start:]
             for li, ln in enumerate(body):
                 for tok in ln.split():
                     try:

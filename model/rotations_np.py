@@ -129,24 +129,34 @@ def axis_angle_to_matrix(aa: np.ndarray) -> np.ndarray:
 
 
 def matrix_to_quat(mat: np.ndarray) -> np.ndarray:
-    """Matrices to unit quaternions ``(w, x, y, z)`` with ``w >= 0``, shape (..., 4)."""
+    """Matrices to unit quaternions ``(w, x, y, z)`` with ``w >= 0``, shape (..., 4).
+
+    Per matrix the best conditioned of the four classic formulas (largest of
+    ``1 + trace`` and ``1 + 2 m_ii - trace``); long inputs in blocks, so the
+    temporaries stay small (a 100,000-frame clip has millions of matrices).
+    """
     m = np.asarray(mat, dtype=np.float64)
-    tr = m[..., 0, 0] + m[..., 1, 1] + m[..., 2, 2]
-    cand = np.stack(
-        [
-            np.stack([1 + tr, m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], -1),
-            np.stack([m[..., 2, 1] - m[..., 1, 2], 1 + m[..., 0, 0] - m[..., 1, 1] - m[..., 2, 2], m[..., 0, 1] + m[..., 1, 0], m[..., 0, 2] + m[..., 2, 0]], -1),
-            np.stack([m[..., 0, 2] - m[..., 2, 0], m[..., 0, 1] + m[..., 1, 0], 1 - m[..., 0, 0] + m[..., 1, 1] - m[..., 2, 2], m[..., 1, 2] + m[..., 2, 1]], -1),
-            np.stack([m[..., 1, 0] - m[..., 0, 1], m[..., 0, 2] + m[..., 2, 0], m[..., 1, 2] + m[..., 2, 1], 1 - m[..., 0, 0] - m[..., 1, 1] + m[..., 2, 2]], -1),
-        ],
-        axis=-2,
-    )  # (..., 4, 4): each row proportional to q, pick the best conditioned
-    diag = np.stack([1 + tr, 1 + m[..., 0, 0] - m[..., 1, 1] - m[..., 2, 2],
-                     1 - m[..., 0, 0] + m[..., 1, 1] - m[..., 2, 2], 1 - m[..., 0, 0] - m[..., 1, 1] + m[..., 2, 2]], -1)
-    best = np.argmax(diag, axis=-1)
-    q = np.take_along_axis(cand, best[..., None, None], axis=-2)[..., 0, :]
-    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    return q * np.where(q[..., :1] < 0, -1.0, 1.0)
+    shape = m.shape[:-2]
+    m = m.reshape(-1, 3, 3)
+    out = np.empty((m.shape[0], 4))
+    for s in range(0, m.shape[0], 1 << 16):
+        out[s:s + (1 << 16)] = _matrix_to_quat_block(m[s:s + (1 << 16)])
+    return out.reshape(shape + (4,))
+
+
+def _matrix_to_quat_block(m):
+    m00, m11, m22 = m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]
+    diag = np.stack([1.0 + m00 + m11 + m22, 1.0 + m00 - m11 - m22, 1.0 - m00 + m11 - m22,
+                     1.0 - m00 - m11 + m22])
+    best = np.argmax(diag, axis=0)
+    a, b, c = m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]
+    d, e, f = m[:, 0, 1] + m[:, 1, 0], m[:, 0, 2] + m[:, 2, 0], m[:, 1, 2] + m[:, 2, 1]
+    # row k of the candidates is proportional to q; take the best conditioned one
+    q = np.stack([np.choose(best, (diag[0], a, b, c)), np.choose(best, (a, diag[1], d, e)),
+                  np.choose(best, (b, d, diag[2], f)), np.choose(best, (c, e, f, diag[3]))], -1)
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    q *= np.where(q[:, :1] < 0, -1.0, 1.0)
+    return q
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None,
         # "Frame Time: 0.016667" means 60 fps, not 59.9988
         file_fps = float(round(file_fps))
     # the mapping needs only names and hierarchy: map in the file's own axes and units
-    draft = source_rig_from_bvh(bvh, "Z", 1.0)
+    draft = source_rig_from_bvh(bvh, "Z", 1.0, motion=False)
     mapping = draft.mapping
     if layout is None:
         errors = humanoid_check(mapping)

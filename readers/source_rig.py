@@ -167,7 +167,7 @@ def bone_tails(heads: np.ndarray, parents, end_sites=(), min_length: float = 1e-
 
 
 def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | None = None,
-                        name: str = "") -> SourceRig:
+                        name: str = "", motion: bool = True) -> SourceRig:
     """The :class:`SourceRig` of a parsed BVH file.
 
     Parameters
@@ -181,6 +181,9 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
         Default: :func:`..retarget.mapping.auto_map` on the rig.
     name : str
         Rig name (informative).
+    motion : bool
+        ``False``: the skeleton and its mapping only (the motion is one
+        frame of the rest pose).
 
     Returns
     -------
@@ -201,8 +204,12 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
     ml[:, :3, :3] = C
     ml[:, :3, 3] = heads
     rig = RigDescription(list(bvh.names), parents, ml, heads, tails, name=name)
-    quats = matrix_to_quat(bvh.rotations)
-    locs = scale * (bvh.translations - bvh.offsets[None])
+    if motion:
+        quats = matrix_to_quat(bvh.rotations)
+        locs = scale * (bvh.translations - bvh.offsets[None])
+    else:
+        quats = np.tile(np.array([1.0, 0.0, 0.0, 0.0]), (1, J, 1))
+        locs = np.zeros((1, J, 3))
     if mapping is None:
         from ..retarget.mapping import auto_map
 
