@@ -536,7 +536,6 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
     buf = np.empty(n * 4, dtype=np.float32)
     pbs.foreach_get("rotation_quaternion", buf)
     buf = buf.reshape(n, 4)
-    index = {}
     quat_bones = False
     for b, name in enumerate(names):
         if name is None:
@@ -549,9 +548,7 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
         if b == root:
             pb.location = locations[b]
         if mode == "QUATERNION":
-            if not index:
-                index = {p.name: i for i, p in enumerate(pbs)}
-            buf[index[name]] = q
+            buf[pbs.find(name)] = q
             quat_bones = True
         elif mode == "AXIS_ANGLE":
             pb.rotation_axis_angle = _axis_angle_continuous(q[None, None])[0, 0]
