@@ -195,6 +195,10 @@ def _make_input(op, context, clip, name, start):
             bpy.data.actions.remove(act)
         op.report({'ERROR'}, f"cannot create the keypoint object: {ex}")
         return {'CANCELLED'}
+    if getattr(clip, "source_rig", None) is not None:
+        from .solve import remember_source_rig
+
+        remember_source_rig(root, clip.source_rig)
     settings = getattr(context.scene, "neural_ik", None)
     if settings is not None:
         settings.keypoint_object = root

@@ -113,6 +113,39 @@ def scene_input(context, current_frame=False):
     return kp, mask, float(fps), root.name
 
 
+#: Keypoint object name -> (its source skeleton, the canonical keypoints it was made with), this session.
+_SOURCE_RIGS: dict = {}
+
+
+def remember_source_rig(root, source_rig):
+    """Keep the source skeleton of a keypoint object made from a BVH, FBX, glTF or armature.
+
+    A bake of that object then starts from the skeleton's own rotations, as
+    the CLI's bake of the file does, while the keypoints are as they were
+    made (checked at bake time; edited keypoints are baked from themselves).
+    Kept for this session only.
+    """
+    pos, names, fps, layout = read_keypoint_object(root)
+    kp, _mask = _canonical_from(pos, names, fps, layout, root.name)
+    _SOURCE_RIGS[root.name] = (source_rig, kp)
+    while len(_SOURCE_RIGS) > 8:
+        _SOURCE_RIGS.pop(next(iter(_SOURCE_RIGS)))
+
+
+def source_rig_of(root, kp):
+    """The remembered source skeleton of ``root`` if its keypoints ``kp`` are still the ones it was made with."""
+    entry = _SOURCE_RIGS.get(getattr(root, "name", None))
+    if entry is None:
+        return None
+    src, made = entry
+    if made.shape != kp.shape or src.num_frames != kp.shape[0]:
+        return None
+    both = np.isfinite(made) & np.isfinite(kp)
+    if not np.array_equal(np.isfinite(made), np.isfinite(kp)) or not np.allclose(made[both], kp[both], atol=1e-4):
+        return None
+    return src
+
+
 def _options(context):
     return properties.bake_options(context.scene.neural_ik, device=preferences.device_choice(context))
 
@@ -189,7 +222,10 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         options = _options(context)
         if self.action_name:
             options.action_name = self.action_name
-        return bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene)
+        s = context.scene.neural_ik
+        src = source_rig_of(s.keypoint_object, kp) if s.source == 'KEYPOINTS' else None
+        return bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene,
+                                source_rig=src)
 
     def _finish(self, context, result):
         msg = _summary(result)

@@ -102,6 +102,41 @@ def test_armature_as_input_bakes(mods, ext, tmp_path):
     assert rig.animation_data.action is not None
 
 
+def test_armature_as_input_onto_its_own_skeleton_is_exact(mods, ext, tmp_path):
+    """The UI's bake of an input made from a skeleton starts from that skeleton's rotations (as the CLI's does):
+    onto a copy of the same skeleton every joint comes back within 1 mm; edited keypoints are baked from
+    themselves."""
+    path, _ = humanoid_bvh(tmp_path / "walk.bvh", "studio", up="Y", units="m", orients="random", frames=12)
+    src = _import_bvh(path)
+    bpy.context.scene.frame_start, bpy.context.scene.frame_end = 1, 12
+    assert bpy.ops.neural_ik.armature_input(armature=src.name) == {'FINISHED'}
+    root = bpy.context.scene.neural_ik.keypoint_object
+    before = set(bpy.data.objects)
+    bpy.ops.import_anim.bvh(filepath=str(path), global_scale=1.0, axis_up='Y', axis_forward='-Z')
+    target = next(o for o in set(bpy.data.objects) - before if o.type == 'ARMATURE')
+    target.animation_data.action = None
+    for pb in target.pose.bones:
+        pb.rotation_quaternion = (1, 0, 0, 0)
+        pb.rotation_euler = (0, 0, 0)
+        pb.location = (0, 0, 0)
+    bpy.context.scene.neural_ik.target = target
+    assert bpy.ops.neural_ik.bake('EXEC_DEFAULT', True) == {'FINISHED'}
+    worst = 0.0
+    for f in (1, 5, 12):
+        bpy.context.scene.frame_set(f)
+        for pb in src.pose.bones:
+            a = src.matrix_world @ pb.head
+            b = target.matrix_world @ target.pose.bones[pb.name].head
+            worst = max(worst, (a - b).length)
+    assert worst < 0.001, worst
+    # the keypoints edited: no longer the skeleton's; baked from the keypoints themselves
+    solve = importlib.import_module(ext.__name__ + ".operators.solve")
+    kp, _m, _f, _n = solve.scene_input(bpy.context)
+    assert solve.source_rig_of(root, kp) is not None
+    kp[3, 0] += 0.05
+    assert solve.source_rig_of(root, kp) is None
+
+
 def test_no_animated_armature(mods):
     with pytest.raises(RuntimeError, match="choose an animated armature"):
         bpy.ops.neural_ik.armature_input()
