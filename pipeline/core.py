@@ -527,16 +527,8 @@ class RigBake:
                       root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
                       all_heads=self.n_frames > 1 or not self.light)
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, **kw)
-            stretched = self._stretched(fit, targets, info) if self.mode == "sparse" else {}
-            if stretched:
-                # an effector out of reach of its chain as solved (the start pose's chain
-                # roots can be far off where the network leaned the body toward it): once
-                # more from this pose, that effector weak, so the others are met
-                targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched)
-                self.targets, self.target_info = targets, info
-                # (that pose is already the prior's: it is kept weakly, the stretched chain turns freely)
-                kw["prior_rotation"] = np.asarray(prior) * SPARSE_SECOND_PASS_PRIOR
-                fit = solve_rig(plan.rig, fit.quaternions, fit.locations, targets, free, plan.root, **kw)
+            if self.mode == "sparse":
+                fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
         else:
@@ -558,6 +550,44 @@ class RigBake:
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, init.root_bone)
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
+
+    def _second_pass(self, fit, targets, info, src, scale, free, prior, kw):
+        """Sparse mode: the frames in which an effector is still over 1 mm off, solved once more.
+
+        From the pose the first pass reached, with the prior on it weak (an
+        effector near the end of its reach, a spine nearly straight between
+        pelvis and head: the fading prior left it short). An effector out of
+        reach of its chain as solved (:meth:`_stretched`) keeps only a fading
+        share of its weight, so that the others are met. Returns the new
+        ``(fit, targets, info)``.
+        """
+        from ..retarget.rigsolve import RigSolveResult, Targets, solve_rig
+        from ..retarget.solve import quat_continuity
+        from .targets import sparse_targets
+
+        ok = REACH_OK_MM / 1000.0 / self.unit
+        rows = list(info.effectors.values())
+        again = (fit.residual[:, rows] > ok).any(axis=1) if rows else np.zeros(self.n_frames, dtype=bool)
+        stretched = self._stretched(fit, targets, info)
+        for frames in stretched.values():
+            again |= frames
+        if not again.any():
+            return fit, targets, info
+        plan = self.plan
+        targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched)
+        self.targets, self.target_info = targets, info
+        sub = np.flatnonzero(again)
+        part = Targets(targets.points, [dict(r, target=r["target"][sub], weight=r["weight"][sub],
+                                             proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
+                                        for r in targets.rows])
+        kw = dict(kw, prior_rotation=np.asarray(prior) * SPARSE_SECOND_PASS_PRIOR)
+        again_fit = solve_rig(plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, plan.root, **kw)
+        quats, locs, heads, resid = (a.copy() for a in (fit.quaternions, fit.locations, fit.heads, fit.residual))
+        quats[sub], locs[sub], heads[sub] = again_fit.quaternions, again_fit.locations, again_fit.heads
+        resid[sub] = again_fit.residual
+        fit = RigSolveResult(quat_continuity(quats), locs, heads, resid,
+                             max(fit.iterations, again_fit.iterations))
+        return fit, targets, info
 
     def _stretched(self, fit, targets, info):
         """Effector -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its chain as solved."""
