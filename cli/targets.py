@@ -338,7 +338,8 @@ def bvh_target_frame(path, units=None, up_axis=None):
     try:
         clip = read_keypoints(path, units=units, up_axis=up_axis, ground=False)
     except KeypointReadError as ex:
-        raise CliError("--target {}: {}".format(path, ex)) from None
+        problem = str(getattr(ex, "problem", ex)).replace(str(path) + ", ", "")
+        raise CliError("--target {}: cannot be loaded ({})".format(path, problem)) from None
     notes = []
     if units is None:
         notes.append("target BVH in {} (guessed from its skeleton's height; --target-units to say otherwise)"

@@ -394,6 +394,13 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
     total = int(cum[-1]) if len(cum) else 0
     expected = frames * nchan
     if total != expected:
+        # a stray token (binary junk, a comma) is the likelier cause: name it first
+        for li, ln in enumerate(body):
+            for tok in ln.split():
+                try:
+                    float(tok)
+                except ValueError:
+                    raise BVHError(path, data_start + li + 1, f"non-numeric motion value {tok!r}") from None
         if total < expected:
             last = int(np.nonzero(counts)[0][-1]) + data_start + 1 if total else data_start
             got_frames = total / nchan if nchan else 0
