@@ -46,7 +46,8 @@ from neural_ik.model.refine import refine
 from neural_ik.model.rotations import geodesic_angle
 from neural_ik.model.skeleton import JOINTS, PARENTS
 
-__all__ = ["LEAF_JOINTS", "pose_errors", "evaluate", "format_table", "main"]
+__all__ = ["LEAF_JOINTS", "pose_errors", "evaluate", "format_table", "world_rotations", "body_bones", "quat_angle_deg",
+           "evaluate_foreign", "format_foreign", "ISSUE11_TARGETS", "main"]
 
 #: Joints without child joints.
 LEAF_JOINTS = tuple(j for j in range(NUM_JOINTS) if j not in PARENTS)
@@ -191,6 +192,233 @@ def evaluate(weights=None, device="cpu", holdout=(6,), fps=30.0, steps=REFINE_DE
     return rows
 
 
+def world_rotations(local_rot):
+    """World rotations (T, 22, 3, 3) of canonical local rotations (row 0: the root's world orientation)."""
+    L = np.asarray(local_rot, dtype=np.float64)
+    W = np.empty_like(L)
+    W[:, 0] = L[:, 0]
+    for j in range(1, NUM_JOINTS):
+        W[:, j] = W[:, PARENTS[j]] @ L[:, j]
+    return W
+
+
+def _angle_deg(Ra, Rb):
+    """Angle (degrees) between rotation matrices (..., 3, 3)."""
+    tr = np.einsum("...ij,...ij->...", Ra, Rb)  # trace(Ra^T Rb)
+    return np.degrees(np.arccos(np.clip((tr - 1.0) / 2.0, -1.0, 1.0)))
+
+
+def quat_angle_deg(qa, qb):
+    """Angle (degrees) between unit quaternions (..., 4) (w, x, y, z)."""
+    d = np.abs(np.einsum("...i,...i->...", qa, qb))
+    return np.degrees(2.0 * np.arccos(np.clip(d, 0.0, 1.0)))
+
+
+def body_bones(rig, mapping):
+    """``(body, with_child)``: bone indices on the paths from the root to the head, hands and toes.
+
+    The bones a body has whatever its convention (fingers, eyes and helpers
+    left out); ``with_child`` are those whose child is a body bone too. A foot
+    stands in for a missing toe.
+    """
+    ends = []
+    for j in ("head", "hand_l", "hand_r", "toe_l", "toe_r"):
+        b = mapping.entries.get(j)
+        if (b is None or not rig.has(b)) and j.startswith("toe"):
+            b = mapping.entries.get("foot" + j[3:])
+        if b is not None and rig.has(b):
+            ends.append(rig.index(b))
+    body = set()
+    for b in ends:
+        while b >= 0 and b not in body:
+            body.add(b)
+            b = int(rig.parents[b])
+    body = sorted(body)
+    child = [b for b in body if any(int(rig.parents[k]) == b for k in body)]
+    return body, child
+
+
+#: Issue 11's targets on the held-out folders: (row key, figure key, bound, unit).
+ISSUE11_TARGETS = (
+    ("network alone, dense, fitted skeleton", "mpjpe_mm", 25.0, "mm"),
+    ("network alone, dense, fitted skeleton", "rot_deg", 10.0, "deg"),
+    ("rig-space solve, dense", "joint_mm", 1.0, "mm"),
+    ("rig-space solve, dense", "rot_deg", 5.0, "deg"),
+    ("rig-space solve, dense", "rot_child_deg", 3.0, "deg"),
+    ("rig-space solve, six effectors", "joint_mm", 20.0, "mm"),
+    ("rig-space solve, six effectors", "rot_deg", 20.0, "deg"),
+    ("rig-space solve, dense", "jitter_ratio", 1.10, "x source"),
+    ("network alone, batch 4096", "frames_per_s", -20000.0, "frames/s"),
+)
+
+
+def _bake_own(fc, solver, mode, device, iterations=None):
+    """Bake a foreign clip's keypoints onto its own skeleton (network prior, smoothing off).
+
+    Returns
+    -------
+    dict of frame-weighted sums: ``joint_mm``, ``rot_deg``, ``rot_child_deg``,
+    ``jitter`` and ``source_jitter`` (mm/frame^2 of the body's joints) and ``seconds``.
+    """
+    from neural_ik.pipeline.core import RigBake
+    from neural_ik.pipeline.options import BakeOptions
+    from neural_ik.retarget.solve import pose_rig
+
+    src = fc.clip.source_rig
+    kp, m = fc.keypoints, fc.mask
+    if mode == "sparse":
+        m = m & np.isin(np.arange(m.shape[1]), list(EFFECTOR_KP))[None]
+        kp = np.where(m[..., None], kp, np.nan)
+    opts = BakeOptions(mode=mode, smooth="none", device=device)
+    if iterations is not None:
+        opts.rig_iterations = int(iterations)
+    t0 = time.perf_counter()
+    job = RigBake(src.rig, src.mapping, kp, m, fc.fps, opts, source_rig=None, solver=solver, source_name=fc.name)
+    res = job.run()
+    sec = time.perf_counter() - t0
+    _, h_src = pose_rig(src.rig, src.quaternions, src.locations)
+    _, h_out = pose_rig(src.rig, res.quaternions, res.locations)
+    body, child = body_bones(src.rig, src.mapping)
+    q_src = np.asarray(src.quaternions, dtype=np.float64)
+    q_out = np.asarray(res.quaternions, dtype=np.float64)
+    ang = quat_angle_deg(q_out, q_src / np.linalg.norm(q_src, axis=-1, keepdims=True))
+    jp, js = h_out[:, body], h_src[:, body]
+
+    def jit(p):
+        return float(np.mean(np.linalg.norm(p[2:] - 2.0 * p[1:-1] + p[:-2], axis=-1)) * 1000.0)
+
+    return {"joint_mm": float(np.linalg.norm(jp - js, axis=-1).mean() * 1000.0),
+            "rot_deg": float(ang[:, body].mean()), "rot_child_deg": float(ang[:, child].mean()),
+            "jitter": jit(jp), "source_jitter": jit(js), "seconds": sec}
+
+
+def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_root=None, max_frames=None,
+                     bakes=True, log=print):
+    """Issue 11's figures on held-out folders of ``foreign/`` (whole conventions).
+
+    Parameters
+    ----------
+    weights : str or Path, optional
+    device : str
+    folders : sequence of str, optional
+        Default :data:`.foreign.HELDOUT_FOLDERS` (``fair1``, ``sfu``).
+    fps : float
+        Every clip is resampled to this rate (bakes and jitter too).
+    data_root : str or Path, optional
+        The ``foreign/`` folder.
+    max_frames : int, optional
+        At most this many frames per clip.
+    bakes : bool
+        Also bake onto each clip's own skeleton (dense and six effectors).
+
+    Returns
+    -------
+    dict
+        ``rows``: one dict per configuration (frame-weighted means over the
+        clips), ``clips`` (names), ``frames``.
+
+    Figures
+    -------
+    - *network alone, dense, fitted skeleton*: the network (no refinement)
+      given every keypoint the source has, skeleton estimated from them
+      (``Solver.solve(skeleton=None)``); ``mpjpe_mm``: distance of the FK
+      joints to the source's joints (over the joints it has); ``rot_deg``:
+      angle between the network's world rotations and the source skeleton's
+      own (over the joints it has a bone for).
+    - *rig-space solve*: the keypoints alone (the source skeleton's
+      rotations withheld, so the network is the start and prior) baked onto
+      the source's own skeleton by :class:`neural_ik.pipeline.core.RigBake`,
+      smoothing off; ``joint_mm`` over the body's bones (:func:`body_bones`),
+      ``rot_deg`` / ``rot_child_deg``: angle between baked and source pose
+      rotations (relative to rest, so independent of bone rolls) over the
+      body's bones / those with a child; ``jitter_ratio``: mean second
+      difference of the body's joints, baked over the source's.
+    - *network alone, batch 4096*: frames per second of
+      ``Solver.solve(refine=False)`` on held-out keypoints.
+    """
+    from .foreign import HELDOUT_FOLDERS, load_foreign
+
+    folders = tuple(folders or HELDOUT_FOLDERS)
+    clips = load_foreign(folders, data_root, fps, max_frames, log=log)
+    if not clips:
+        raise SystemExit(f"no readable clips in {', '.join(folders)}")
+    solver = Solver(weights, device=device)
+    rows = {}
+
+    def add(row, key, n, **vals):
+        r = rows.setdefault(row, {"name": row, "frames": 0})
+        r["frames"] += n
+        for k, v in vals.items():
+            r[k] = r.get(k, 0.0) + v * n
+
+    for fc in clips:
+        n = len(fc)
+        res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False)
+        mj = fc.mask[:, :NUM_JOINTS]
+        d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
+        ang = _angle_deg(world_rotations(res.local_rot), fc.world_rot)[:, fc.given]
+        add("network alone, dense, fitted skeleton", None, n, mpjpe_mm=float(d[mj].mean() * 1000.0),
+            rot_deg=float(ang.mean()), seconds=res.seconds["network"] / n)
+        line = f"{fc.name:44s} {n:5d} frames  network alone {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
+        if bakes:
+            for mode, row in (("dense", "rig-space solve, dense"), ("sparse", "rig-space solve, six effectors")):
+                b = _bake_own(fc, solver, mode, device)
+                add(row, None, n, joint_mm=b["joint_mm"], rot_deg=b["rot_deg"], rot_child_deg=b["rot_child_deg"],
+                    jitter=b["jitter"], source_jitter=b["source_jitter"], seconds=b["seconds"] / n)
+                line += f" | {mode} bake {b['joint_mm']:6.2f} mm {b['rot_deg']:5.1f}/{b['rot_child_deg']:4.1f} deg"
+                if mode == "dense":
+                    line += f" jitter {b['jitter']:.2f}/{b['source_jitter']:.2f}"
+        if log:
+            log(line)
+    out = []
+    for r in rows.values():
+        n = r["frames"]
+        r2 = {k: (v / n if k not in ("name", "frames") else v) for k, v in r.items()}
+        if "jitter" in r2:
+            r2["jitter_ratio"] = r2["jitter"] / max(r2["source_jitter"], 1e-12)
+        out.append(r2)
+    # throughput of the network alone at batch 4096 (held-out keypoints, skeleton given)
+    kp = np.concatenate([fc.keypoints for fc in clips])
+    m = np.concatenate([fc.mask for fc in clips])
+    reps = max(1, int(np.ceil(4096 / len(kp))))
+    kp, m = np.tile(kp, (reps, 1, 1))[:4096], np.tile(m, (reps, 1))[:4096]
+    sk = solver.solve(kp[:256], m[:256], mode="dense", refine=False).skeleton
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        solver.solve(kp, m, mode="dense", refine=False, skeleton=sk, batch_size=4096)
+        ts.append(time.perf_counter() - t0)
+    out.append({"name": "network alone, batch 4096", "frames": 4096, "frames_per_s": 4096 / float(np.median(ts)),
+                "threads": torch.get_num_threads()})
+    return {"rows": out, "clips": [fc.name for fc in clips], "frames": int(sum(len(fc) for fc in clips)),
+            "folders": list(folders), "fps": fps}
+
+
+def format_foreign(result) -> str:
+    """Markdown tables of :func:`evaluate_foreign`: the figures and the issue's targets."""
+    rows = {r["name"]: r for r in result["rows"]}
+    lines = [f"Held-out folders {', '.join(result['folders'])} of foreign/: {len(result['clips'])} clips, "
+             f"{result['frames']} frames at {result['fps']:g} fps", "",
+             "| configuration | joints (mm) | rotation (deg) | rotation, joints with a child (deg) | jitter (mm/frame^2, baked / source) | ms/frame |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        if "frames_per_s" in r:
+            continue
+        mm = r.get("mpjpe_mm", r.get("joint_mm", float("nan")))
+        child = f"{r['rot_child_deg']:.2f}" if "rot_child_deg" in r else ""
+        jit = f"{r['jitter']:.2f} / {r['source_jitter']:.2f} ({r['jitter_ratio']:.2f}x)" if "jitter" in r else ""
+        lines.append(f"| {r['name']} | {mm:.2f} | {r['rot_deg']:.2f} | {child} | {jit} | {1000 * r['seconds']:.3f} |")
+    lines += ["", "| target | measured | |", "|---|---:|---|"]
+    for row, key, bound, unit in ISSUE11_TARGETS:
+        r = rows.get(row)
+        if r is None or key not in r:
+            continue
+        v = r[key]
+        ok = v >= -bound if bound < 0 else v <= bound
+        lines.append(f"| {row}: {key} {'>=' if bound < 0 else '<='} {abs(bound):g} {unit} | {v:,.2f} | {'met' if ok else 'missed'} |")
+    return "\n".join(lines)
+
+
 def format_table(rows, title="") -> str:
     """Markdown table of :func:`evaluate` rows."""
     lines = []
@@ -216,9 +444,20 @@ def main(argv=None):
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("--foreign", nargs="*", default=None, metavar="FOLDER",
+                   help="issue 11's figures on these held-out folders of ../shared/mocap/foreign "
+                        "(no folder: fair1 sfu); --data is then the foreign/ folder")
+    p.add_argument("--no-bakes", action="store_true", help="with --foreign: the network alone only")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.foreign is not None:
+        res = evaluate_foreign(a.weights, a.device, a.foreign or None, a.fps, a.data, a.max_frames,
+                               bakes=not a.no_bakes, log=lambda s: print(s, file=sys.stderr))
+        print(format_foreign(res))
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        return 0
     rows = evaluate(a.weights, a.device, tuple(a.holdout), a.fps, a.steps, a.fit_skeleton, a.data, a.max_frames,
                     log=lambda s: print(s, file=sys.stderr))
     title = (f"Held-out subject(s) {', '.join(map(str, a.holdout))}: {rows[0]['frames']} frames at {a.fps:g} fps, "
