@@ -564,7 +564,8 @@ def _load_clip(fn: Path, name: str, source: str) -> Clip:
                 Skeleton(z["offsets"].copy(), z["end_offsets"].copy()), source, json.loads(str(z["meta"])))
 
 
-def load_clips(root=None, fps=30.0, subjects=None, progress=True, cache=True, joint_map=None) -> list:
+def load_clips(root=None, fps=30.0, subjects=None, progress=True, cache=True, joint_map=None, skip_bad=False,
+               log=None) -> list:
     """Load every BVH under ``root`` as canonical :class:`Clip` objects.
 
     Parameters
@@ -582,6 +583,11 @@ def load_clips(root=None, fps=30.0, subjects=None, progress=True, cache=True, jo
         joint map, calibration and :data:`CODE_VERSION`).
     joint_map : str or Path, optional
         Joint-map file (default ``training/joint_maps/cmu_cc_base.json``).
+    skip_bad : bool
+        Skip a clip that cannot be read or converted, with a message naming
+        the file (to ``log``, default stderr), instead of raising.
+    log : callable, optional
+        Receives the messages of skipped clips.
 
     Returns
     -------
@@ -630,9 +636,15 @@ def load_clips(root=None, fps=30.0, subjects=None, progress=True, cache=True, jo
                     continue
                 except Exception:  # corrupt cache entry: rebuild
                     pass
-        clip = convert_bvh(f, ref, jmap, fps)
-        if not (FLOOR_RANGE[0] <= clip.meta["floor_m"] <= FLOOR_RANGE[1]):
-            raise DatasetError(f"{f}: floor check failed ({clip.meta['floor_m']:.3f} m)")
+        try:
+            clip = convert_bvh(f, ref, jmap, fps)
+            if not (FLOOR_RANGE[0] <= clip.meta["floor_m"] <= FLOOR_RANGE[1]):
+                raise DatasetError(f"{f}: floor check failed ({clip.meta['floor_m']:.3f} m)")
+        except Exception as ex:
+            if not skip_bad:
+                raise
+            (log or (lambda s: print(s, file=sys.stderr)))(f"skipping {f}: {type(ex).__name__}: {ex}")
+            continue
         if clip.meta["recon_mm_max"] > 10.0:
             log.warning("%s: reconstruction max error %.1f mm", f.name, clip.meta["recon_mm_max"])
         if fn is not None:
