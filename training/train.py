@@ -48,11 +48,12 @@ from neural_ik.model import limits as lim
 from neural_ik.model.fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
 from neural_ik.model.network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, IKNet, encode
 from neural_ik.model.rotations import axis_angle_to_matrix, geodesic_angle, rot_z
-from neural_ik.model.skeleton import CANONICAL, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS, MIRROR_KEYPOINTS
+from neural_ik.model.skeleton import (CANONICAL, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, MIRROR_JOINTS,
+                                      MIRROR_KEYPOINTS, PARENTS)
 
 from .augment import JOINT_AXIS_SCALE
 
-__all__ = ["TrainConfig", "PoseData", "load_pose_data", "synthetic_pose_data", "Augmenter", "train", "export_weights", "FORMAT_VERSION", "main"]
+__all__ = ["TrainConfig", "PoseData", "load_pose_data", "pose_data_from_cache", "synthetic_pose_data", "Augmenter", "train", "export_weights", "FORMAT_VERSION", "main"]
 
 #: Version of the shipped weights format (see :func:`export_weights`).
 FORMAT_VERSION = 1
@@ -60,6 +61,36 @@ FORMAT_VERSION = 1
 _ARMS = [JOINTS.index(n) for n in JOINTS if n.startswith(("clavicle", "upperarm", "forearm", "hand"))]
 _LEGS = [JOINTS.index(n) for n in JOINTS if n.startswith(("thigh", "calf", "foot", "toe"))]
 _END_MIRROR = [END_POINTS.index(KEYPOINTS[k]) for k in MIRROR_KEYPOINTS[NUM_JOINTS:]]
+#: The joint each keypoint's offset starts at (its parent joint; -1 -> 0 for the pelvis).
+_CARRIER = [max(p, 0) for p in PARENTS] + list(END_PARENTS)
+
+
+def _segment_table():
+    groups = {"spine1": 0, "spine2": 0, "spine3": 0, "neck": 1, "head": 1, "head_top": 1, "nose": 1,
+              "clavicle": 2, "upperarm": 2, "forearm": 3, "hand": 4, "hand_tip": 5, "thumb": 5, "thigh": 6,
+              "calf": 7, "foot": 8, "toe": 9, "toe_tip": 9, "heel": 9}
+    seg, sig = [], []
+    place = {"spine1": (12, 4, 4), "spine2": (12, 4, 4), "spine3": (12, 4, 4), "neck": (15, 6, 6), "head": (10, 5, 5),
+             "clavicle": (15, 15, 15), "upperarm": (12, 12, 12), "thigh": (12, 12, 12), "head_top": (12, 12, 12),
+             "nose": (12, 12, 12), "hand_tip": (8, 8, 8), "thumb": (20, 20, 20), "toe_tip": (10, 10, 10),
+             "heel": (15, 15, 15)}
+    for n in KEYPOINTS:
+        base = n[:-2] if n.endswith(("_l", "_r")) else n
+        seg.append(groups.get(base, -1))
+        sig.append(float(np.mean(place.get(base, (4, 4, 4)))) if base != "pelvis" else 0.0)
+    return seg, sig
+
+
+#: Body segment of each keypoint's offset for :meth:`Augmenter._skeleton_variety` (-1: none).
+_SEGMENT_OF_KP, _PLACEMENT_SIGMA = _segment_table()
+_K = {n: i for i, n in enumerate(KEYPOINTS)}
+#: Keypoint groups whole sources lack, with the probability of hiding each (at ``p_missing`` 0.5).
+_MISSING_GROUPS = (
+    ([_K["head_top"]], 0.3), ([_K["nose"]], 0.5), ([_K["hand_tip_l"], _K["hand_tip_r"]], 0.35),
+    ([_K["thumb_l"], _K["thumb_r"]], 0.5), ([_K["heel_l"], _K["heel_r"]], 0.5),
+    ([_K["toe_l"], _K["toe_r"], _K["toe_tip_l"], _K["toe_tip_r"]], 0.15), ([_K["spine2"]], 0.15),
+    ([_K["clavicle_l"], _K["clavicle_r"]], 0.15), ([_K["neck"]], 0.1),
+)
 
 
 class TrainConfig:
@@ -86,6 +117,15 @@ class TrainConfig:
         self.noise_m = 0.004
         self.max_drop = 0.3
         self.p_sparse = 0.5
+        # skeleton variety (issue 11): per-sample segment proportions, joint placements, missing points
+        self.p_variety = 0.0
+        self.segment_range = 0.2
+        self.placement_deg = 1.0
+        self.p_missing = 0.0
+        self.p_video = 0.0
+        self.video_jitter_m = 0.015
+        self.video_depth_m = 0.03
+        self.p_fit_skeleton = 0.0
         self.seed = 0
         self.threads = 2
         self.device = "cpu"
@@ -102,19 +142,34 @@ class TrainConfig:
 
 
 class PoseData:
-    """Training poses as tensors: local_rot (N,22,3,3), root (N,3), offsets (N,22,3), end_offsets (N,10,3)."""
+    """Training poses as tensors: local_rot (N,22,3,3), root (N,3), offsets (N,22,3), end_offsets (N,10,3),
+    and optionally has_kp (N,32) bool: the keypoints the frame's source really has (default all)."""
 
-    def __init__(self, local_rot, root_pos, offsets, end_offsets):
+    def __init__(self, local_rot, root_pos, offsets, end_offsets, has_kp=None):
         self.local_rot = local_rot
         self.root_pos = root_pos
         self.offsets = offsets
         self.end_offsets = end_offsets
+        self.has_kp = has_kp
 
     def __len__(self):
         return self.local_rot.shape[0]
 
     def to(self, device):
-        return PoseData(*(t.to(device) for t in (self.local_rot, self.root_pos, self.offsets, self.end_offsets)))
+        return PoseData(*(t.to(device) for t in (self.local_rot, self.root_pos, self.offsets, self.end_offsets)),
+                        None if self.has_kp is None else self.has_kp.to(device))
+
+
+def pose_data_from_cache(path=None):
+    """``(PoseData, info)`` from the training cache (:mod:`.cache`)."""
+    from .cache import load_cache
+
+    z = load_cache(path)
+    c = torch.from_numpy(z["clip"])
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    data = PoseData(t(z["local_rot"]), t(z["root"]), t(z["offsets"])[c], t(z["end_offsets"])[c],
+                    torch.from_numpy(z["has_kp"])[c])
+    return data, dict(z["info"], cache=str(path or ""))
 
 
 def _clips_to_data(clips) -> PoseData:
@@ -171,6 +226,12 @@ class Augmenter:
         self.sym_j = sym
         self.eff = torch.as_tensor(EFFECTOR_KP, device=device)
         self.hint = torch.as_tensor(HINT_KP, device=device)
+        self.segment = torch.as_tensor(_SEGMENT_OF_KP, device=device)
+        self.place_sigma = torch.as_tensor(_PLACEMENT_SIGMA, dtype=torch.float32, device=device)
+        self.carrier = torch.as_tensor(_CARRIER, device=device)
+        self.canon_off = torch.as_tensor(CANONICAL.offsets, dtype=torch.float32, device=device)
+        self.canon_end = torch.as_tensor(CANONICAL.end_offsets, dtype=torch.float32, device=device)
+        self.mk_sign = torch.tensor([1.0, -1.0, -1.0], device=device)
 
     def _rand(self, *shape):
         return torch.rand(*shape, generator=self.g, device=self.dev)
@@ -230,6 +291,8 @@ class Augmenter:
             s = torch.exp(self._randn(batch, 1) * cfg.scale_sigma)
             off = off * (f * s)[..., None]
             eo = eo * (fe * s)[..., None]
+            if cfg.p_variety > 0:
+                off, eo = self._skeleton_variety(off, eo)
         kp = fk_keypoints(L, root, off, eo)
         # masks
         sparse = self._rand(batch) < cfg.p_sparse
@@ -241,6 +304,10 @@ class Augmenter:
         hint_mode = self._rand(batch, 1)
         hints = ((self._rand(batch, len(HINT_KP)) < 0.5) & (hint_mode >= 0.4)) | (hint_mode >= 0.7)
         sparse_mask[:, self.hint] = hints
+        if augment and cfg.p_missing > 0:
+            dense_mask = dense_mask & ~self._missing_groups(batch)
+        if d.has_kp is not None:
+            dense_mask = dense_mask & d.has_kp[idx]
         mask = torch.where(sparse[:, None], sparse_mask, dense_mask)
         mask[~mask.any(1), 0] = True
         # orientations (sparse only): none / pelvis only / all six
@@ -254,8 +321,94 @@ class Augmenter:
         kp_in = kp
         if augment and cfg.noise_m > 0:
             kp_in = kp + self._randn(*kp.shape) * cfg.noise_m * self._rand(batch, 1, 1)
+        if augment and cfg.p_video > 0:
+            kp_in = self._video_noise(kp_in, ~sparse)
+        off_in, eo_in = off, eo
+        if augment and cfg.p_fit_skeleton > 0:
+            off_in, eo_in = self._input_skeleton(off, eo, mask, sparse)
         return dict(local=L, root=root, offsets=off, end_offsets=eo, kp=kp, kp_in=kp_in, mask=mask, orient=orient,
-                    orient_mask=omask, sparse=sparse)
+                    orient_mask=omask, sparse=sparse, offsets_in=off_in, end_offsets_in=eo_in)
+
+    def _skeleton_variety(self, off, eo):
+        """Other proportions and joint placements, as other bodies and skeleton conventions have.
+
+        For a share ``p_variety`` of the samples: every body segment
+        (:data:`_SEGMENT_OF_KP`: torso, neck and head, shoulder width, upper
+        arms, forearms, hands, hip width, thighs, shins, feet) scaled by a
+        factor uniform in ``1 +- segment_range`` (both sides alike), and
+        every offset turned by a random rotation (per-axis sigma
+        :data:`_PLACEMENT_SIGMA` degrees times ``placement_deg``, mirrored
+        between the sides): spine curvature, where the clavicles and hips
+        sit, where the end points are.
+        """
+        cfg = self.cfg
+        B = off.shape[0]
+        on = self._rand(B) < cfg.p_variety
+        g = 1.0 + (2.0 * self._rand(B, int(self.segment.max()) + 1) - 1.0) * cfg.segment_range
+        fac = torch.where(self.segment >= 0, g[:, self.segment.clamp_min(0)], torch.ones((), device=self.dev))
+        sig = torch.deg2rad(self.place_sigma) * cfg.placement_deg  # (32,)
+        aa = self._randn(B, NUM_KEYPOINTS, 3) * sig[None, :, None]
+        aa = 0.5 * (aa + aa[:, self.mk] * self.mk_sign)   # left/right mirror images
+        R = axis_angle_to_matrix(aa)
+        allo = torch.cat([off, eo], 1)
+        new = (R @ allo[..., None])[..., 0] * fac[..., None]
+        new[:, 0] = allo[:, 0]
+        allo = torch.where(on[:, None, None], new, allo)
+        return allo[:, :NUM_JOINTS].contiguous(), allo[:, NUM_JOINTS:].contiguous()
+
+    def _missing_groups(self, batch):
+        """Keypoints that whole sources lack (head top, nose, hand tips, thumbs, heels, toes, a spine,
+        the clavicles, the neck), each group hidden with its probability times ``p_missing / 0.5``."""
+        hide = torch.zeros(batch, NUM_KEYPOINTS, dtype=torch.bool, device=self.dev)
+        k = self.cfg.p_missing / 0.5
+        for idx, p in _MISSING_GROUPS:
+            hit = self._rand(batch) < min(1.0, p * k)
+            hide[:, idx] |= hit[:, None]
+        return hide
+
+    def _video_noise(self, kp, dense):
+        """Keypoint noise like a video pose estimator's, on a share ``p_video`` of the dense samples:
+        per-point jitter (sigma up to ``video_jitter_m``) and a depth error along a random horizontal
+        viewing direction (sigma up to ``video_depth_m``)."""
+        cfg = self.cfg
+        B = kp.shape[0]
+        on = (self._rand(B) < cfg.p_video) & dense
+        jit = self._randn(B, NUM_KEYPOINTS, 3) * (self._rand(B, 1, 1) * cfg.video_jitter_m)
+        ang = self._rand(B) * 2 * math.pi
+        view = torch.stack([torch.cos(ang), torch.sin(ang), torch.zeros_like(ang)], -1)
+        depth = self._randn(B, NUM_KEYPOINTS, 1) * (self._rand(B, 1, 1) * cfg.video_depth_m) * view[:, None]
+        return torch.where(on[:, None, None], kp + jit + depth, kp)
+
+    def _input_skeleton(self, off, eo, mask, sparse):
+        """The skeleton the solver would have (its bone lengths are all the network reads).
+
+        For a share ``p_fit_skeleton`` of the samples: in dense samples the
+        lengths :func:`neural_ik.model.inference.fit_skeleton` measures (the
+        true ones where both ends of a bone are given, the canonical ones
+        scaled to the body elsewhere); in sparse samples the canonical
+        skeleton scaled by the leg length (what a bake without a source
+        skeleton passes). The loss keeps the true skeleton.
+        """
+        B = off.shape[0]
+        on = self._rand(B) < self.cfg.p_fit_skeleton
+        allo = torch.cat([off, eo], 1)
+        canon = torch.cat([self.canon_off, self.canon_end], 0)
+        ln = allo.norm(dim=-1)
+        lc = canon.norm(dim=-1).expand(B, -1)
+        both = mask & mask[:, self.carrier]
+        ok = both[:, 1:]
+        ratio = torch.where(ok, ln[:, 1:] / lc[:, 1:].clamp_min(1e-6), torch.full_like(ln[:, 1:], float("nan")))
+        s = ratio.nanmedian(dim=1).values
+        s = torch.where(torch.isfinite(s), s, torch.ones_like(s))
+        legs = [KEYPOINTS.index(n) for n in ("calf_l", "foot_l", "calf_r", "foot_r")]
+        s_leg = ln[:, legs].sum(1) / lc[:, legs].sum(1)
+        s = torch.where(sparse, s_leg, s)
+        fit = torch.where(both & ~sparse[:, None], ln, lc * s[:, None])
+        dirs = canon / lc[:1, :, None].clamp_min(1e-9)
+        new = dirs * fit[..., None]
+        new[:, 0] = allo[:, 0]
+        allo = torch.where(on[:, None, None], new, allo)
+        return allo[:, :NUM_JOINTS].contiguous(), allo[:, NUM_JOINTS:].contiguous()
 
 
 def _world_rot(L):
@@ -267,7 +420,8 @@ def _world_rot(L):
 
 def compute_loss(net: IKNet, b: dict, cfg: TrainConfig):
     """Loss and a dict of its parts (floats) for one batch."""
-    local, root, rot6 = net.predict(b["kp_in"], b["mask"], b["offsets"], b["end_offsets"], b["orient"], b["orient_mask"])
+    local, root, rot6 = net.predict(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
+                                    b["orient_mask"])
     kp, (wr, _) = fk_keypoints(local, root, b["offsets"], b["end_offsets"], return_world=True)
     wr_gt = _world_rot(b["local"])
     g_local = geodesic_angle(local, b["local"]).mean()
@@ -367,7 +521,8 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
         feats = []
         for _ in range(4):
             b = aug.sample(max(256, min(2048, cfg.batch * 2)))
-            feats.append(encode(b["kp_in"], b["mask"], b["offsets"], b["end_offsets"], b["orient"], b["orient_mask"])[0])
+            feats.append(encode(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
+                                b["orient_mask"])[0])
         net.set_normalisation(torch.cat(feats))
     decay, no_decay = [], []
     for name, p in net.named_parameters():
@@ -495,6 +650,8 @@ def main(argv=None):
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--export", default=None, help="also write shippable weights here (e.g. weights/neural_ik.pt)")
     p.add_argument("--data", default=None, help="BVH folder (default ../shared/mocap/cmu)")
+    p.add_argument("--cache", default=None, help="train from this training cache (python -m training.cache) "
+                   "instead of --data; held-out CMU subject 6 is logged when ../shared/mocap/cmu is there")
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--synthetic", type=int, default=0, help="train on N synthetic poses instead of the mocap")
     p.add_argument("--no-progress", action="store_true")
@@ -511,6 +668,12 @@ def main(argv=None):
         p.error("--device cuda requested but CUDA is not available")
     if a.synthetic:
         data, held, info = synthetic_pose_data(a.synthetic, cfg.seed), synthetic_pose_data(1024, cfg.seed + 1), {"synthetic": a.synthetic}
+    elif a.cache:
+        data, info = pose_data_from_cache(a.cache)
+        try:
+            _, held, _ = load_pose_data(fps=a.fps, root=a.data)
+        except (FileNotFoundError, OSError, ValueError):
+            held = None
     else:
         data, held, info = load_pose_data(fps=a.fps, root=a.data)
     print(f"training on {len(data)} poses ({json.dumps(info)})", file=sys.stderr)
