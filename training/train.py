@@ -395,11 +395,11 @@ class Augmenter:
         canon = torch.cat([self.canon_off, self.canon_end], 0)
         ln = allo.norm(dim=-1)
         lc = canon.norm(dim=-1).expand(B, -1)
-        both = mask & mask[:, self.carrier]
+        both = mask & mask[:, self.carrier] & (ln > 1e-4)   # fit_skeleton ignores zero-length bones
         ok = both[:, 1:]
         ratio = torch.where(ok, ln[:, 1:] / lc[:, 1:].clamp_min(1e-6), torch.full_like(ln[:, 1:], float("nan")))
         s = ratio.nanmedian(dim=1).values
-        s = torch.where(torch.isfinite(s), s, torch.ones_like(s))
+        s = torch.where(torch.isfinite(s) & (s > 0.1), s, torch.ones_like(s))
         legs = [KEYPOINTS.index(n) for n in ("calf_l", "foot_l", "calf_r", "foot_r")]
         s_leg = ln[:, legs].sum(1) / lc[:, legs].sum(1)
         s = torch.where(sparse, s_leg, s)
@@ -557,6 +557,10 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
         b = aug.sample(cfg.batch)
         loss, parts = compute_loss(net, b, cfg)
         opt.zero_grad(set_to_none=True)
+        if not math.isfinite(parts["loss"]):  # one bad batch must not poison the weights
+            print(f"step {step + 1}: non-finite loss, batch skipped", file=sys.stderr)
+            sched.step()
+            continue
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
