@@ -105,8 +105,8 @@ __all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode
 
 #: Weights shipped with the extension.
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
-#: Weights format version this code reads.
-FORMAT_VERSION = 1
+#: Weights format version this code reads (2: the network with a temporal block; 1 was per frame only).
+FORMAT_VERSION = 2
 
 #: Solves of at most this many frames run on the CPU even on a CUDA solver (kernel launch
 #: overhead: one pose takes about 23 ms on a GPU against 2.5 ms on the CPU).
@@ -312,7 +312,13 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
         raise WeightsError(f"{path} is not a Neural IK weights file (no 'format': 'neural_ik' entry)")
     ver = blob.get("format_version")
     if ver != FORMAT_VERSION:
-        raise WeightsError(f"{path} has weights format version {ver!r}; this version of Neural IK reads version {FORMAT_VERSION}")
+        older = isinstance(ver, int) and ver < FORMAT_VERSION
+        raise WeightsError(
+            f"{path} has weights format version {ver!r}; this version of Neural IK reads version {FORMAT_VERSION}"
+            + (" (the old per-frame network)" if ver == 1 else "")
+            + (": re-train the network (python -m training.train, see weights/MODEL_CARD.md) or download the "
+               "weights of this version (reinstall the extension)" if older else
+               ": this file is newer than the extension; update Neural IK or use the weights it ships with"))
     if list(blob.get("keypoints", [])) != list(KEYPOINTS) or list(blob.get("joints", [])) != list(JOINTS):
         raise WeightsError(f"{path} was trained for another skeleton (its keypoint/joint lists differ from this version's)")
     if blob.get("num_features") != NUM_FEATURES or blob.get("num_outputs") != NUM_OUTPUTS:
@@ -323,7 +329,8 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
     if not isinstance(hp, dict) or not isinstance(state, dict):
         raise WeightsError(f"{path}: missing 'hparams' or 'state'")
     try:
-        net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0)
+        net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0, int(hp.get("temporal", 0)),
+                    int(hp.get("temporal_channels", 128)))
         state = {k: v.float() for k, v in state.items()}
         net.load_state_dict(state, strict=True)
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as ex:
@@ -491,7 +498,7 @@ class Solver:
 
     def solve(self, keypoints, mask=None, *, mode="auto", refine=True, refine_steps=REFINE_DEFAULTS["steps"],
               orientations=None, batch_size=4096, skeleton=None, progress=None, limits=True,
-              dtype=np.float64) -> SolveResult:
+              dtype=np.float64, temporal="auto") -> SolveResult:
         """Solve poses for a sequence of keypoint frames.
 
         Parameters
@@ -521,6 +528,14 @@ class Solver:
             float64 (default) or float32 (half the memory; the batched solve
             computes in float32 anyway; on CUDA the results then arrive in
             pinned memory without any conversion).
+        temporal : {"auto", "off", "centred", "causal"}
+            Temporal context of the network (weights with a temporal block):
+            the frames are consecutive frames of one clip and each frame's
+            answer reads its neighbours' keypoints (``"centred"``: before and
+            after, for bakes; ``"causal"``: only the frames before, for a
+            stream that has no future frames); ``"off"``: every frame alone.
+            ``"auto"``: centred for more than one frame, off for one. The
+            network was trained at 30 frames per second.
 
         Returns
         -------
@@ -556,6 +571,12 @@ class Solver:
             raise ValueError(f"mode must be 'auto', 'dense' or 'sparse', got {mode!r}")
         if mode == "sparse":
             m = m & _SPARSE_SET
+        if temporal not in ("auto", "off", "centred", "causal"):
+            raise ValueError(f"temporal must be 'auto', 'off', 'centred' or 'causal', got {temporal!r}")
+        if temporal == "auto":
+            temporal = "centred" if T > 1 else "off"
+        if self.net.temporal is None or T == 1:
+            temporal = "off"
         ori = omask = None
         if orientations is not None:
             ori = np.asarray(orientations, dtype=np.float64)
@@ -573,7 +594,7 @@ class Solver:
         if dev.type == "cuda" and T <= CPU_MAX_FRAMES_ON_CUDA:  # launch overhead: a few frames are faster here
             dev = torch.device("cpu")
         out = self._solve_frames(kp, m, ori, omask, skeleton, refine, refine_steps, limits, batch_size, progress,
-                                 dtype, dev)
+                                 dtype, dev, temporal)
         return SolveResult(out["L"], out["root"], out["kp"], skeleton, out["err"], mode,
                            {"network": out["seconds"][0], "refine": out["seconds"][1],
                             "total": time.perf_counter() - t_start}, dev.type)
@@ -604,7 +625,7 @@ class Solver:
         base = carrier  # joint the offset starts at
         for _ in range(rounds):
             out = self._solve_frames(kp0, m, ori, omask, sk, True, REFINE_DEFAULTS["steps"], True, batch_size, None,
-                                     np.float64, dev)
+                                     np.float64, dev, "off")  # evenly spread frames: no temporal context
             W, P, _ = _np_fk(out["L"], out["root"], np.asarray(sk.offsets, dtype=np.float64),
                              np.asarray(sk.end_offsets, dtype=np.float64))
             rel = kp0 - kp0[:, base]  # (T, 32, 3) world offsets from the start joint
@@ -659,9 +680,13 @@ class Solver:
         return np.empty(shape, dtype), None
 
     def _solve_frames(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, batch_size, progress, dtype,
-                      dev):
+                      dev, temporal="off"):
         """Network (+ refinement) for every frame on ``dev``; dict of outputs ``L``, ``root``, ``kp``, ``err``
-        (mm per frame) and ``seconds`` (network, refine)."""
+        (mm per frame) and ``seconds`` (network, refine).
+
+        With ``temporal`` on, each batch's network pass also reads the
+        frames its temporal block needs around the batch (:meth:`_halo`), so
+        batches join without a seam."""
         T = kp.shape[0]
         direct = dev.type == "cuda" and dtype == np.float32  # results copied straight into pinned arrays
         out = {}
@@ -685,18 +710,33 @@ class Solver:
             if dev.type == "cuda":
                 with torch.cuda.device(dev):  # events and streams of this device
                     self._batches_cuda(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
-                                       views, seconds)
+                                       views, seconds, temporal)
             else:
                 self._batches_cpu(kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out,
-                                  seconds)
+                                  seconds, temporal)
         out["seconds"] = tuple(seconds)
         return out
 
+    def _halo(self, temporal):
+        """Frames ``(before, after)`` a batch's temporal network pass reads beyond the batch."""
+        if temporal == "off" or self.net.temporal is None:
+            return 0, 0
+        k = self.net.temporal.kernel
+        return (k // 2, k // 2) if temporal == "centred" else (k - 1, 0)
+
     @staticmethod
-    def _batch_network(net, kt, mt, ot, omt, off, eo):
-        """Masked keypoints (zeros where not given) and the network's pose for one batch, on its device."""
+    def _batch_network(net, kt, mt, ot, omt, off, eo, temporal="off", crop=None):
+        """Masked keypoints (zeros where not given) and the network's pose for one batch, on its device.
+
+        With ``temporal`` on, the rows are consecutive frames read as one
+        sequence, and ``crop`` ``(start, count)`` the rows whose keypoints and
+        pose are returned (the others are the temporal context around them).
+        """
         kt = torch.where(mt[..., None], kt, torch.zeros((), dtype=kt.dtype, device=kt.device))
-        L, root, _ = net.predict(kt, mt, off, eo, ot, omt)
+        L, root, _ = net.predict(kt, mt, off, eo, ot, omt, window=kt.shape[0], temporal=temporal)
+        if crop is not None:
+            o, k = crop
+            kt, L, root = kt[o:o + k], L[o:o + k], root[o:o + k]
         return kt, L, root
 
     @staticmethod
@@ -719,14 +759,16 @@ class Solver:
         """Keypoints (and orientations) given in frames ``a:b``, from the host mask (no device sync)."""
         return (m[a:b].any(0), None if omask is None else omask[a:b].any(0))
 
-    def _batches_cpu(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, seconds):
+    def _batches_cpu(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, seconds,
+                     temporal="off"):
         T = kp.shape[0]
         net = self._network_on(torch.device("cpu"))
         off, eo = self._skeleton_tensors(skeleton, torch.device("cpu"))
+        hb, ha = self._halo(temporal)
         for a in range(0, T, bs):
             b = min(a + bs, T)
             t0 = time.perf_counter()
-            if b - a == 1:  # a lone frame: the numpy twins
+            if b - a == 1 and temporal == "off":  # a lone frame: the numpy twins
                 L, r, k, tn, tr = self._single_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, a)
                 out["L"][a], out["root"][a], out["kp"][a] = L, r, k
                 cnt = m[a].sum()
@@ -735,13 +777,17 @@ class Solver:
                 seconds[0] += tn
                 seconds[1] += tr
             else:
-                kt = torch.from_numpy(np.ascontiguousarray(kp[a:b])).float()
-                mt = torch.from_numpy(np.ascontiguousarray(m[a:b]))
+                a0, b0 = max(a - hb, 0), min(b + ha, T)
+                kt = torch.from_numpy(np.ascontiguousarray(kp[a0:b0])).float()
+                mt = torch.from_numpy(np.ascontiguousarray(m[a0:b0]))
                 ot = omt = None
                 if ori is not None:
-                    ot = torch.from_numpy(np.ascontiguousarray(ori[a:b])).float()
-                    omt = torch.from_numpy(np.ascontiguousarray(omask[a:b]))
-                kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo)
+                    ot = torch.from_numpy(np.ascontiguousarray(ori[a0:b0])).float()
+                    omt = torch.from_numpy(np.ascontiguousarray(omask[a0:b0]))
+                kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (a - a0, b - a))
+                mt = mt[a - a0:b - a0]
+                if ot is not None:
+                    ot, omt = ot[a - a0:b - a0], omt[a - a0:b - a0]
                 t1 = time.perf_counter()
                 seconds[0] += t1 - t0
                 if refine and refine_steps > 0:
@@ -757,7 +803,7 @@ class Solver:
                 progress(b, T)
 
     def _batches_cuda(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, views,
-                      seconds):
+                      seconds, temporal="off"):
         """Batches on the GPU, float32 throughout, overlapped with the host.
 
         Per batch: the host converts the inputs into one of two pinned
@@ -773,14 +819,16 @@ class Solver:
         dev = self.device
         T = kp.shape[0]
         n = min(bs, T)
+        hb, ha = self._halo(temporal)
+        ne = min(n + hb + ha, T)  # staging rows: the batch and its temporal context
         net = self.net
         off, eo = self._skeleton_tensors(skeleton, dev)
         has_ori = ori is not None
         pin = dict(pin_memory=True)
-        up = [dict(kp=torch.empty((n, NUM_KEYPOINTS, 3), dtype=torch.float32, **pin),
-                   m=torch.empty((n, NUM_KEYPOINTS), dtype=torch.bool, **pin),
-                   ori=torch.empty((n, NUM_EFF, 3, 3), dtype=torch.float32, **pin) if has_ori else None,
-                   om=torch.empty((n, NUM_EFF), dtype=torch.bool, **pin) if has_ori else None,
+        up = [dict(kp=torch.empty((ne, NUM_KEYPOINTS, 3), dtype=torch.float32, **pin),
+                   m=torch.empty((ne, NUM_KEYPOINTS), dtype=torch.bool, **pin),
+                   ori=torch.empty((ne, NUM_EFF, 3, 3), dtype=torch.float32, **pin) if has_ori else None,
+                   om=torch.empty((ne, NUM_EFF), dtype=torch.bool, **pin) if has_ori else None,
                    done=None) for _ in range(2)]
         direct = views["L"] is not None
         down = None
@@ -809,21 +857,26 @@ class Solver:
             buf = up[slot]
             if buf["done"] is not None:
                 buf["done"].synchronize()  # its previous upload has finished: the buffer may be refilled
-            np.copyto(buf["kp"][:k].numpy(), kp[a:b])
-            np.copyto(buf["m"][:k].numpy(), m[a:b])
+            a0, b0 = max(a - hb, 0), min(b + ha, T)
+            ke, o = b0 - a0, a - a0
+            np.copyto(buf["kp"][:ke].numpy(), kp[a0:b0])
+            np.copyto(buf["m"][:ke].numpy(), m[a0:b0])
             ot = omt = None
-            kt = buf["kp"][:k].to(dev, non_blocking=True)
-            mt = buf["m"][:k].to(dev, non_blocking=True)
+            kt = buf["kp"][:ke].to(dev, non_blocking=True)
+            mt = buf["m"][:ke].to(dev, non_blocking=True)
             if has_ori:
-                np.copyto(buf["ori"][:k].numpy(), ori[a:b])
-                np.copyto(buf["om"][:k].numpy(), omask[a:b])
-                ot = buf["ori"][:k].to(dev, non_blocking=True)
-                omt = buf["om"][:k].to(dev, non_blocking=True)
+                np.copyto(buf["ori"][:ke].numpy(), ori[a0:b0])
+                np.copyto(buf["om"][:ke].numpy(), omask[a0:b0])
+                ot = buf["ori"][:ke].to(dev, non_blocking=True)
+                omt = buf["om"][:ke].to(dev, non_blocking=True)
             buf["done"] = torch.cuda.Event()
             buf["done"].record()
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
             ev[0].record()
-            kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo)
+            kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (o, k))
+            mt = mt[o:o + k]
+            if has_ori:
+                ot, omt = ot[o:o + k], omt[o:o + k]
             ev[1].record()
             if refine and refine_steps > 0:
                 L, root = self._batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits,

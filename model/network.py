@@ -48,6 +48,8 @@ __all__ = [
     "NUM_FEATURES",
     "NUM_OUTPUTS",
     "IKNet",
+    "TemporalMix",
+    "TEMPORAL_MODES",
     "skeleton_scale",
     "estimate_heading",
     "encode",
@@ -215,8 +217,70 @@ class ResBlock(nn.Module):
         return x + self.fc2(self.drop(torch.nn.functional.silu(self.fc1(self.norm(x)))))
 
 
+#: Temporal modes of :class:`IKNet`: per frame, a window centred on each frame (bakes), past frames only (live).
+TEMPORAL_MODES = ("off", "centred", "causal")
+
+
+class TemporalMix(nn.Module):
+    """Residual mixing of per-frame hidden states over neighbouring frames.
+
+    ``h + up(silu(conv_t(down(norm(h)))))``: a projection to ``channels``, a
+    depthwise convolution over time with ``kernel`` taps (a centred kernel,
+    or a causal one that reads only the current and past frames; sequence
+    ends are padded by repeating the end frame), SiLU and a projection back
+    (zero-initialised, so an untrained block is the identity).
+
+    Parameters
+    ----------
+    width : int
+        Hidden width of the network.
+    channels : int
+        Width of the temporal projection.
+    kernel : int
+        Frames the convolution reads (odd).
+    """
+
+    def __init__(self, width: int, channels: int = 128, kernel: int = 9):
+        super().__init__()
+        if kernel < 1 or kernel % 2 == 0:
+            raise ValueError(f"temporal kernel must be odd and positive, got {kernel}")
+        self.kernel = int(kernel)
+        self.norm = nn.LayerNorm(width)
+        self.down = nn.Linear(width, channels)
+        self.k_centred = nn.Parameter(torch.randn(channels, 1, kernel) / kernel)
+        self.k_causal = nn.Parameter(torch.randn(channels, 1, kernel) / kernel)
+        self.up = nn.Linear(channels, width)
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, h: torch.Tensor, window: int, mode: str) -> torch.Tensor:
+        """``h`` (B * window, width), frames of each sequence consecutive; ``mode`` "centred" or "causal"."""
+        n, width = h.shape
+        B = n // window
+        x = self.down(self.norm(h)).reshape(B, window, -1).transpose(1, 2)  # (B, C, T)
+        K = self.kernel
+        if mode == "centred":
+            x = nn.functional.pad(x, (K // 2, K // 2), mode="replicate")
+            w = self.k_centred
+        elif mode == "causal":
+            x = nn.functional.pad(x, (K - 1, 0), mode="replicate")
+            w = self.k_causal
+        else:
+            raise ValueError(f"unknown temporal mode {mode!r}")
+        y = nn.functional.conv1d(x, w, groups=w.shape[0])  # (B, C, T)
+        y = torch.nn.functional.silu(y).transpose(1, 2).reshape(n, -1)
+        return h + self.up(y)
+
+
 class IKNet(nn.Module):
-    """Residual MLP from encoded features to raw pose output.
+    """Residual MLP from encoded features to raw pose output, with optional temporal context.
+
+    Every frame goes through the same per-frame layers; with ``temporal`` >
+    0 a :class:`TemporalMix` block after the first half of the residual
+    blocks mixes each frame's hidden state with its neighbours' when the
+    frames come as sequences (``window`` frames each) and a temporal mode is
+    asked for. Mode ``"off"`` (a single pose) skips it: the network is then
+    the per-frame MLP (trained that way for part of the batches).
 
     Parameters
     ----------
@@ -226,19 +290,33 @@ class IKNet(nn.Module):
         Number of residual blocks.
     dropout : float
         Dropout inside the blocks (training only).
+    temporal : int
+        Frames the temporal block reads (odd); 0: no temporal block.
+    temporal_channels : int
+        Width of the temporal block.
     """
 
-    def __init__(self, width: int = 512, blocks: int = 3, dropout: float = 0.0):
+    def __init__(self, width: int = 512, blocks: int = 3, dropout: float = 0.0, temporal: int = 0,
+                 temporal_channels: int = 128):
         super().__init__()
-        self.hparams = {"width": int(width), "blocks": int(blocks), "dropout": float(dropout)}
+        self.hparams = {"width": int(width), "blocks": int(blocks), "dropout": float(dropout),
+                        "temporal": int(temporal), "temporal_channels": int(temporal_channels)}
         self.inp = nn.Linear(NUM_FEATURES, width)
         self.blocks = nn.Sequential(*[ResBlock(width, dropout) for _ in range(blocks)])
+        #: the temporal block runs after this many residual blocks
+        self.temporal_at = (blocks + 1) // 2
+        self.temporal = TemporalMix(width, temporal_channels, temporal) if temporal > 0 else None
         self.norm = nn.LayerNorm(width)
         self.out = nn.Linear(width, NUM_OUTPUTS)
         nn.init.normal_(self.out.weight, std=1e-3)
         nn.init.zeros_(self.out.bias)
         self.register_buffer("feat_mean", torch.zeros(NUM_FEATURES))
         self.register_buffer("feat_std", torch.ones(NUM_FEATURES))
+
+    @property
+    def context(self) -> int:
+        """Frames on each side a centred temporal output depends on (0 without a temporal block)."""
+        return 0 if self.temporal is None else self.temporal.kernel - 1
 
     def set_normalisation(self, feats: torch.Tensor):
         """Set the feature mean/std from a sample of encoded features."""
@@ -247,12 +325,26 @@ class IKNet(nn.Module):
         self.feat_mean.copy_(mean)
         self.feat_std.copy_(std)
 
-    def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        x = (feats - self.feat_mean) / self.feat_std
-        x = self.blocks(self.inp(x))
+    def forward(self, feats: torch.Tensor, window: int = 1, temporal: str = "off") -> torch.Tensor:
+        """Raw output (N, NUM_OUTPUTS) of features (N, NUM_FEATURES).
+
+        With ``temporal`` "centred" or "causal" (and a temporal block), the
+        N rows are N / ``window`` sequences of ``window`` consecutive frames.
+        """
+        if temporal not in TEMPORAL_MODES:
+            raise ValueError(f"temporal must be one of {TEMPORAL_MODES}, got {temporal!r}")
+        x = self.inp((feats - self.feat_mean) / self.feat_std)
+        use = self.temporal is not None and temporal != "off"
+        for i, blk in enumerate(self.blocks):
+            if use and i == self.temporal_at:
+                x = self.temporal(x, window, temporal)
+            x = blk(x)
+        if use and self.temporal_at >= len(self.blocks):
+            x = self.temporal(x, window, temporal)
         return self.out(torch.nn.functional.silu(self.norm(x)))
 
-    def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
+    def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None, window: int = 1,
+                temporal: str = "off"):
         """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`."""
         feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask)
-        return decode(self(feats), frame)
+        return decode(self(feats, window, temporal), frame)

@@ -55,8 +55,9 @@ from .augment import JOINT_AXIS_SCALE
 
 __all__ = ["TrainConfig", "PoseData", "load_pose_data", "pose_data_from_cache", "synthetic_pose_data", "Augmenter", "train", "export_weights", "FORMAT_VERSION", "main"]
 
-#: Version of the shipped weights format (see :func:`export_weights`).
-FORMAT_VERSION = 1
+#: Version of the shipped weights format (see :func:`export_weights`): 2 adds the temporal block
+#: (``hparams`` ``temporal``, ``temporal_channels``); version 1 was the per-frame network.
+FORMAT_VERSION = 2
 
 _ARMS = [JOINTS.index(n) for n in JOINTS if n.startswith(("clavicle", "upperarm", "forearm", "hand"))]
 _LEGS = [JOINTS.index(n) for n in JOINTS if n.startswith(("thigh", "calf", "foot", "toe"))]
@@ -126,6 +127,12 @@ class TrainConfig:
         self.video_jitter_m = 0.015
         self.video_depth_m = 0.03
         self.p_fit_skeleton = 0.0
+        # temporal context: windows of `window` frames (batch = frames per step), a temporal block reading
+        # `temporal` frames (0: none); per step the block is off / centred / causal
+        self.window = 1
+        self.temporal = 0
+        self.temporal_channels = 128
+        self.p_temporal_off = 0.25
         self.seed = 0
         self.threads = 2
         self.device = "cpu"
@@ -143,21 +150,23 @@ class TrainConfig:
 
 class PoseData:
     """Training poses as tensors: local_rot (N,22,3,3), root (N,3), offsets (N,22,3), end_offsets (N,10,3),
-    and optionally has_kp (N,32) bool: the keypoints the frame's source really has (default all)."""
+    and optionally has_kp (N,32) bool: the keypoints the frame's source really has (default all), and clip
+    (N,) int: the clip of each frame (consecutive frames of one clip are consecutive rows)."""
 
-    def __init__(self, local_rot, root_pos, offsets, end_offsets, has_kp=None):
+    def __init__(self, local_rot, root_pos, offsets, end_offsets, has_kp=None, clip=None):
         self.local_rot = local_rot
         self.root_pos = root_pos
         self.offsets = offsets
         self.end_offsets = end_offsets
         self.has_kp = has_kp
+        self.clip = clip
 
     def __len__(self):
         return self.local_rot.shape[0]
 
     def to(self, device):
         return PoseData(*(t.to(device) for t in (self.local_rot, self.root_pos, self.offsets, self.end_offsets)),
-                        None if self.has_kp is None else self.has_kp.to(device))
+                        *(None if t is None else t.to(device) for t in (self.has_kp, self.clip)))
 
 
 def pose_data_from_cache(path=None):
@@ -168,7 +177,7 @@ def pose_data_from_cache(path=None):
     c = torch.from_numpy(z["clip"])
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
     data = PoseData(t(z["local_rot"]), t(z["root"]), t(z["offsets"])[c], t(z["end_offsets"])[c],
-                    torch.from_numpy(z["has_kp"])[c])
+                    torch.from_numpy(z["has_kp"])[c], c)
     return data, dict(z["info"], cache=str(path or ""))
 
 
@@ -177,7 +186,9 @@ def _clips_to_data(clips) -> PoseData:
     rp = np.concatenate([c.root_pos for c in clips]).astype(np.float32)
     off = np.concatenate([np.broadcast_to(c.skeleton.offsets, (len(c), NUM_JOINTS, 3)) for c in clips]).astype(np.float32)
     eo = np.concatenate([np.broadcast_to(c.skeleton.end_offsets, (len(c), len(END_POINTS), 3)) for c in clips]).astype(np.float32)
-    return PoseData(*(torch.from_numpy(np.ascontiguousarray(a)) for a in (lr, rp, off, eo)))
+    clip = np.concatenate([np.full(len(c), i, dtype=np.int64) for i, c in enumerate(clips)])
+    return PoseData(*(torch.from_numpy(np.ascontiguousarray(a)) for a in (lr, rp, off, eo)), None,
+                    torch.from_numpy(clip))
 
 
 def load_pose_data(holdout=(6,), fps=30.0, root=None):
@@ -232,6 +243,8 @@ class Augmenter:
         self.canon_off = torch.as_tensor(CANONICAL.offsets, dtype=torch.float32, device=device)
         self.canon_end = torch.as_tensor(CANONICAL.end_offsets, dtype=torch.float32, device=device)
         self.mk_sign = torch.tensor([1.0, -1.0, -1.0], device=device)
+        self._win = 1
+        self._start_cache = {}
 
     def _rand(self, *shape):
         return torch.rand(*shape, generator=self.g, device=self.dev)
@@ -239,18 +252,56 @@ class Augmenter:
     def _randn(self, *shape):
         return torch.randn(*shape, generator=self.g, device=self.dev)
 
-    def sample(self, batch: int, augment: bool = True):
-        """One training batch.
+    def _rw(self, *shape):
+        """Uniform draws shared by the frames of a window: ``shape[0]`` frames, ``shape[0] / window`` draws."""
+        w = self._win
+        return torch.rand(shape[0] // w, *shape[1:], generator=self.g, device=self.dev).repeat_interleave(w, 0)
+
+    def _rwn(self, *shape):
+        """Normal draws shared by the frames of a window (see :meth:`_rw`)."""
+        w = self._win
+        return torch.randn(shape[0] // w, *shape[1:], generator=self.g, device=self.dev).repeat_interleave(w, 0)
+
+    def _starts(self, window):
+        """Frames that can start a window of ``window`` frames inside one clip."""
+        key = int(window)
+        if key not in self._start_cache:
+            n = len(self.data)
+            i = torch.arange(max(n - window + 1, 0), device=self.dev)
+            clip = self.data.clip
+            if clip is not None and window > 1:
+                i = i[clip[i] == clip[i + window - 1]]
+            if len(i) == 0:
+                raise ValueError(f"no clip has {window} frames")
+            self._start_cache[key] = i
+        return self._start_cache[key]
+
+    def _frames(self, batch, window):
+        """Frame indices (batch * window,): ``batch`` windows of consecutive frames of one clip."""
+        st = self._starts(window)
+        pick = st[torch.randint(0, len(st), (batch,), generator=self.g, device=self.dev)]
+        return (pick[:, None] + torch.arange(window, device=self.dev)).reshape(-1)
+
+    def sample(self, batch: int, augment: bool = True, window: int = 1):
+        """One training batch of ``batch`` windows of ``window`` consecutive frames (``batch * window`` rows,
+        each window's frames consecutive).
+
+        Everything drawn per sample (limb swaps, mirroring, the synthetic
+        perturbation, heading, skeleton, mode, which points are given, noise
+        levels) is drawn once per window; keypoint noise and dense dropouts
+        per frame.
 
         Returns
         -------
-        dict with ``local`` (B,22,3,3), ``root`` (B,3), ``offsets``, ``end_offsets``,
-        ``kp`` (clean targets, B,32,3), ``kp_in`` (noisy input), ``mask`` (B,32),
-        ``orient`` (B,6,3,3), ``orient_mask`` (B,6), ``sparse`` (B,) bool.
+        dict with ``local`` (N,22,3,3), ``root`` (N,3), ``offsets``, ``end_offsets``,
+        ``kp`` (clean targets, N,32,3), ``kp_in`` (noisy input), ``mask`` (N,32),
+        ``orient`` (N,6,3,3), ``orient_mask`` (N,6), ``sparse`` (N,) bool, ``offsets_in`` and
+        ``end_offsets_in`` (the skeleton the network is given), ``window``.
         """
         cfg, d = self.cfg, self.data
-        n = len(d)
-        idx = torch.randint(0, n, (batch,), generator=self.g, device=self.dev)
+        self._win = w = int(window)
+        idx = self._frames(batch, w)
+        N = batch * w
         L = d.local_rot[idx].clone()
         root = d.root_pos[idx].clone()
         off = d.offsets[idx].clone()
@@ -258,12 +309,12 @@ class Augmenter:
         if augment:
             # limb swapping
             for part in (_ARMS, _LEGS):
-                sw = self._rand(batch) < cfg.p_swap
+                sw = self._rw(N) < cfg.p_swap
                 if sw.any():
-                    other = torch.randint(0, n, (batch,), generator=self.g, device=self.dev)
+                    other = self._frames(batch, w)
                     L[:, part] = torch.where(sw[:, None, None, None], d.local_rot[other][:, part], L[:, part])
             # mirroring
-            mir = self._rand(batch) < cfg.p_mirror
+            mir = self._rw(N) < cfg.p_mirror
             if mir.any():
                 M = self.mirror_mat
                 Lm = L[:, self.mj] * M[:, None] * M[None, :]  # M R M == elementwise sign flip
@@ -271,48 +322,48 @@ class Augmenter:
                 root = torch.where(mir[:, None], root * M, root)
                 off = torch.where(mir[:, None, None], off[:, self.mj] * M, off)
                 eo = torch.where(mir[:, None, None], eo[:, self.me] * M, eo)
-            # synthetic perturbation
-            syn = self._rand(batch) < cfg.p_synth
+            # synthetic perturbation (the same for every frame of a window)
+            syn = self._rw(N) < cfg.p_synth
             if syn.any():
-                sig = math.radians(cfg.synth_deg) * self._rand(batch, 1, 1)
-                aa = self._randn(batch, NUM_JOINTS, 3) * self.axis_scale * sig
+                sig = math.radians(cfg.synth_deg) * self._rw(N, 1, 1)
+                aa = self._rwn(N, NUM_JOINTS, 3) * self.axis_scale * sig
                 aa[:, 0] *= 0.5
                 Lp = lim.project_to_limits(L @ axis_angle_to_matrix(aa))
                 L = torch.where(syn[:, None, None, None], Lp, L)
             # random heading
-            head = rot_z(self._rand(batch) * 2 * math.pi)
+            head = rot_z(self._rw(N) * 2 * math.pi)
             L = torch.cat([(head @ L[:, 0])[:, None], L[:, 1:]], 1)
             root = (head @ root[..., None])[..., 0]
             # bone lengths
-            f = 1.0 + (self._randn(batch, NUM_JOINTS) * cfg.bone_sigma).clamp(-0.25, 0.25)
+            f = 1.0 + (self._rwn(N, NUM_JOINTS) * cfg.bone_sigma).clamp(-0.25, 0.25)
             f = 0.5 * (f + f[:, self.sym_j])
-            fe = 1.0 + (self._randn(batch, eo.shape[1]) * cfg.bone_sigma).clamp(-0.25, 0.25)
+            fe = 1.0 + (self._rwn(N, eo.shape[1]) * cfg.bone_sigma).clamp(-0.25, 0.25)
             fe = 0.5 * (fe + fe[:, self.me])
-            s = torch.exp(self._randn(batch, 1) * cfg.scale_sigma)
+            s = torch.exp(self._rwn(N, 1) * cfg.scale_sigma)
             off = off * (f * s)[..., None]
             eo = eo * (fe * s)[..., None]
             if cfg.p_variety > 0:
                 off, eo = self._skeleton_variety(off, eo)
         kp = fk_keypoints(L, root, off, eo)
         # masks
-        sparse = self._rand(batch) < cfg.p_sparse
-        p_drop = self._rand(batch, 1) * cfg.max_drop
-        dense_mask = self._rand(batch, NUM_KEYPOINTS) >= p_drop
-        sparse_mask = torch.zeros(batch, NUM_KEYPOINTS, dtype=torch.bool, device=self.dev)
+        sparse = self._rw(N) < cfg.p_sparse
+        p_drop = self._rw(N, 1) * cfg.max_drop
+        dense_mask = self._rand(N, NUM_KEYPOINTS) >= p_drop
+        sparse_mask = torch.zeros(N, NUM_KEYPOINTS, dtype=torch.bool, device=self.dev)
         sparse_mask[:, self.eff] = True
         # hints: none (40 %), each with p = 0.5 (30 %), all four (30 %)
-        hint_mode = self._rand(batch, 1)
-        hints = ((self._rand(batch, len(HINT_KP)) < 0.5) & (hint_mode >= 0.4)) | (hint_mode >= 0.7)
+        hint_mode = self._rw(N, 1)
+        hints = ((self._rw(N, len(HINT_KP)) < 0.5) & (hint_mode >= 0.4)) | (hint_mode >= 0.7)
         sparse_mask[:, self.hint] = hints
         if augment and cfg.p_missing > 0:
-            dense_mask = dense_mask & ~self._missing_groups(batch)
+            dense_mask = dense_mask & ~self._missing_groups(N)
         if d.has_kp is not None:
             dense_mask = dense_mask & d.has_kp[idx]
         mask = torch.where(sparse[:, None], sparse_mask, dense_mask)
         mask[~mask.any(1), 0] = True
         # orientations (sparse only): none / pelvis only / all six
-        omode = self._rand(batch)
-        omask = torch.zeros(batch, NUM_EFF, dtype=torch.bool, device=self.dev)
+        omode = self._rw(N)
+        omask = torch.zeros(N, NUM_EFF, dtype=torch.bool, device=self.dev)
         omask[:, 0] = sparse & (omode > 0.5)
         omask[:, 1:] = (sparse & (omode > 0.75))[:, None]
         # world orientations of the effector joints
@@ -320,14 +371,14 @@ class Augmenter:
         orient = wr[:, list(EFFECTOR_JOINTS)]
         kp_in = kp
         if augment and cfg.noise_m > 0:
-            kp_in = kp + self._randn(*kp.shape) * cfg.noise_m * self._rand(batch, 1, 1)
+            kp_in = kp + self._randn(*kp.shape) * cfg.noise_m * self._rw(N, 1, 1)
         if augment and cfg.p_video > 0:
             kp_in = self._video_noise(kp_in, ~sparse)
         off_in, eo_in = off, eo
         if augment and cfg.p_fit_skeleton > 0:
             off_in, eo_in = self._input_skeleton(off, eo, mask, sparse)
         return dict(local=L, root=root, offsets=off, end_offsets=eo, kp=kp, kp_in=kp_in, mask=mask, orient=orient,
-                    orient_mask=omask, sparse=sparse, offsets_in=off_in, end_offsets_in=eo_in)
+                    orient_mask=omask, sparse=sparse, offsets_in=off_in, end_offsets_in=eo_in, window=w)
 
     def _skeleton_variety(self, off, eo):
         """Other proportions and joint placements, as other bodies and skeleton conventions have.
@@ -343,11 +394,11 @@ class Augmenter:
         """
         cfg = self.cfg
         B = off.shape[0]
-        on = self._rand(B) < cfg.p_variety
-        g = 1.0 + (2.0 * self._rand(B, int(self.segment.max()) + 1) - 1.0) * cfg.segment_range
+        on = self._rw(B) < cfg.p_variety
+        g = 1.0 + (2.0 * self._rw(B, int(self.segment.max()) + 1) - 1.0) * cfg.segment_range
         fac = torch.where(self.segment >= 0, g[:, self.segment.clamp_min(0)], torch.ones((), device=self.dev))
         sig = torch.deg2rad(self.place_sigma) * cfg.placement_deg  # (32,)
-        aa = self._randn(B, NUM_KEYPOINTS, 3) * sig[None, :, None]
+        aa = self._rwn(B, NUM_KEYPOINTS, 3) * sig[None, :, None]
         aa = 0.5 * (aa + aa[:, self.mk] * self.mk_sign)   # left/right mirror images
         R = axis_angle_to_matrix(aa)
         allo = torch.cat([off, eo], 1)
@@ -362,7 +413,7 @@ class Augmenter:
         hide = torch.zeros(batch, NUM_KEYPOINTS, dtype=torch.bool, device=self.dev)
         k = self.cfg.p_missing / 0.5
         for idx, p in _MISSING_GROUPS:
-            hit = self._rand(batch) < min(1.0, p * k)
+            hit = self._rw(batch) < min(1.0, p * k)
             hide[:, idx] |= hit[:, None]
         return hide
 
@@ -372,11 +423,11 @@ class Augmenter:
         viewing direction (sigma up to ``video_depth_m``)."""
         cfg = self.cfg
         B = kp.shape[0]
-        on = (self._rand(B) < cfg.p_video) & dense
-        jit = self._randn(B, NUM_KEYPOINTS, 3) * (self._rand(B, 1, 1) * cfg.video_jitter_m)
-        ang = self._rand(B) * 2 * math.pi
+        on = (self._rw(B) < cfg.p_video) & dense
+        jit = self._randn(B, NUM_KEYPOINTS, 3) * (self._rw(B, 1, 1) * cfg.video_jitter_m)
+        ang = self._rw(B) * 2 * math.pi
         view = torch.stack([torch.cos(ang), torch.sin(ang), torch.zeros_like(ang)], -1)
-        depth = self._randn(B, NUM_KEYPOINTS, 1) * (self._rand(B, 1, 1) * cfg.video_depth_m) * view[:, None]
+        depth = self._randn(B, NUM_KEYPOINTS, 1) * (self._rw(B, 1, 1) * cfg.video_depth_m) * view[:, None]
         return torch.where(on[:, None, None], kp + jit + depth, kp)
 
     def _input_skeleton(self, off, eo, mask, sparse):
@@ -390,7 +441,7 @@ class Augmenter:
         skeleton passes). The loss keeps the true skeleton.
         """
         B = off.shape[0]
-        on = self._rand(B) < self.cfg.p_fit_skeleton
+        on = self._rw(B) < self.cfg.p_fit_skeleton
         allo = torch.cat([off, eo], 1)
         canon = torch.cat([self.canon_off, self.canon_end], 0)
         ln = allo.norm(dim=-1)
@@ -404,6 +455,8 @@ class Augmenter:
         s_leg = ln[:, legs].sum(1) / lc[:, legs].sum(1)
         s = torch.where(sparse, s_leg, s)
         fit = torch.where(both & ~sparse[:, None], ln, lc * s[:, None])
+        w = self._win
+        fit = fit[::w].repeat_interleave(w, 0)   # one skeleton per window: its first frame's
         dirs = canon / lc[:1, :, None].clamp_min(1e-9)
         new = dirs * fit[..., None]
         new[:, 0] = allo[:, 0]
@@ -418,10 +471,10 @@ def _world_rot(L):
                               torch.zeros(NUM_JOINTS, 3, dtype=L.dtype, device=L.device))[0]
 
 
-def compute_loss(net: IKNet, b: dict, cfg: TrainConfig):
-    """Loss and a dict of its parts (floats) for one batch."""
+def compute_loss(net: IKNet, b: dict, cfg: TrainConfig, temporal: str = "off"):
+    """Loss and a dict of its parts (floats) for one batch (``temporal``: the mode of the temporal block)."""
     local, root, rot6 = net.predict(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
-                                    b["orient_mask"])
+                                    b["orient_mask"], window=b.get("window", 1), temporal=temporal)
     kp, (wr, _) = fk_keypoints(local, root, b["offsets"], b["end_offsets"], return_world=True)
     wr_gt = _world_rot(b["local"])
     g_local = geodesic_angle(local, b["local"]).mean()
@@ -515,7 +568,10 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
     data = data.to(dev)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed)
     aug = Augmenter(data, cfg, dev, gen)
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout).to(dev)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels).to(dev)
+    window = max(1, int(cfg.window)) if cfg.temporal > 0 else 1
+    if window > 1 and cfg.batch % window:
+        raise ValueError(f"batch ({cfg.batch} frames) must be a multiple of window ({window})")
     # normalisation statistics from augmented batches (fixed seed)
     with torch.no_grad():
         feats = []
@@ -554,8 +610,12 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
     net.train()
     t0 = time.time()
     for step in range(start, cfg.steps):
-        b = aug.sample(cfg.batch)
-        loss, parts = compute_loss(net, b, cfg)
+        mode = "off"
+        if window > 1:
+            u = float(torch.rand((), generator=gen, device=dev))
+            mode = "off" if u < cfg.p_temporal_off else ("centred" if u < 0.5 + cfg.p_temporal_off / 2 else "causal")
+        b = aug.sample(cfg.batch // window, window=window)
+        loss, parts = compute_loss(net, b, cfg, mode)
         opt.zero_grad(set_to_none=True)
         if not math.isfinite(parts["loss"]):  # one bad batch must not poison the weights
             print(f"step {step + 1}: non-finite loss, batch skipped", file=sys.stderr)
@@ -595,10 +655,10 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
 
     The file is a plain dict (loadable with ``torch.load(weights_only=True)``)::
 
-        {"format": "neural_ik", "format_version": 1,
+        {"format": "neural_ik", "format_version": 2,
          "keypoints": [...32 names...], "joints": [...22 names...],
          "num_features": int, "num_outputs": int,
-         "hparams": {"width", "blocks", "dropout"},
+         "hparams": {"width", "blocks", "dropout", "temporal", "temporal_channels"},
          "state": {parameter name: tensor (float16 for weight matrices)},
          "feat_mean": tensor, "feat_std": tensor,   # normalisation stats
          "train": {...primitives: config, data, time...}}
@@ -638,7 +698,7 @@ def export_checkpoint(ckpt, path, info=None):
     """Export the network of a checkpoint (``checkpoint.pt`` or ``final.pt``) as shippable weights."""
     st = torch.load(ckpt, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**st["cfg"])
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels)
     net.load_state_dict(st["model"])
     extra = {"step": st.get("step", cfg.steps), "seconds": round(st.get("seconds", st.get("extra", {}).get("seconds", 0.0)), 1)}
     return export_weights(net.eval(), path, cfg, dict(st.get("info", {}), **extra, **(info or {})))
