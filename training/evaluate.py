@@ -249,6 +249,7 @@ ISSUE11_TARGETS = (
     ("rig-space solve, six effectors", "rot_deg", 20.0, "deg"),
     ("rig-space solve, dense", "jitter_ratio", 1.10, "x source"),
     ("network alone, batch 4096", "frames_per_s", -20000.0, "frames/s"),
+    ("weights file", "mib", 10.0, "MiB"),
 )
 
 
@@ -334,7 +335,9 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
       body's bones / those with a child; ``jitter_ratio``: mean second
       difference of the body's joints, baked over the source's.
     - *network alone, batch 4096*: frames per second of
-      ``Solver.solve(refine=False)`` on held-out keypoints.
+      ``Solver.solve(refine=False)`` on held-out keypoints (with the
+      temporal context a bake uses; a network with a temporal block is
+      also measured frame by frame, ``per frame`` rows).
     """
     from .foreign import HELDOUT_FOLDERS, load_foreign
 
@@ -351,15 +354,21 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         for k, v in vals.items():
             r[k] = r.get(k, 0.0) + v * n
 
+    temporal = solver.net.temporal is not None
     for fc in clips:
         n = len(fc)
-        res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False)
         mj = fc.mask[:, :NUM_JOINTS]
-        d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
-        ang = _angle_deg(world_rotations(res.local_rot), fc.world_rot)[:, fc.given]
-        add("network alone, dense, fitted skeleton", None, n, mpjpe_mm=float(d[mj].mean() * 1000.0),
-            rot_deg=float(ang.mean()), seconds=res.seconds["network"] / n)
-        line = f"{fc.name:44s} {n:5d} frames  network alone {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
+        line = f"{fc.name:44s} {n:5d} frames "
+        for row, mode in (("network alone, dense, fitted skeleton", "auto"),
+                          ("network alone, dense, fitted skeleton, per frame", "off")):
+            if mode == "off" and not temporal:
+                continue
+            res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False, temporal=mode)
+            d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
+            ang = _angle_deg(world_rotations(res.local_rot), fc.world_rot)[:, fc.given]
+            add(row, None, n, mpjpe_mm=float(d[mj].mean() * 1000.0), rot_deg=float(ang.mean()),
+                seconds=res.seconds["network"] / n)
+            line += f" network alone ({mode}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
         if bakes:
             for mode, row in (("dense", "rig-space solve, dense"), ("sparse", "rig-space solve, six effectors")):
                 b = _bake_own(fc, solver, mode, device)
@@ -390,6 +399,11 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         ts.append(time.perf_counter() - t0)
     out.append({"name": "network alone, batch 4096", "frames": 4096, "frames_per_s": 4096 / float(np.median(ts)),
                 "threads": torch.get_num_threads()})
+    try:
+        size = Path(solver.weights_path).stat().st_size
+    except OSError:
+        size = float("nan")
+    out.append({"name": "weights file", "mib": size / 2**20, "temporal": int(solver.net.hparams.get("temporal", 0))})
     return {"rows": out, "clips": [fc.name for fc in clips], "frames": int(sum(len(fc) for fc in clips)),
             "folders": list(folders), "fps": fps}
 
@@ -402,7 +416,7 @@ def format_foreign(result) -> str:
              "| configuration | joints (mm) | rotation (deg) | rotation, joints with a child (deg) | jitter (mm/frame^2, baked / source) | ms/frame |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
-        if "frames_per_s" in r:
+        if "frames_per_s" in r or "mib" in r:
             continue
         mm = r.get("mpjpe_mm", r.get("joint_mm", float("nan")))
         child = f"{r['rot_child_deg']:.2f}" if "rot_child_deg" in r else ""
