@@ -91,7 +91,8 @@ def weights_report(path):
     -------
     list of (str, str)
         ``("weights", path)``, then either ``("weights status", "missing")`` or
-        size, sha256 and ``("weights status", "ok" | "corrupt: <reason>" | ...)``.
+        size, sha256 and ``("weights status", "ok" | "corrupt: <reason>" | "unusable: <reason>" | ...)``
+        ("unusable": a Neural IK weights file of another format version).
     """
     rows = [("weights", path)]
     if not os.path.isfile(path):
@@ -109,11 +110,17 @@ def weights_report(path):
     if not zipfile.is_zipfile(path):
         return rows + [("weights status", "corrupt: not a PyTorch checkpoint (expected a zip archive from torch.save)")]
     try:
-        torch.load(path, map_location="cpu", weights_only=True)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as ex:
         text = " ".join(str(ex).split())
         reason = text.split(". ")[0][:200]
         return rows + [("weights status", "corrupt: {}: {}".format(type(ex).__name__, reason))]
+    if isinstance(blob, dict) and blob.get("format") == "neural_ik":
+        from ..model.inference import format_version_problem
+
+        problem = format_version_problem(path, blob.get("format_version"))
+        if problem:
+            return rows + [("weights status", "unusable: " + problem)]
     return rows + [("weights status", "ok")]
 
 

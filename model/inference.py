@@ -100,7 +100,8 @@ from .refine import _np_fk, refine_numpy
 from .refine import refine as _refine
 from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton
 
-__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network", "DEFAULT_WEIGHTS",
+__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network",
+           "format_version_problem", "DEFAULT_WEIGHTS",
            "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA"]
 
 #: Weights shipped with the extension.
@@ -293,6 +294,18 @@ def _resolve_device(device) -> torch.device:
     return dev
 
 
+def format_version_problem(path, version) -> str:
+    """What is wrong with a weights file of format ``version`` ("" when this code reads it)."""
+    if version == FORMAT_VERSION:
+        return ""
+    older = isinstance(version, int) and version < FORMAT_VERSION
+    return (f"{path} has weights format version {version!r}; this version of Neural IK reads version {FORMAT_VERSION}"
+            + (" (the old per-frame network)" if version == 1 else "")
+            + (": re-train the network (python -m training.train, see weights/MODEL_CARD.md) or download the "
+               "weights of this version (reinstall the extension)" if older else
+               ": this file is newer than the extension; update Neural IK or use the weights it ships with"))
+
+
 def load_network(path, device="cpu") -> tuple[IKNet, dict]:
     """Load and validate a weights file; returns ``(network in eval mode, file dict)``.
 
@@ -310,15 +323,9 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
         raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights file ({type(ex).__name__}: {ex})") from ex
     if not isinstance(blob, dict) or blob.get("format") != "neural_ik":
         raise WeightsError(f"{path} is not a Neural IK weights file (no 'format': 'neural_ik' entry)")
-    ver = blob.get("format_version")
-    if ver != FORMAT_VERSION:
-        older = isinstance(ver, int) and ver < FORMAT_VERSION
-        raise WeightsError(
-            f"{path} has weights format version {ver!r}; this version of Neural IK reads version {FORMAT_VERSION}"
-            + (" (the old per-frame network)" if ver == 1 else "")
-            + (": re-train the network (python -m training.train, see weights/MODEL_CARD.md) or download the "
-               "weights of this version (reinstall the extension)" if older else
-               ": this file is newer than the extension; update Neural IK or use the weights it ships with"))
+    problem = format_version_problem(path, blob.get("format_version"))
+    if problem:
+        raise WeightsError(problem)
     if list(blob.get("keypoints", [])) != list(KEYPOINTS) or list(blob.get("joints", [])) != list(JOINTS):
         raise WeightsError(f"{path} was trained for another skeleton (its keypoint/joint lists differ from this version's)")
     if blob.get("num_features") != NUM_FEATURES or blob.get("num_outputs") != NUM_OUTPUTS:

@@ -93,6 +93,18 @@ def test_info_corrupt_weights(run_cli, tmp_path):
         assert _field(result.stdout, "weights size") == "{} bytes".format(os.path.getsize(path))
 
 
+def test_info_old_weights_format(run_cli, tmp_path):
+    old = tmp_path / "old.pt"
+    torch.save({"format": "neural_ik", "format_version": 1, "state": {}}, old)
+    result = run_cli("info", "--weights", old)
+    assert result.returncode == 0, result.stderr
+    status = _field(result.stdout, "weights status")
+    assert status.startswith("unusable: ") and "re-train" in status and "download" in status, status
+    assert "Traceback" not in result.stdout + result.stderr
+    result = run_cli("demo", "--weights", old, "--out", tmp_path / "demo")
+    assert result.returncode != 0 and "re-train" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_info_good_weights_checksum(run_cli, tmp_path):
     import hashlib
 
