@@ -57,6 +57,16 @@ Memory does not grow with the clip beyond the outputs: inputs are masked,
 converted and sent batch by batch, and the error per frame is computed with
 its batch.
 
+Temporal context
+----------------
+Weights with a temporal block (``hparams["temporal"]`` > 0) read a window
+of frames: ``temporal="auto"`` (default) treats a multi-frame solve as
+consecutive frames of one clip (centred window; ``"causal"`` reads only past
+frames) and every batch's network pass includes the frames its window
+needs around the batch, so results do not depend on ``batch_size``. One
+frame, and ``temporal="off"``, run the per-frame network. (The halo on
+CUDA mirrors the CPU path; no GPU has run it yet.)
+
 Threads and devices
 -------------------
 ``device="auto"`` uses CUDA when available. A solve of at most
