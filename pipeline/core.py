@@ -461,7 +461,7 @@ class RigBake:
             # smooth that guess (the start pose and prior); the effectors are met anyway
             from ..retarget.solve import pose_rig
 
-            q = np.asarray(_smooth("smooth_rotations", init.quaternions, "oneeuro", 0.5, self.fps))
+            q = np.asarray(_smooth("smooth_rotations", init.quaternions, "butter", 0.5, self.fps))
             init.quaternions = quat_continuity(q / np.linalg.norm(q, axis=-1, keepdims=True))
             _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations)
         self.initial = init
@@ -591,12 +591,16 @@ class RigBake:
         return fit, targets, info
 
     def _stretched(self, fit, targets, info):
-        """Effector -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its chain as solved."""
+        """Hand -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its arm as solved."""
         from .targets import CHAIN_ROOTS
 
         out = {}
         ok = REACH_WARN_MM / 1000.0 / self.unit
         for eff, reach in info.reach.items():
+            if eff.startswith("foot"):
+                # a foot out of reach keeps its weight: the hips come down to it rather than
+                # the foot leaving its place (a planted foot must not slide)
+                continue
             row = targets.rows[info.effectors[eff]]
             tgt = info.clamped.get(eff, row["target"])     # where the user wants it
             b = self.plan.rig.index(self.mapping.entries[eff])
