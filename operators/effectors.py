@@ -77,6 +77,24 @@ def _matrices(root):
     return np.array([np.array(objs[k].matrix_world) for k in sorted(objs)]) if objs else np.zeros((0, 4, 4))
 
 
+def live_tick(context) -> dict:
+    """What Live Solve does on a timer tick once an empty moved: solve the pose, set it, say how close.
+
+    Reads the empties and the settings, poses the target armature through
+    :func:`..blender_io.bake.solve_current_frame` and writes the status
+    line. ``benchmarks/bench_live.py`` times this call.
+
+    Raises
+    ------
+    BakeError
+    """
+    s = context.scene.neural_ik
+    out = bake_mod.solve_current_frame(target_armature(context), effector_keypoints(s.effector_root), None,
+                                       _options(context))
+    s.status = "Live: " + _pose_summary(out)
+    return out
+
+
 class NEURAL_IK_OT_live_solve(bpy.types.Operator):
     """Re-solve the pose whenever an effector moves (Esc or run again to stop)"""
 
@@ -111,16 +129,11 @@ class NEURAL_IK_OT_live_solve(bpy.types.Operator):
         return {'FINISHED'} if self._solve(context) else {'CANCELLED'}
 
     def _solve(self, context):
-        s = context.scene.neural_ik
-        obj = target_armature(context)
-        options = _options(context)
-        kp = effector_keypoints(s.effector_root)
         try:
-            out = bake_mod.solve_current_frame(obj, kp, None, options)
+            live_tick(context)
         except bake_mod.BakeError as ex:
             self.report({'ERROR'}, str(ex))
             return False
-        s.status = "Live: " + _pose_summary(out)
         return True
 
     def modal(self, context, event):

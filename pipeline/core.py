@@ -770,6 +770,9 @@ class RigBake:
             src = self.src_m
             rig_back = _backwards(H, Kn, A, Fd, self.up)
             sk = [_J[n] for n in names]
+            if not rig_back.any() or not self.mask[:, sk].all(axis=1).any():
+                out |= rig_back      # (the source's knee unknown: effectors only)
+                continue
             sf = src[:, _K[f"toe_{s}"]] - src[:, sk[2]] if self.mask[:, _K[f"toe_{s}"]].any() else None
             src_back = _backwards(src[:, sk[0]], src[:, sk[1]], src[:, sk[2]], sf, self.up)
             out |= rig_back & ~src_back

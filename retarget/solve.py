@@ -523,8 +523,11 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
                     R = Rk[:, jb]
                 else:
                     if qk is None:
-                        qk = matrix_to_quat(Rk)
-                    R = quat_to_matrix(quat_slerp(qk[:, ja], qk[:, jb], np.full(T, w)))
+                        qk = {}
+                    for j in (ja, jb):
+                        if j not in qk:
+                            qk[j] = matrix_to_quat(Rk[:, j])
+                    R = quat_to_matrix(quat_slerp(qk[ja], qk[jb], np.full(T, w)))
                 G = R @ plan.align[b]
                 basis = np.swapaxes(br, -1, -2) @ G
             elif b in plan.twist:
