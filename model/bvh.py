@@ -105,26 +105,40 @@ class BVHData:
         except ValueError:
             raise KeyError(f"joint {name!r} not in {self.path}") from None
 
+    def _world_block(self, a, b):
+        """World rotations and positions of frames ``a:b``."""
+        rot, trans = self.rotations[a:b], self.translations[a:b]
+        n, J = rot.shape[:2]
+        wr = np.empty_like(rot)
+        wp = np.empty((n, J, 3))
+        for j in range(J):
+            p = self.parents[j]
+            if p < 0:
+                wr[:, j] = rot[:, j]
+                wp[:, j] = trans[:, j]
+            else:
+                wr[:, j] = wr[:, p] @ rot[:, j]
+                wp[:, j] = wp[:, p] + np.einsum("tij,tj->ti", wr[:, p], trans[:, j])
+        return wr, wp
+
     def world(self) -> tuple[np.ndarray, np.ndarray]:
-        """World rotations (T, J, 3, 3) and world positions (T, J, 3) of the joints."""
-        if self._world is None:
-            T, J = self.rotations.shape[:2]
-            wr = np.empty_like(self.rotations)
-            wp = np.empty((T, J, 3))
-            for j in range(J):
-                p = self.parents[j]
-                if p < 0:
-                    wr[:, j] = self.rotations[:, j]
-                    wp[:, j] = self.translations[:, j]
-                else:
-                    wr[:, j] = wr[:, p] @ self.rotations[:, j]
-                    wp[:, j] = wp[:, p] + np.einsum("tij,tj->ti", wr[:, p], self.translations[:, j])
-            self._world = (wr, wp)
-        return self._world
+        """World rotations (T, J, 3, 3) and world positions (T, J, 3) of the joints (not kept)."""
+        return self._world_block(0, self.num_frames)
 
     def world_positions(self) -> np.ndarray:
-        """World joint positions, shape (T, J, 3)."""
-        return self.world()[1]
+        """World joint positions, shape (T, J, 3), computed once (in blocks of frames: no (T, J, 3, 3) array)."""
+        if self._world is None:
+            T, J = self.rotations.shape[:2]
+            wp = np.empty((T, J, 3))
+            par = np.array([p for p, _ in self.end_sites], dtype=np.int64)
+            off = np.array([o for _, o in self.end_sites], dtype=np.float64).reshape(-1, 3)
+            ends = np.empty((T, len(par), 3))
+            for a in range(0, T, _BLOCK):
+                wr, wp[a:a + _BLOCK] = self._world_block(a, a + _BLOCK)
+                if len(par):
+                    ends[a:a + _BLOCK] = wp[a:a + _BLOCK][:, par] + np.einsum("tkij,kj->tki", wr[:, par], off)
+            self._world = (wp, ends)
+        return self._world[0]
 
     def world_rotations(self) -> np.ndarray:
         """World joint rotations, shape (T, J, 3, 3)."""
@@ -132,12 +146,12 @@ class BVHData:
 
     def end_site_positions(self) -> np.ndarray:
         """World positions of the End Sites, shape (T, E, 3)."""
-        wr, wp = self.world()
-        if not self.end_sites:
-            return np.zeros((self.num_frames, 0, 3))
-        par = np.array([p for p, _ in self.end_sites])
-        off = np.array([o for _, o in self.end_sites], dtype=np.float64)
-        return wp[:, par] + np.einsum("tkij,kj->tki", wr[:, par], off)
+        self.world_positions()
+        return self._world[1]
+
+
+#: Frames per block where whole-clip (T, J, 3, 3) arrays would be large.
+_BLOCK = 8192
 
 
 def _tokenize(lines, start, stop):
@@ -293,12 +307,13 @@ def _compose(path, motion, names, offsets, channels, position_mode):
             g[0].append(j)
             g[1].append(rcols)
     for axes, (joints, cols) in groups.items():
-        ang = np.deg2rad(motion[:, np.array(cols)])  # (T, G, k)
-        m = None
-        for k, ax in enumerate(axes):
-            r = axis_rotation(ax, ang[..., k])
-            m = r if m is None else m @ r
-        rot[:, joints] = m
+        for a in range(0, T, _BLOCK):   # (in blocks of frames: the temporaries stay small)
+            ang = np.deg2rad(motion[a:a + _BLOCK, np.array(cols)])  # (n, G, k)
+            m = None
+            for k, ax in enumerate(axes):
+                r = axis_rotation(ax, ang[..., k])
+                m = r if m is None else m @ r
+            rot[a:a + _BLOCK, joints] = m
     return rot, trans
 
 
