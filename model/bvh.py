@@ -207,9 +207,8 @@ def _parse_hierarchy(path, toks, end_line):
 
     def joint(parent):
         # name already consumed by caller -> here we read the body
-        nonlocal pos
         take("{")
-        tok = take("OFFSET")
+        take("OFFSET")
         off = [number("OFFSET") for _ in range(3)]
         idx = len(offsets)
         offsets.append(off)

@@ -421,11 +421,9 @@ def refine(
         if len(_SETUPS) > 64:
             _SETUPS.clear()
         _SETUPS[skey] = setup
-    A, A_t, deeper_flat = setup["A"], setup["A_t"], setup["deeper_flat"]
-    sw = weights[:, K].sqrt()  # (B, nk)
+    A_t, deeper_flat = setup["A_t"], setup["deeper_flat"]
     tgt = targets[:, K]
     eye3 = torch.eye(3, dtype=dt, device=dev)
-    eye_n = torch.eye(n, dtype=dt, device=dev)
     prior_diag = torch.full((n,), prior, dtype=dt, device=dev)
     prior_diag[-3:] = prior_trans
     if use_orient:
