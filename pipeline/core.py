@@ -582,7 +582,7 @@ class RigBake:
                                              proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
                                         for r in targets.rows])
         kw = dict(kw, prior_rotation=np.asarray(prior) * SPARSE_SECOND_PASS_PRIOR,
-                  iterations=max(int(kw["iterations"]), 10))
+                  iterations=max(int(kw["iterations"]), 6))
         again_fit = solve_rig(plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, plan.root, **kw)
         quats, locs, heads, resid = (a.copy() for a in (fit.quaternions, fit.locations, fit.heads, fit.residual))
         quats[sub], locs[sub], heads[sub] = again_fit.quaternions, again_fit.locations, again_fit.heads
