@@ -316,6 +316,16 @@ def _compose(path, motion, names, offsets, channels, position_mode):
     return rot, trans
 
 
+def _check_numbers(path, body, data_start):
+    """Raise :class:`BVHError` naming the line of the first motion token that is not a number."""
+    for li, ln in enumerate(body):
+        for tok in ln.split():
+            try:
+                float(tok)
+            except ValueError:
+                raise BVHError(path, data_start + li + 1, f"non-numeric motion value {tok!r}") from None
+
+
 def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> BVHData:
     """Read a BVH file.
 
@@ -409,12 +419,7 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
     expected = frames * nchan
     if total != expected:
         # a stray token (binary junk, a comma) is the likelier cause: name it first
-        for li, ln in enumerate(body):
-            for tok in ln.split():
-                try:
-                    float(tok)
-                except ValueError:
-                    raise BVHError(path, data_start + li + 1, f"non-numeric motion value {tok!r}") from None
+        _check_numbers(path, body, data_start)
         if total < expected:
             last = int(np.nonzero(counts)[0][-1]) + data_start + 1 if total else data_start
             got_frames = total / nchan if nchan else 0
@@ -445,13 +450,7 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
             if values.size != expected:
                 raise ValueError("not every motion value is a number")
         except ValueError:
-            body = lines[data_start:]
-            for li, ln in enumerate(body):
-                for tok in ln.split():
-                    try:
-                        float(tok)
-                    except ValueError:
-                        raise BVHError(path, data_start + li + 1, f"non-numeric motion value {tok!r}") from None
+            _check_numbers(path, lines[data_start:], data_start)
             raise
         if not np.all(np.isfinite(values)):
             k = int(np.nonzero(~np.isfinite(values))[0][0])

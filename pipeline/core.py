@@ -493,12 +493,10 @@ class RigBake:
             prior = 0.01
         self.targets, self.target_info = targets, info
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
-        key = ("free_bones", tuple(mapped), plan.root)
-        free = plan.__dict__.get(key) if hasattr(plan, "__dict__") else None
+        key = ("free_bones", tuple(mapped), plan.root)   # (plans are cached: so is this)
+        free = plan.__dict__.get(key)
         if free is None:
-            free = free_bones(plan.rig, mapped, plan.root)
-            if hasattr(plan, "__dict__"):
-                plan.__dict__[key] = free
+            free = plan.__dict__[key] = free_bones(plan.rig, mapped, plan.root)
         if isinstance(prior, dict):
             prior = np.array([prior.get(b, 0.05) for b in free])
 

@@ -298,6 +298,8 @@ class _Problem:
             posed.add(b)
             posed.update(rig.ancestors(b))
         self.posed = sorted(posed, key=lambda i: (rig.depth[i], i))
+        #: bones the solve leaves as they are (their heads come from full forward kinematics)
+        self.unposed = np.setdiff1d(np.arange(len(rig)), self.posed)
         self.fk = _RigFK(rig, self.posed, dtype)
         slot = self.fk.slot
         self.nF = nF = len(free)
@@ -789,9 +791,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         if progress is not None:
             progress(c1, T)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
-    if getattr(pb, "rest_bones", None) is None or len(pb.rest_bones[0]) != nb:
-        pb.rest_bones = (np.arange(nb), np.setdiff1d(np.arange(nb), posed_idx))
-    rest = pb.rest_bones[1]
+    rest = pb.unposed
     if rest.size and all_heads:
         from .solve import pose_rig
         for c0 in range(0, T, 4096):
