@@ -201,15 +201,25 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
 
 
 def get_solver(args):
-    """The cached solver for ``--device``; a missing or broken weights file is a :class:`CliError`."""
-    from ..blender_io.bake import BakeError, get_solver as _get_solver
+    """The solver for ``--device`` and ``--weights``, loaded when a clip first needs the network.
+
+    A clip whose source skeleton gives every rotation is baked without it (a
+    batch of BVH clips never imports torch). An unknown device or a missing
+    weights file is a :class:`CliError` at once; a weights file that does not
+    load, when the first clip needs it.
+    """
+    from ..pipeline.cache import LazySolver
+    from ..pipeline.options import BakeError
     from .parser import device_choice
 
-    try:
-        return _get_solver(device_choice(args), weights=getattr(args, "weights", None))
-    except (BakeError, FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
+    def error(ex):
         text = " ".join(str(ex).split())
-        raise CliError(text if text.startswith("cannot load") else "cannot load the network: " + text) from None
+        return CliError(text if text.startswith("cannot load") else "cannot load the network: " + text)
+
+    try:
+        return LazySolver(device_choice(args), weights=getattr(args, "weights", None), on_error=error)
+    except BakeError as ex:
+        raise error(ex) from None
 
 
 def write_outputs(target, result, out=None, exports=()):

@@ -97,17 +97,17 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_JOINTS, EFFECTOR_KP, HINT_KP, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
+from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
 from .refine import DEFAULTS as REFINE_DEFAULTS
 from .refine import _np_fk, refine_numpy
 from .refine import refine as _refine
+from .result import _SPARSE_SET, SolveResult, detect_mode
 from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton
 
 __all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network",
@@ -123,57 +123,8 @@ FORMAT_VERSION = 2
 #: overhead: one pose takes about 23 ms on a GPU against 2.5 ms on the CPU).
 CPU_MAX_FRAMES_ON_CUDA = 16
 
-_SPARSE_SET = np.zeros(NUM_KEYPOINTS, dtype=bool)
-_SPARSE_SET[list(EFFECTOR_KP) + list(HINT_KP)] = True
-
-
 class WeightsError(ValueError):
     """The weights file is missing, corrupt, of another version or the wrong shape."""
-
-
-@dataclass
-class SolveResult:
-    """Result of :meth:`Solver.solve`.
-
-    Attributes
-    ----------
-    local_rot : ndarray, shape (T, 22, 3, 3)
-        Local joint rotations; row 0 is the root's world orientation. Of the
-        ``dtype`` asked of :meth:`Solver.solve` (float64 by default), as
-        are ``root_pos`` and ``keypoints``.
-    root_pos : ndarray, shape (T, 3)
-        World position of the root (pelvis) joint, metres.
-    keypoints : ndarray, shape (T, 32, 3)
-        Forward kinematics of the result with ``skeleton``.
-    skeleton : Skeleton
-        The skeleton used (given or fitted).
-    error_mm : ndarray, shape (T,)
-        Mean distance (mm) between the result and the given keypoints (NaN
-        for a frame with none given).
-    mode : str
-        ``"dense"`` or ``"sparse"``.
-    seconds : dict
-        Wall time of the ``network`` and ``refine`` stages (and ``total``;
-        on CUDA the stages are GPU time).
-    device : str
-        Where the frames were solved (``"cpu"`` or ``"cuda"``).
-    """
-
-    local_rot: np.ndarray
-    root_pos: np.ndarray
-    keypoints: np.ndarray
-    skeleton: Skeleton
-    error_mm: np.ndarray
-    mode: str = "dense"
-    seconds: dict = field(default_factory=dict)
-    device: str = "cpu"
-
-
-def detect_mode(mask: np.ndarray) -> str:
-    """``"sparse"`` when only effectors/hints are given in any frame, else ``"dense"``."""
-    mask = np.asarray(mask, dtype=bool).reshape(-1, NUM_KEYPOINTS)
-    given = mask.any(0)
-    return "sparse" if given.any() and not (given & ~_SPARSE_SET).any() else "dense"
 
 
 def _canonical_dirs_lengths():

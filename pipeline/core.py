@@ -213,7 +213,7 @@ class RigBake:
         self.source_name = str(source_name or "Neural IK")
         mode = options.mode
         if mode == "auto":
-            from ..model.inference import detect_mode
+            from ..model.result import detect_mode
 
             mode = detect_mode(self.mask)
         self.mode = mode
@@ -339,7 +339,7 @@ class RigBake:
         return True
 
     def _from_source_rig(self, kp):
-        from ..model.inference import SolveResult
+        from ..model.result import SolveResult
         from .source import source_world_rotations
 
         rot, given, splan = source_world_rotations(self.source_rig, self._source_pose()[0])

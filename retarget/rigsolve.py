@@ -50,8 +50,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import os
+import sys
+
 import numpy as np
-import torch
 
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
@@ -154,6 +156,8 @@ def free_bones(rig, bones, root: int) -> list:
 
 
 def _skew(v):
+    import torch
+
     z = torch.zeros_like(v[..., 0])
     x, y, w = v[..., 0], v[..., 1], v[..., 2]
     return torch.stack([torch.stack([z, -w, y], -1), torch.stack([w, z, -x], -1),
@@ -162,6 +166,8 @@ def _skew(v):
 
 def _expmap(v):
     """Axis-angle vectors (..., 3) to rotation matrices (Rodrigues)."""
+    import torch
+
     theta = torch.linalg.norm(v, dim=-1, keepdim=True)[..., None]
     K = _skew(v)
     small = theta < 1e-8
@@ -174,6 +180,8 @@ def _expmap(v):
 
 def _logmap(R):
     """Rotation matrices (..., 3, 3) to axis-angle vectors (small angles exact, pi safe enough)."""
+    import torch
+
     tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
     cos = ((tr - 1.0) * 0.5).clamp(-1.0, 1.0)
     theta = torch.arccos(cos)
@@ -188,9 +196,22 @@ def _logmap(R):
 #: outweighs the work.
 SMALL_BATCH = 32
 
+#: Frames per chunk of the numpy path on long clips (two run at once): small
+#: chunks keep its arrays in cache (3,000 frames: 1.4 s in chunks of 64, 1.6 s in 512).
+NUMPY_CHUNK = 128
+
+
+def _torch_dtype(dtype):
+    """The torch path's precision: ``dtype``, float32 when not given."""
+    import torch
+
+    return torch.float32 if dtype is None else dtype
+
 
 def _solve_spd(H, g):
     """``-H^-1 g`` per frame for symmetric positive definite ``H`` (n, m, m); 0 where singular."""
+    import torch
+
     L, info = torch.linalg.cholesky_ex(H)
     step = -torch.cholesky_solve(g[..., None], L)[..., 0]
     return torch.where((info == 0)[:, None], step, torch.zeros_like(step))
@@ -225,9 +246,12 @@ class _RigFK:
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
+        import torch
+
         if self._torch is None:
-            self._torch = (list(torch.as_tensor(self.rel_rot_np, dtype=self.dtype).unbind(0)),
-                           list(torch.as_tensor(self.rel_pos_np, dtype=self.dtype).unbind(0)))
+            dt = _torch_dtype(self.dtype)
+            self._torch = (list(torch.as_tensor(self.rel_rot_np, dtype=dt).unbind(0)),
+                           list(torch.as_tensor(self.rel_pos_np, dtype=dt).unbind(0)))
         rr, rp = self._torch
         T, n = basis.shape[:2]
         W, X, B = [None] * n, [None] * n, [None] * n
@@ -325,6 +349,7 @@ class _Problem:
                 C[r_i, p_i] += c
         # CA[r, p, k] = C[r, p] A[p, k]; M = C A; Mroot = C moved_by_root
         self.C, self.CA, self.M, self.Mroot = C, C[:, :, None] * A[None], C @ A, C @ moved_by_root
+        self.CA2 = np.ascontiguousarray(self.CA.transpose(0, 2, 1).reshape(R * nF, P))   # (R F, P)
         self.per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
         if self.per_frame:   # stacked per chunk (a (T, R, 3, 3) array is large for long clips)
             self.diag_only = False
@@ -355,9 +380,11 @@ class _Problem:
         return np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1] for row in targets.rows], 1)
 
     def torch(self):
+        import torch
+
         if self._t is None:
-            t = lambda a: torch.as_tensor(a, dtype=self.dtype)  # noqa: E731
-            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C), CA=t(self.CA),
+            t = lambda a: torch.as_tensor(a, dtype=_torch_dtype(self.dtype))  # noqa: E731
+            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C), CA2=t(self.CA2),
                            M=t(self.M), Mroot=t(self.Mroot), prior=t(self.prior),
                            root_fixed=None if self.root_fixed is None else t(self.root_fixed),
                            lock_f=torch.as_tensor(self.lock_f, dtype=torch.long), lock_e=t(self.lock_e))
@@ -390,24 +417,41 @@ def _problem(rig, targets, free, root, prior_rotation, prior_translation, locked
     return pb
 
 
-def _cross_jacobian(v, xp):
-    """(n, R, F, 3) lever vectors -> (n, R, 3, F, 3): the Jacobian block ``-[v]_x`` per row and bone."""
-    n, R, F, _ = v.shape
-    J = xp.zeros((n, R, 3, F, 3), dtype=v.dtype)
-    vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
-    J[:, :, 0, :, 1] = vz
-    J[:, :, 0, :, 2] = -vy
-    J[:, :, 1, :, 0] = -vz
-    J[:, :, 1, :, 2] = vx
-    J[:, :, 2, :, 0] = vy
-    J[:, :, 2, :, 1] = -vx
-    return J
+def _jacobian(pb, wproj, pts, X, xp):
+    """The weighted Jacobian ``(n, 3R, 3F [+ 3])`` of every target row (numpy or torch, as ``xp``).
+
+    Row ``r``'s block for a world-axis increment ``d_k`` of free bone ``k``
+    (the subtree of ``k`` turns about its head ``X_k``) is
+    ``sum_p C[r,p] A[p,k] d_k x (p - X_k) = -[v_rk]_x d_k`` with
+    ``v_rk = q_rk - M_rk X_k``, weighted by the row's projection ``a_r``:
+    column ``j`` of ``a_r (-[v]_x)`` is ``a_r (e_j x v)``, written out
+    (three products of (n, R, F, 3) arrays instead of a (3 x 3) matrix per
+    row and bone). The root translation's block is ``Mroot_r a_r``.
+    """
+    n, R, nF = pts.shape[0], pb.R, pb.nF
+    rs = pb.root_slot
+    CA2, M, Mroot = (pb.CA2, pb.M, pb.Mroot) if xp is np else (pb.torch()[k] for k in ("CA2", "M", "Mroot"))
+    q = (CA2 @ pts).reshape(n, R, nF, 3)        # q[t, r, k] = sum_p CA[r, p, k] pts[t, p]
+    v = q - M[None, :, :, None] * X[:, None, pb.fslot]
+    vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]     # (n, R, F, 1)
+    a0, a1, a2 = (wproj[:, :, None, :, c] for c in range(3))  # columns of a_r: (n, R, 1, 3)
+    width = 3 * nF + (3 if rs >= 0 else 0)
+    Jd = xp.empty((n, R, 3, width), dtype=v.dtype)
+    J5 = Jd[..., :3 * nF].reshape(n, R, 3, nF, 3)   # a view: splitting one axis never copies
+    J5[..., 0] = (a2 * vy - a1 * vz).swapaxes(-1, -2)
+    J5[..., 1] = (a0 * vz - a2 * vx).swapaxes(-1, -2)
+    J5[..., 2] = (a1 * vx - a0 * vy).swapaxes(-1, -2)
+    if rs >= 0:
+        Jd[..., 3 * nF:] = Mroot[None, :, None, None] * wproj
+    return Jd.reshape(n, 3 * R, width)
 
 
 def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
               min_iterations, tol, progress=None):
     """Levenberg-Marquardt on one chunk of frames, torch (large batches); returns numpy ``(basis, loc, iterations)``."""
-    dtype = pb.dtype
+    import torch
+
+    dtype = _torch_dtype(pb.dtype)
     tt = pb.torch()
     n = basis.shape[0]
     nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
@@ -422,7 +466,7 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
     wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
     lam = torch.full((n,), 1e-3, dtype=dtype)
-    Ct, CA, M, Mroot, prior_t = tt["C"], tt["CA"], tt["M"], tt["Mroot"], tt["prior"]
+    Ct, prior_t = tt["C"], tt["prior"]
     pslot, poff = tt["pslot"], tt["poff"]
     state = {"pw": prior_t}
 
@@ -453,19 +497,7 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
             r_prior = r_prior * ratio
             pw = state["pw"] = new_pw
-        # Jacobian of row r w.r.t. a world-axis increment d_k of free bone k
-        # (the subtree of k turns about X_k): sum_p C[r,p] A[p,k] d_k x (p - X_k)
-        # = -[v_rk]_x d_k with v_rk = q_rk - M_rk X_k.
-        q = torch.einsum("rpk,tpi->trki", CA, pts)               # (n, R, F, 3)
-        v = q - M[None, :, :, None] * X[:, None, fslot]          # (n, R, F, 3)
-        Jd = _cross_jacobian(v, torch)
-        if pb.diag_only:
-            Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
-        else:
-            Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
-        if rs >= 0:
-            Jr = Mroot[None, :, None, None] * wproj                    # (n, R, 3, 3)
-            Jd = torch.cat([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+        Jd = _jacobian(pb, wproj, pts, X, torch)
         rt = r_t.reshape(n, 3 * R)
         H = Jd.transpose(1, 2) @ Jd
         g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
@@ -548,28 +580,96 @@ def _np_logmap(R):
 def _np_solve_spd(H, g):
     """``-H^-1 g`` per frame for float64 numpy arrays; 0 for a frame whose ``H`` is singular.
 
-    Factorised by torch on one thread (:class:`_threads`): numpy's LAPACK
-    hands a 70 x 70 system to its thread pool, which on a busy machine (or
-    next to torch's spinning workers) costs milliseconds instead of tens of
-    microseconds.
+    Where torch is loaded, factorised by torch on one thread (:class:`_threads`):
+    numpy's LAPACK hands a 70 x 70 system to its thread pool, which next to
+    torch's spinning workers costs milliseconds instead of tens of
+    microseconds. Without torch (a bake that runs no network never imports
+    it) numpy's batched solve is as fast (16-25 ms for 512 frames of 72
+    unknowns, torch 22 ms).
     """
-    return _solve_spd(torch.from_numpy(H), torch.from_numpy(g)).numpy()
+    if "torch" in sys.modules:
+        import torch
+
+        return _solve_spd(torch.from_numpy(H), torch.from_numpy(g)).numpy()
+    try:
+        return -np.linalg.solve(H, g[..., None])[..., 0]
+    except np.linalg.LinAlgError:   # a singular frame: the others still step, it stays
+        out = np.zeros_like(g)
+        for i in range(len(H)):
+            try:
+                out[i] = -np.linalg.solve(H[i], g[i])
+            except np.linalg.LinAlgError:
+                pass
+        return out
+
+
+_OPENBLAS = None
+
+
+def _openblas():
+    """``(get, set)`` thread-count functions of numpy's bundled OpenBLAS, or None (another BLAS)."""
+    global _OPENBLAS
+    if _OPENBLAS is None:
+        found = ()
+        try:
+            import ctypes
+            import glob
+
+            libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+            for path in sorted(glob.glob(os.path.join(libs, "*openblas*"))):
+                lib = ctypes.CDLL(path)
+                for name in ("openblas_{}_num_threads64_", "scipy_openblas_{}_num_threads64_",
+                             "openblas_{}_num_threads"):
+                    get, put = (getattr(lib, name.format(x), None) for x in ("get", "set"))
+                    if get is not None and put is not None:
+                        found = (get, put)
+                        break
+                if found:
+                    break
+        except (OSError, AttributeError):
+            pass
+        _OPENBLAS = found
+    return _OPENBLAS or None
+
+
+class _blas_threads:
+    """Context: numpy's OpenBLAS runs on ``n`` threads inside (where it can be told), as before outside.
+
+    Two numpy chunks solved at once, each handing its 70 x 70 systems and
+    products to a BLAS that starts threads of its own, take 3-25 s instead
+    of 0.9 s on two cores (3,000 frames; ``benchmarks/bench_vs_blender.py``).
+    """
+
+    def __init__(self, n):
+        self.n = int(n)
+        self.lib = _openblas()
+
+    def __enter__(self):
+        if self.lib is not None:
+            self.old = int(self.lib[0]())
+            self.lib[1](self.n)
+
+    def __exit__(self, *exc):
+        if self.lib is not None:
+            self.lib[1](self.old)
 
 
 class _threads:
-    """Context: torch runs on ``n`` threads inside, as before outside."""
+    """Context: torch (where it is loaded) runs on ``n`` threads inside, as before outside."""
 
     def __init__(self, n):
         self.n = int(n)
 
     def __enter__(self):
-        self.old = torch.get_num_threads()
-        if self.n != self.old:
-            torch.set_num_threads(self.n)
+        self.torch = sys.modules.get("torch")
+        if self.torch is not None:
+            self.old = self.torch.get_num_threads()
+            if self.n != self.old:
+                self.torch.set_num_threads(self.n)
 
     def __exit__(self, *exc):
-        if self.n != self.old:
-            torch.set_num_threads(self.old)
+        if self.torch is not None and self.n != self.old:
+            self.torch.set_num_threads(self.old)
 
 
 def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
@@ -625,16 +725,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             r_prior = r_prior * ratio
             pw = state["pw"] = new_pw
         if JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
-            q = np.einsum("rpk,tpi->trki", pb.CA, pts)
-            v = q - pb.M[None, :, :, None] * X[:, None, fslot]
-            Jd = _cross_jacobian(v, np)
-            if pb.diag_only:
-                Jd = (Jd * wdiag[:, :, :, None, None]).reshape(n, 3 * R, 3 * nF)
-            else:
-                Jd = (wproj.reshape(n * R, 3, 3) @ Jd.reshape(n * R, 3, 3 * nF)).reshape(n, 3 * R, 3 * nF)
-            if rs >= 0:
-                Jr = pb.Mroot[None, :, None, None] * wproj
-                Jd = np.concatenate([Jd, Jr.reshape(n, 3 * R, 3)], -1)
+            Jd = _jacobian(pb, wproj, pts, X, np)
             rt = r_t.reshape(n, 3 * R)
             JdT = np.swapaxes(Jd, 1, 2)
             JtJ = JdT @ Jd
@@ -685,7 +776,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
-              dtype=torch.float32, progress=None, all_heads: bool = True) -> RigSolveResult:
+              dtype=None, progress=None, all_heads: bool = True, backend: str = "auto") -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
     Parameters
@@ -723,9 +814,15 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         initial pose (its basin: natural twist, the network's posture), the
         last ones meet reachable targets exactly (an effector is not left
         millimetres short because the prior pulls back).
-    dtype : torch.dtype
-        Precision of the batched (torch) path; chunks of at most
-        :data:`SMALL_BATCH` frames run in float64 numpy.
+    dtype : torch.dtype, optional
+        Precision of the torch path (default float32).
+    backend : {"auto", "numpy", "torch"}
+        ``auto``: chunks of more than :data:`SMALL_BATCH` frames run in torch
+        where torch is already loaded (the network ran: its threads are
+        warm; 3,000 frames in 0.65 s on two cores); everything else runs in
+        float64 numpy (:func:`_lm_numpy`; long clips in chunks of
+        :data:`NUMPY_CHUNK` frames on two threads, 0.9 s), so that a bake
+        that needs no network never imports torch (about 1.4 s).
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
     all_heads : bool
@@ -757,23 +854,25 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     # while the prior fades, keep iterating until it is nearly gone
     min_iterations = int(np.ceil(np.log(prior_floor) / np.log(prior_decay))) if 0 < prior_decay < 1 else 0
     min_iterations = min(min_iterations, int(iterations))
-    for c0 in range(0, T, chunk):
-        c1 = min(T, c0 + chunk)
+    if backend not in ("auto", "numpy", "torch"):
+        raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
+    use_torch = int(iterations) > 0 and T > SMALL_BATCH and (
+        backend == "torch" or (backend == "auto" and "torch" in sys.modules))
+
+    def solve_chunk(c0, c1, tick):
         n = c1 - c0
         basis = quat_to_matrix(quats[c0:c1][:, posed_idx])
         loc = locations[c0:c1][:, posed_idx]
         proj = pb.projections(targets, c0, c1, T)
-        tick = None if progress is None else (lambda: progress(c0 + n * 0.999, T))
         kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
                   min_iterations=min_iterations, tol=tol, progress=tick)
         if int(iterations) <= 0:   # only the residuals of the start pose
             it = 0
-        elif n <= SMALL_BATCH:
+        elif use_torch and n > SMALL_BATCH:
+            basis, loc, it = _lm_torch(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
+        else:
             with _threads(1):
                 basis, loc, it = _lm_numpy(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
-        else:
-            basis, loc, it = _lm_torch(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
-        done_iterations = max(done_iterations, it)
         if it:   # rotations again (products of float32 steps drift): through unit quaternions
             q = matrix_to_quat(basis)
             q /= np.linalg.norm(q, axis=-1, keepdims=True)
@@ -784,12 +883,37 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         # unweighted residual lengths
         pts = posed_points(W, X, pb.pslot, pb.poff)
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
-        resid[c0:c1] = np.linalg.norm((proj @ (comb - tgt_all[c0:c1])[..., None])[..., 0], axis=-1)
+        res = np.linalg.norm((proj @ (comb - tgt_all[c0:c1])[..., None])[..., 0], axis=-1)
+        return c0, c1, q, loc, X, res, it
+
+    def store(c0, c1, q, loc, X, res, it):
         out_quats[c0:c1, posed_idx] = q
         out_locs[c0:c1, posed_idx] = loc
         heads[c0:c1, posed_idx] = X
+        resid[c0:c1] = res
         if progress is not None:
             progress(c1, T)
+        return it
+
+    if use_torch or int(iterations) <= 0 or T <= NUMPY_CHUNK or (os.cpu_count() or 1) < 2:
+        for c0 in range(0, T, chunk):
+            c1 = min(T, c0 + chunk)
+            tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
+            done_iterations = max(done_iterations, store(*solve_chunk(c0, c1, tick)))
+    else:
+        # numpy on one core per chunk (its arrays release the GIL): small chunks in
+        # parallel; progress (and with it a cancel) in this thread as chunks finish
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        step = min(int(chunk), NUMPY_CHUNK)
+        with _blas_threads(1):
+            pool = ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1))
+            try:
+                futures = [pool.submit(solve_chunk, c0, min(T, c0 + step), None) for c0 in range(0, T, step)]
+                for fut in as_completed(futures):
+                    done_iterations = max(done_iterations, store(*fut.result()))
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
     rest = pb.unposed
     if rest.size and all_heads:

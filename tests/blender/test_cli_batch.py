@@ -121,3 +121,46 @@ def test_batch_ctrl_c_leaves_no_partial_outputs(tmp_path):
             assert read_bvh(path).num_frames == 240
     left = sorted(p.name for p in out.glob("*.bvh"))
     assert left == sorted(os.path.basename(p) for r in done for p in r["outputs"])
+
+
+def test_bvh_clips_never_load_the_network(run_cli, tmp_path):
+    """Clips whose skeleton gives every rotation bake without the network: no torch import, no weights read.
+
+    The weights file is corrupt: the BVH clips (one long enough for the rig
+    solve's parallel numpy chunks) are baked onto a BVH skeleton of other
+    proportions all the same; a keypoint clip in the same folder, which
+    needs the network, fails with the weights' message.
+    """
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from source_fixtures import humanoid_bvh
+    from test_cli_bake import write_walk_bvh
+
+    src = tmp_path / "clips"
+    src.mkdir()
+    write_walk_bvh(src / "long.bvh", seconds=10.0)      # 300 frames: several numpy chunks
+    write_walk_bvh(src / "short.bvh", seconds=1.0)
+    write_walk_npz(src / "points.npz", seconds=1.0)
+    target = tmp_path / "rig.bvh"
+    humanoid_bvh(target, frames=1)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a weights file")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    result = run_cli("batch", src, "--target", target, "--out-dir", out, "--export", "bvh", "--no-blend",
+                     "--weights", bad, "--report", tmp_path / "report.json", env=env)
+    assert result.returncode == 1, result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    status = {os.path.basename(r["source"]): r for r in report["clips"]}
+    assert status["long.bvh"]["status"] == "done" and status["short.bvh"]["status"] == "done"
+    assert status["long.bvh"]["frames"] == 300
+    assert status["points.npz"]["status"] == "failed"
+    assert "cannot load" in result.stderr and "bad.pt" in result.stderr
+    # torch was imported only for the keypoint clip, after the BVH clips (sorted: long, points, short)
+    lines = result.stderr.splitlines()
+    torch_at = [i for i, line in enumerate(lines) if line.startswith("import time:") and line.endswith("| torch")]
+    long_done = [i for i, line in enumerate(lines) if "long.bvh" in line]
+    assert torch_at and long_done and long_done[0] < torch_at[0]
+    for name in ("long.bvh", "short.bvh"):
+        assert (out / name).is_file()

@@ -231,3 +231,12 @@ def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
         np.testing.assert_allclose(np.abs(np.sum(small.quaternions[0] * big.quaternions[t], -1)), 1.0, atol=1e-8)
         np.testing.assert_allclose(small.residual[0], big.residual[t], atol=2e-5)
     assert big.residual.mean() < 0.2 * np.linalg.norm(X[:, ent] - pose_rig(rig, q0, loc)[1][:, ent], axis=-1).mean()
+    # numpy on a long clip: chunks of NUMPY_CHUNK frames on two threads, the same poses as torch's one chunk
+    reps = -(-(2 * rigsolve.NUMPY_CHUNK + 5) // T)
+    tile = lambda a: np.concatenate([a] * reps)[:2 * rigsolve.NUMPY_CHUNK + 5]  # noqa: E731
+    long = Targets(tg.points, [dict(r, target=tile(r["target"]), weight=tile(r["weight"]),
+                                    proj=tile(r["proj"]) if r["proj"].ndim == 3 else r["proj"]) for r in tg.rows])
+    par = solve_rig(rig, tile(q0), tile(loc), long, free, plan.root, backend="numpy", **kw)
+    for t in (0, rigsolve.NUMPY_CHUNK + 3, 2 * rigsolve.NUMPY_CHUNK + 4):
+        np.testing.assert_allclose(par.heads[t], big.heads[t % T], atol=2e-5)
+        np.testing.assert_allclose(par.residual[t], big.residual[t % T], atol=2e-5)
