@@ -637,10 +637,9 @@ class RigBake:
         if src is None:
             return None
         from .targets import foot_points
-        from ..retarget.solve import plan_retarget
 
         try:
-            splan = plan_retarget(src.rig, src.mapping)
+            splan = _cached_plan(src.rig, src.mapping)
         except ValueError:
             return None
         fp = foot_points(splan, np.array([0.0, 0.0, 1.0]))

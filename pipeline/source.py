@@ -42,9 +42,10 @@ def source_world_rotations(source_rig, W=None) -> tuple:
     plan : RetargetPlan
         The source skeleton's plan.
     """
-    from ..retarget.solve import plan_retarget, pose_rig
+    from ..retarget.solve import pose_rig
+    from .core import _cached_plan
 
-    plan = plan_retarget(source_rig.rig, source_rig.mapping)
+    plan = _cached_plan(source_rig.rig, source_rig.mapping)
     if W is None:
         W, _ = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
     T = W.shape[0]

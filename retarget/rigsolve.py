@@ -633,12 +633,7 @@ def _openblas():
 
 
 class _blas_threads:
-    """Context: numpy's OpenBLAS runs on ``n`` threads inside (where it can be told), as before outside.
-
-    Two numpy chunks solved at once, each handing its 70 x 70 systems and
-    products to a BLAS that starts threads of its own, take 3-25 s instead
-    of 0.9 s on two cores (3,000 frames; ``benchmarks/bench_vs_blender.py``).
-    """
+    """Context: numpy's OpenBLAS runs on ``n`` threads inside (where it can be told), as before outside."""
 
     def __init__(self, n):
         self.n = int(n)
@@ -895,19 +890,22 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             progress(c1, T)
         return it
 
-    if use_torch or int(iterations) <= 0 or T <= NUMPY_CHUNK or (os.cpu_count() or 1) < 2:
-        for c0 in range(0, T, chunk):
-            c1 = min(T, c0 + chunk)
-            tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
-            done_iterations = max(done_iterations, store(*solve_chunk(c0, c1, tick)))
-    else:
-        # numpy on one core per chunk (its arrays release the GIL): small chunks in
-        # parallel; progress (and with it a cancel) in this thread as chunks finish
-        from concurrent.futures import ThreadPoolExecutor, as_completed
+    workers = 1 if use_torch or int(iterations) <= 0 else min(2, os.cpu_count() or 1)
+    step = int(chunk) if use_torch else min(int(chunk), NUMPY_CHUNK)
+    # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
+    # more, and two chunks at once each starting BLAS threads crawl (3-25 s for 0.9 s)
+    with _blas_threads(1):
+        if workers < 2 or T <= step:
+            for c0 in range(0, T, step):
+                c1 = min(T, c0 + step)
+                tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
+                done_iterations = max(done_iterations, store(*solve_chunk(c0, c1, tick)))
+        else:
+            # numpy on one core per chunk (its arrays release the GIL): two chunks at once;
+            # progress (and with it a cancel) in this thread as chunks finish
+            from concurrent.futures import ThreadPoolExecutor, as_completed
 
-        step = min(int(chunk), NUMPY_CHUNK)
-        with _blas_threads(1):
-            pool = ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1))
+            pool = ThreadPoolExecutor(max_workers=workers)
             try:
                 futures = [pool.submit(solve_chunk, c0, min(T, c0 + step), None) for c0 in range(0, T, step)]
                 for fut in as_completed(futures):
