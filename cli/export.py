@@ -210,42 +210,6 @@ def bvh_hierarchy(rig, connected, rotation_modes):
             "end_sites": end_sites, "bones": bones}
 
 
-def _other_branch(e, order):
-    """The other Tait-Bryan solution of Euler angles ``e`` (..., 3) by axis, Blender ``order``."""
-    i, j, k = ("XYZ".index(c) for c in order)
-    out = e.copy()
-    out[..., i] += np.pi
-    out[..., j] = np.pi - e[..., j]
-    out[..., k] += np.pi
-    return out
-
-
-def _continue_eulers(q, order, prev_q, prev_e):
-    """Continuous Blender Eulers (T, B, 3) of quaternions ``q`` (T, B, 4), following ``prev_e`` (B, 3).
-
-    :func:`..retarget.solve.quats_to_euler_continuous` on the chunk with the
-    previous chunk's last rotation in front; its first frame is then moved
-    onto the previous chunk's last Euler triple (the other Tait-Bryan branch
-    and/or whole turns), and the chunk with it.
-    """
-    from ..retarget.solve import quats_to_euler_continuous
-
-    if prev_q is None:
-        return quats_to_euler_continuous(q, order)
-    e = quats_to_euler_continuous(np.concatenate([prev_q[None], q]), order)
-    alt = _other_branch(e, order)
-    turn = 2.0 * np.pi
-
-    def wrapped(x):
-        return (x + np.pi) % turn - np.pi
-
-    d_same = (wrapped(prev_e - e[0]) ** 2).sum(-1)
-    d_alt = (wrapped(prev_e - alt[0]) ** 2).sum(-1)
-    e = np.where((d_alt < d_same)[None, :, None], alt, e)
-    e += np.round((prev_e - e[0]) / turn)[None] * turn
-    return e[1:]
-
-
 def _local_channels(pose, a, b, bones, Q, rest_offset):
     """BVH rotation (quaternions) and location of ``bones`` for frames ``a:b``.
 
@@ -278,6 +242,8 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
     ------
     ndarray, shape (t, C), float64
     """
+    from ..retarget.solve import continue_eulers
+
     rig = pose.rig
     n = len(rig.names)
     parents = np.asarray(rig.parents)
@@ -305,7 +271,7 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
         for o in sorted(set(orders[b] for b in bones)):
             k = np.flatnonzero([orders[b] == o for b in bones])
             prev = (None, None) if state is None else state.get(o, (None, None))
-            e = _continue_eulers(q[:, k], o[::-1], *prev)  # Blender's Euler order is the channel order reversed
+            e = continue_eulers(q[:, k], o[::-1], *prev)  # Blender's Euler order is the channel order reversed
             if state is not None:
                 state[o] = (q[-1, k], e[-1])
             out[:, k] = np.rad2deg(np.take_along_axis(e, axis_of[bones[k]][None], axis=-1))

@@ -165,13 +165,22 @@ class RigBake:
         Bone index -> (3,) bool locked rotation axes.
     solver : Solver, optional
     source_name : str
+    chunk_frames : int, optional
+        Frames of the per-frame stages (the source's pose, the carry onto
+        the rig, the figures' poses) computed at a time: whole-clip results,
+        temporaries of one chunk (default
+        :data:`..retarget.solve.CHUNK_FRAMES`). Results do not depend on it.
     """
 
     def __init__(self, rig, mapping, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
-                 object_matrix=None, fps=None, source_rig=None, locked=None, solver=None, source_name=""):
+                 object_matrix=None, fps=None, source_rig=None, locked=None, solver=None, source_name="",
+                 chunk_frames=None):
+        from ..retarget.solve import CHUNK_FRAMES
+
         options = options or BakeOptions()
         check_options(options)
         self.options = options
+        self.chunk = max(int(chunk_frames or CHUNK_FRAMES), 1)
         self.warnings: list = []
         self.seconds: dict = {}
         if fps is None:
@@ -285,6 +294,7 @@ class RigBake:
                         pass
                 self.skeleton = CANONICAL.scaled(leg / leg_length(CANONICAL))
             self.solved = self._from_network(kp, progress, cancel, batch_size)
+        self._source_fk = None     # (T, B, 3, 3) of the source: not needed any more
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved
 
@@ -342,15 +352,20 @@ class RigBake:
         from ..model.result import SolveResult
         from .source import source_world_rotations
 
-        rot, given, splan = source_world_rotations(self.source_rig, self._source_pose()[0])
+        from ..retarget.solve import frame_chunks
+
+        W = self._source_pose()[0]
+        splan = _cached_plan(self.source_rig.rig, self.source_rig.mapping)
         # world -> the body frame the network would have used
         Rm = self.minv[:3, :3] * self.unit
         M = self.plan.K.T @ Rm
-        rb = M @ rot @ M.T
-        local = np.empty_like(rb)
-        local[:, 0] = rb[:, 0]
-        for j in range(1, len(JOINTS)):
-            local[:, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]
+        local = np.empty((W.shape[0], len(JOINTS), 3, 3))
+        for a, b in frame_chunks(W.shape[0], self.chunk):
+            rot, given, _ = source_world_rotations(self.source_rig, W[a:b], splan)
+            rb = M @ rot @ M.T
+            local[a:b, 0] = rb[:, 0]
+            for j in range(1, len(JOINTS)):
+                local[a:b, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
         root = kp[:, _J["pelvis"]]
@@ -367,7 +382,7 @@ class RigBake:
             from ..retarget.solve import pose_rig
 
             src = self.source_rig
-            self._source_fk = pose_rig(src.rig, src.quaternions, src.locations)
+            self._source_fk = pose_rig(src.rig, src.quaternions, src.locations, chunk=self.chunk)
         return self._source_fk
 
     def _shared_bones(self):
@@ -456,7 +471,7 @@ class RigBake:
         offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
         src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
         init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
-                        world_rotations=getattr(self, "_world_rotations", None))
+                        world_rotations=getattr(self, "_world_rotations", None), chunk=self.chunk)
         if self.mode == "sparse" and self.n_frames > 4:
             # the network guesses what a few effectors leave open frame by frame:
             # smooth that guess (the start pose and prior); the effectors are met anyway
@@ -464,7 +479,7 @@ class RigBake:
 
             q = np.asarray(_smooth("smooth_rotations", init.quaternions, "butter", 0.5, self.fps))
             init.quaternions = quat_continuity(q / np.linalg.norm(q, axis=-1, keepdims=True))
-            _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations)
+            _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk)
         self.initial = init
         src = self.src_m.copy()
         if o.in_place:   # as baked: the root's horizontal travel removed from every point
@@ -545,8 +560,9 @@ class RigBake:
             loc = _smooth("smooth_keypoints", locs[:, r:r + 1], o.smooth, float(o.smooth_strength), self.fps)
             locs = locs.copy()
             locs[:, r] = np.asarray(loc)[:, 0]
-            _, heads = pose_rig(plan.rig, quats, locs)
+            _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk)
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, init.root_bone)
+        self._world_rotations = None     # (T, 3, 3) per copied bone: used
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
 
@@ -673,7 +689,7 @@ class RigBake:
         # (3 frames or more): a dragged pose of a few effectors has neither
         pairs = self.mask[:, :J] & self.mask[:, list(BONE_CHILD)]
         if self.n_frames >= 3 or pairs.any():
-            tk = target_keypoints(plan, res.quaternions, res.locations) * u      # metres, body axes
+            tk = target_keypoints(plan, res.quaternions, res.locations, unit_scale=u, chunk=self.chunk)   # metres
             f.bone_direction_error_deg = metrics.bone_direction_error(tk, self.kp_body, self.mask)
             f.jitter = metrics.jitter(tk[:, :J], self.fps)
             f.source_jitter = metrics.jitter(self.kp_body[:, :J], self.fps)
@@ -749,7 +765,7 @@ class RigBake:
         rig = self.plan.rig
         feet = {b for side in fp.values() for _n, b, _o, _h in side}
         W, X = pose_rig(rig, res.quaternions, res.locations,
-                        bones=sorted(feet | {a for b in feet for a in rig.ancestors(b)}))
+                        bones=sorted(feet | {a for b in feet for a in rig.ancestors(b)}), chunk=self.chunk)
         pts = np.stack([X[:, b] + W[:, b] @ off for side in fp.values() for _n, b, off, _h in side], 1)
         low = self._world_heights(pts).min(axis=1)
         c = info.contacts.any(1)

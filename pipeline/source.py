@@ -24,7 +24,7 @@ from ..model.skeleton import JOINTS, PARENTS
 __all__ = ["source_world_rotations"]
 
 
-def source_world_rotations(source_rig, W=None) -> tuple:
+def source_world_rotations(source_rig, W=None, plan=None) -> tuple:
     """World rotations (T, 22, 3, 3) of the canonical joints and which ones the source has.
 
     Parameters
@@ -32,7 +32,10 @@ def source_world_rotations(source_rig, W=None) -> tuple:
     source_rig : readers.source_rig.SourceRig
     W : ndarray (T, B, 3, 3), optional
         The source's posed rotations when already computed
-        (:func:`..retarget.solve.pose_rig`).
+        (:func:`..retarget.solve.pose_rig`): of all frames, or of a chunk
+        of frames (the rotations are per frame).
+    plan : RetargetPlan, optional
+        The source skeleton's plan when already made.
 
     Returns
     -------
@@ -45,7 +48,8 @@ def source_world_rotations(source_rig, W=None) -> tuple:
     from ..retarget.solve import pose_rig
     from .core import _cached_plan
 
-    plan = _cached_plan(source_rig.rig, source_rig.mapping)
+    if plan is None:
+        plan = _cached_plan(source_rig.rig, source_rig.mapping)
     if W is None:
         W, _ = pose_rig(source_rig.rig, source_rig.quaternions, source_rig.locations)
     T = W.shape[0]

@@ -92,11 +92,26 @@ from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, JO
     PARENTS, Skeleton, forward_kinematics_np
 
 __all__ = ["RetargetPlan", "RetargetResult", "plan_retarget", "retarget", "pose_rig",
-           "target_keypoints", "quats_to_euler_continuous", "quat_continuity",
-           "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame"]
+           "target_keypoints", "quats_to_euler_continuous", "continue_eulers", "quat_continuity",
+           "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame", "CHUNK_FRAMES", "frame_chunks"]
+
+#: Frames per chunk of the per-frame work (:func:`retarget`, :func:`pose_rig`,
+#: :func:`target_keypoints`, :func:`quats_to_euler_continuous`): whole-clip
+#: outputs, temporaries of one chunk (a 100,000-frame clip's (T, B, 3, 3)
+#: temporaries would take gigabytes). Results do not depend on it.
+CHUNK_FRAMES = 4096
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _END_JOINTS = tuple(JOINTS[i] for i in range(len(JOINTS)) if BONE_CHILD[i] >= len(JOINTS))
+
+
+def frame_chunks(n_frames: int, chunk=None):
+    """``(a, b)`` frame ranges of at most ``chunk`` frames (default :data:`CHUNK_FRAMES`) covering ``n_frames``."""
+    step = max(int(chunk or CHUNK_FRAMES), 1)
+    n_frames = int(n_frames)
+    if n_frames <= 0:
+        return [(0, 0)]
+    return [(a, min(a + step, n_frames)) for a in range(0, n_frames, step)]
 
 
 def _canonical_dirs() -> np.ndarray:
@@ -420,28 +435,46 @@ def _twist_angle(rot, axis):
     return (a + np.pi) % (2 * np.pi) - np.pi
 
 
-def quat_continuity(quats: np.ndarray) -> np.ndarray:
+def quat_continuity(quats: np.ndarray, out=None, *, chunk=None) -> np.ndarray:
     """Flip quaternion signs so consecutive frames have a non-negative dot product.
 
     Parameters
     ----------
     quats : ndarray (T, ..., 4)
+    out : ndarray, optional
+        Where to write the result (may be ``quats`` itself, float64).
+    chunk : int, optional
+        Frames at a time (default :data:`CHUNK_FRAMES`): no whole-clip
+        temporaries; the result does not depend on it.
 
     Returns
     -------
     ndarray, same shape (vectorised: cumulative product of the sign changes).
     """
     q = np.asarray(quats, dtype=np.float64)
+    if out is None:
+        out = q.copy()
+    elif out is not q:
+        out[...] = q
     if q.shape[0] < 2:
-        return q.copy()
-    dots = np.sum(q[1:] * q[:-1], axis=-1)
-    flips = np.where(dots < 0, -1.0, 1.0)
-    signs = np.concatenate([np.ones((1,) + flips.shape[1:]), np.cumprod(flips, axis=0)], axis=0)
-    return q * signs[..., None]
+        return out
+    sign = np.ones(q.shape[1:-1])    # the sign given to the frame before the chunk
+    prev = None                      # that frame as it came
+    for a, b in frame_chunks(q.shape[0], chunk):
+        part = q[a:b]
+        before = part[:-1] if prev is None else np.concatenate([prev[None], part[:-1]])
+        flips = np.where(np.sum((part[1:] if prev is None else part) * before, axis=-1) < 0, -1.0, 1.0)
+        signs = np.cumprod(flips, axis=0) * sign
+        if prev is None:
+            signs = np.concatenate([sign[None], signs], axis=0)
+        prev = part[-1].copy()       # (before out, which may be q, changes it)
+        out[a:b] *= signs[..., None]
+        sign = signs[-1]
+    return out
 
 
 def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton | None = None, *,
-             scale=None, in_place: bool = False, world_rotations=None) -> RetargetResult:
+             scale=None, in_place: bool = False, world_rotations=None, chunk=None) -> RetargetResult:
     """Retarget solver output onto the planned rig.
 
     Parameters
@@ -464,6 +497,9 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         instead of what the canonical joints give it (bones the source has
         too but no canonical joint stands for: a CMU ``LHipJoint``, an extra
         neck bone).
+    chunk : int, optional
+        Frames converted at a time (default :data:`CHUNK_FRAMES`; the
+        result does not depend on it).
 
     Returns
     -------
@@ -478,26 +514,39 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     if scale is None or (isinstance(scale, str) and scale == "auto"):
         scale = plan.leg_length / _leg_length(src) if plan.leg_length > 0 else 1.0
     scale = float(scale)
+    n = len(plan.bone_names)
+    quats = np.zeros((T, n, 4))
+    quats[..., 0] = 1.0
+    locs = np.zeros((T, n, 3))
+    Xb = np.empty((n, T, 3))     # bone-major (contiguous per bone)
+    driven = np.zeros(n, dtype=bool)
+    delta = root_pos - np.asarray(src.offsets[0], dtype=np.float64)
+    if in_place:
+        delta = delta.copy()
+        delta[:, :2] = 0.0
+    for a, b in frame_chunks(T, chunk):
+        world = None if world_rotations is None else {k: v[a:b] for k, v in world_rotations.items()}
+        _retarget_chunk(plan, local_rot[a:b], delta[a:b], scale, world, quats[a:b], locs[a:b], Xb[:, a:b], driven)
+    quat_continuity(quats, out=quats, chunk=chunk)
+    root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
+    return RetargetResult(list(plan.bone_names), quats, locs, np.swapaxes(Xb, 0, 1), scale, driven, root_name)
+
+
+def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs, Xb, driven):
+    """:func:`retarget` of frames ``local_rot`` (t, 22, 3, 3), written into ``quats`` (t, B, 4), ``locs``
+    (t, B, 3) and the bone-major ``Xb`` (B, t, 3) (views of the whole clip's arrays); marks ``driven``."""
+    T = local_rot.shape[0]
     Rw, _ = forward_kinematics_np(local_rot, np.zeros((T, 3)))
     K = plan.K
     Rk = np.einsum("ij,tkjl,ml->tkim", K, Rw, K)  # canonical world rotations in armature axes
     qk = None
     n = len(plan.bone_names)
     rig = plan.rig
-    quats = np.zeros((T, n, 4))
-    quats[..., 0] = 1.0
-    locs = np.zeros((T, n, 3))
-    driven = np.zeros(n, dtype=bool)
     bases = {}
-    delta = root_pos - np.asarray(src.offsets[0], dtype=np.float64)
-    if in_place:
-        delta = delta.copy()
-        delta[:, :2] = 0.0
     special = set(plan.drivers) | set(plan.twist) | set(world_rotations or ()) | {plan.root}
     # bone-major arrays (contiguous per bone); one batch per depth level, the
     # bones with a driver, a twist or the root handled one by one
     Wb = np.empty((n, T, 3, 3))
-    Xb = np.empty((n, T, 3))
     for idx, par in _levels(rig):
         if par is None:
             base_rot = np.broadcast_to(plan.rel_rot[idx][:, None], (len(idx), T, 3, 3))
@@ -544,16 +593,12 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
                 H = plan.rest_head[b] + scale * (delta @ K.T)
                 locs[:, b] = np.einsum("tji,tj->ti", br, H - base_pos[i])
                 Xb[b] = H
-    X = np.swapaxes(Xb, 0, 1)
     if bases:   # one conversion for all driven bones
         idx = list(bases)
         quats[:, idx] = matrix_to_quat(np.stack([bases[b] for b in idx], axis=1))
-    quats = quat_continuity(quats)
-    root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
-    return RetargetResult(list(plan.bone_names), quats, locs, X, scale, driven, root_name)
 
 
-def pose_rig(rig, quats, locations=None, *, bones=None):
+def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None):
     """Forward kinematics of a rig from pose-bone values.
 
     Parameters
@@ -566,7 +611,10 @@ def pose_rig(rig, quats, locations=None, *, bones=None):
     bones : sequence of int, optional
         Pose only these bones (closed under parents: every ancestor of a bone
         listed must be listed); the other entries of the outputs are
-        undefined.
+        undefined (and take no memory: the outputs are bone-major).
+    chunk : int, optional
+        Frames posed at a time (default :data:`CHUNK_FRAMES`; the result does
+        not depend on it).
 
     Returns
     -------
@@ -575,16 +623,12 @@ def pose_rig(rig, quats, locations=None, *, bones=None):
     heads : ndarray (T, B, 3)
         Armature-space head positions.
     """
-    quats = np.asarray(quats, dtype=np.float64)
+    quats = np.asarray(quats)
     T, n = quats.shape[:2]
     sel = np.arange(n) if bones is None else np.unique(np.asarray(bones, dtype=np.int64))
-    basis = np.swapaxes(quat_to_matrix(quats[:, sel]), 0, 1)   # bone-major: contiguous per bone
     slot = np.full(n, -1)
     slot[sel] = np.arange(len(sel))
-    locs = None if locations is None else np.swapaxes(np.asarray(locations, dtype=np.float64)[:, sel], 0, 1)
-    W = np.empty((n, T, 3, 3))
-    X = np.empty((n, T, 3))
-    # one batch per depth level (a bone's parent is always one level up)
+    levels = []
     for idx, par, rel_rot, rel_pos in _level_offsets(rig):
         if bones is not None:
             keep = slot[idx] >= 0
@@ -594,19 +638,29 @@ def pose_rig(rig, quats, locations=None, *, bones=None):
             if par is not None:
                 par = par[keep]
                 rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]
-        k = slot[idx]
-        if par is None:
-            base_rot = rel_rot
-            base_pos = rel_pos[..., 0]
-        else:
-            Wp = W[par]
-            base_rot = Wp @ rel_rot
-            base_pos = X[par] + (Wp @ rel_pos)[..., 0]
-        W[idx] = base_rot @ basis[k]
-        if locs is None:
-            X[idx] = base_pos
-        else:
-            X[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
+        levels.append((idx, par, rel_rot, rel_pos, slot[idx]))
+    W = np.empty((n, T, 3, 3))
+    X = np.empty((n, T, 3))
+    for a, b in frame_chunks(T, chunk):
+        # bone-major: contiguous per bone
+        basis = np.swapaxes(quat_to_matrix(np.asarray(quats[a:b][:, sel], dtype=np.float64)), 0, 1)
+        locs = None if locations is None else \
+            np.swapaxes(np.asarray(locations[a:b], dtype=np.float64)[:, sel], 0, 1)
+        Wc, Xc = W[:, a:b], X[:, a:b]
+        # one batch per depth level (a bone's parent is always one level up)
+        for idx, par, rel_rot, rel_pos, k in levels:
+            if par is None:
+                base_rot = rel_rot
+                base_pos = rel_pos[..., 0]
+            else:
+                Wp = Wc[par]
+                base_rot = Wp @ rel_rot
+                base_pos = Xc[par] + (Wp @ rel_pos)[..., 0]
+            Wc[idx] = base_rot @ basis[k]
+            if locs is None:
+                Xc[idx] = base_pos
+            else:
+                Xc[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
     return np.swapaxes(W, 0, 1), np.swapaxes(X, 0, 1)
 
 
@@ -654,7 +708,7 @@ def _level_offsets(rig):
     return out
 
 
-def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0) -> np.ndarray:
+def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0, chunk=None) -> np.ndarray:
     """Canonical keypoints (T, 32, 3) read from a posed target rig.
 
     Joint keypoints are the posed heads of the mapped bones; unmapped spine /
@@ -666,15 +720,25 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
     Positions are in armature space expressed in canonical axes
     (``K^T @ x``), times ``unit_scale`` (pass the armature's object scale to
     get metres from a scaled rig). No other scaling: these are the keypoints
-    to give the solver for a round trip.
+    to give the solver for a round trip. Posed ``chunk`` frames at a time
+    (default :data:`CHUNK_FRAMES`).
     """
+    T = np.shape(quats)[0]
+    out = np.full((T, len(KEYPOINTS), 3), np.nan)
+    for a, b in frame_chunks(T, chunk):
+        _target_keypoints_chunk(plan, quats[a:b], None if locations is None else locations[a:b], out[a:b])
+    if unit_scale != 1.0:
+        out *= unit_scale
+    return out
+
+
+def _target_keypoints_chunk(plan, quats, locations, out):
+    """:func:`target_keypoints` of a few frames, written into ``out`` (t, 32, 3) (NaN-filled)."""
     rig = plan.rig
     need = {rig.index(b) for b in plan.mapping.entries.values() if rig.has(b)} | set(plan.path)
     need |= {a for b in list(need) for a in rig.ancestors(b)}
-    W, X = pose_rig(rig, quats, locations, bones=sorted(need))   # only what is read (memory)
-    T = W.shape[0]
+    W, X = pose_rig(rig, quats, locations, bones=sorted(need), chunk=len(quats) or 1)   # only what is read
     K = plan.K
-    out = np.full((T, len(KEYPOINTS), 3), np.nan)
     Rc = {}
     ent = {j: rig.index(b) for j, b in plan.mapping.entries.items() if j in _J}
     if ent:
@@ -704,7 +768,6 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
         name = JOINTS[j]
         if name in Rc:
             out[:, len(JOINTS) + e] = out[:, j] + s * (Rc[name] @ END_OFFSETS[e])
-    return out * unit_scale
 
 
 # --------------------------------------------------------------------------
@@ -773,7 +836,7 @@ def matrix_to_euler_blender(mat, order: str = "XYZ") -> np.ndarray:
     return _by_axis(_matrix_to_euler_by_position(m, order), order)
 
 
-def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
+def quats_to_euler_continuous(quats, order: str = "XYZ", *, chunk=None) -> np.ndarray:
     """Quaternions (T, B, 4) to Blender Euler angles (T, B, 3) without jumps.
 
     The angles are indexed by axis ``(x, y, z)`` whatever ``order`` is, as
@@ -784,9 +847,22 @@ def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
     previous frame. Vectorised over frames: the branch switches where the
     other branch is nearer the previous frame's (both branches move by the
     same amounts, so the choice is a cumulative parity), then ``np.unwrap``
-    removes 2 pi jumps.
+    removes 2 pi jumps. ``chunk`` frames at a time (default
+    :data:`CHUNK_FRAMES`), each chunk following the previous one
+    (:func:`continue_eulers`).
     """
-    q = np.asarray(quats, dtype=np.float64)
+    q = np.asarray(quats)
+    out = np.empty(q.shape[:-1] + (3,))
+    prev_q = prev_e = None
+    for a, b in frame_chunks(q.shape[0], chunk):
+        out[a:b] = continue_eulers(np.asarray(q[a:b], dtype=np.float64), order, prev_q, prev_e)
+        if b > a:
+            prev_q, prev_e = np.asarray(q[b - 1], dtype=np.float64), out[b - 1]
+    return out
+
+
+def _eulers_of_chunk(q, order):
+    """:func:`quats_to_euler_continuous` of frames ``q`` (T, B, 4), the first frame on the principal branch."""
     e1 = _matrix_to_euler_by_position(quat_to_matrix(q), order)
     if e1.shape[0] < 2:
         return _by_axis(e1, order)
@@ -803,3 +879,38 @@ def quats_to_euler_continuous(quats, order: str = "XYZ") -> np.ndarray:
     branch = np.concatenate([np.zeros((1,) + switch.shape[1:], np.int64), np.cumsum(switch, axis=0) % 2])
     e = np.where(branch[..., None] == 1, e2, e1)
     return _by_axis(np.unwrap(e, axis=0), order)
+
+
+def _other_branch(e, order):
+    """The other Tait-Bryan solution of Euler angles ``e`` (..., 3) by axis, Blender ``order``."""
+    i, j, k = ("XYZ".index(c) for c in order)
+    out = e.copy()
+    out[..., i] += np.pi
+    out[..., j] = np.pi - e[..., j]
+    out[..., k] += np.pi
+    return out
+
+
+def continue_eulers(q, order, prev_q=None, prev_e=None):
+    """Continuous Blender Eulers (T, B, 3) of quaternions ``q`` (T, B, 4), following ``prev_e`` (B, 3).
+
+    The chunk's Eulers with the previous chunk's last rotation ``prev_q``
+    (B, 4) in front; that first frame is then moved onto the previous
+    chunk's last Euler triple ``prev_e`` (the other Tait-Bryan branch and/or
+    whole turns), and the chunk with it. Without ``prev_q`` the first frame
+    is on the principal branch.
+    """
+    if prev_q is None:
+        return _eulers_of_chunk(q, order)
+    e = _eulers_of_chunk(np.concatenate([prev_q[None], q]), order)
+    alt = _other_branch(e, order)
+    turn = 2.0 * np.pi
+
+    def wrapped(x):
+        return (x + np.pi) % turn - np.pi
+
+    d_same = (wrapped(prev_e - e[0]) ** 2).sum(-1)
+    d_alt = (wrapped(prev_e - alt[0]) ** 2).sum(-1)
+    e = np.where((d_alt < d_same)[None, ..., None], alt, e)
+    e += np.round((prev_e - e[0]) / turn)[None] * turn
+    return e[1:]
