@@ -83,6 +83,26 @@ def leg_length(skel) -> float:
     return float(np.mean([np.linalg.norm(o[_J[f"calf_{s}"]]) + np.linalg.norm(o[_J[f"foot_{s}"]]) for s in "lr"]))
 
 
+def rest_floor(plan, n=(0.0, 0.0, 1.0)):
+    """Height along ``n`` of a rig's rest floor (its lowest foot point, as :func:`.targets.foot_points`), or None."""
+    from .targets import foot_points
+
+    fp = foot_points(plan, np.asarray(n, dtype=np.float64))
+    if not fp:
+        return None
+    side = next(iter(fp.values()))      # its ankle's height above that floor gives the floor
+    return float(np.dot(n, plan.rig.head[side[0][1]])) - side[0][3]
+
+
+def hip_height(plan, n=(0.0, 0.0, 1.0)) -> float:
+    """Rest height of the pelvis bone's head above the rig's rest floor along ``n``; 0 without either."""
+    rig, ent = plan.rig, plan.mapping.entries
+    floor = rest_floor(plan, n)
+    if floor is None or "pelvis" not in ent or not rig.has(ent["pelvis"]):
+        return 0.0
+    return max(float(np.dot(n, rig.head[rig.index(ent["pelvis"])])) - floor, 0.0)
+
+
 def object_frame(matrix_world):
     """``(Minv (4, 4), unit)``: world -> armature space, and metres per armature unit."""
     m = np.asarray(matrix_world, dtype=np.float64).reshape(4, 4)
@@ -466,6 +486,16 @@ class RigBake:
         else:
             src_leg = leg_length(skel)
             scale = plan.leg_length / src_leg if plan.leg_length > 0 and src_leg > 0 else 1.0 / self.unit
+            if self.mode == "sparse" and self.source_rig is not None and self._source_rest_is_human():
+                # a file's effectors: its pelvis must stand over its feet on the rig as in the
+                # file, so the scale is the ratio of the hip heights at rest (as retargeting tools
+                # and Blender's own placement do); the legs' lengths leave out where the hips
+                # sit below the pelvis and how high the ankle is: a walk onto the meta-rig by
+                # their ratio put the pelvis 7 cm beyond the legs' reach
+                splan = _cached_plan(self.source_rig.rig, self.source_rig.mapping)
+                src_h, rig_h = hip_height(splan), hip_height(plan, floor_normal(self.object_matrix))
+                if src_h > 0 and rig_h > 0:
+                    scale = rig_h / src_h
         self.scale = scale
         offsets = np.array(skel.offsets, dtype=np.float64)
         offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
@@ -489,7 +519,7 @@ class RigBake:
         n = floor_normal(self.object_matrix)
         self.up = n
         if self.mode == "sparse":
-            targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=init.heads)
+            targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=init.heads, n=n, fps=self.fps)
             prior = self._sparse_prior()
         else:
             if getattr(self, "same_skeleton", False):
@@ -589,7 +619,8 @@ class RigBake:
         if not again.any():
             return fit, targets, info
         plan = self.plan
-        targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched)
+        targets, info = sparse_targets(plan, src, self.mask, scale, init_heads=fit.heads, stretched=stretched,
+                                      n=self.up, fps=self.fps)
         self.targets, self.target_info = targets, info
         sub = np.flatnonzero(again)
         part = Targets(targets.points, [dict(r, target=r["target"][sub], weight=r["weight"][sub],

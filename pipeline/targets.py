@@ -41,14 +41,15 @@ import numpy as np
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..retarget.rigsolve import Targets
 
-__all__ = ["dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height", "WEIGHTS"]
+__all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
 
 #: Row weights (per armature unit of error) and prior weights (per radian).
 WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, height=0.3, root=0.3, root_vertical=0.1,
-               sparse_effector=1.0, sparse_hint=0.1, pole=0.005)
+               sparse_effector=1.0, sparse_hint=0.1, pole=0.005,
+               sparse_foot=0.1, flat_foot=0.3)
 #: Frames over which a contact target fades in and out.
 CONTACT_BLEND = 4
 #: An effector beyond its chain's reach keeps this share of its weight: its
@@ -377,6 +378,25 @@ def _planted_height(src, mask, side, n, fps, k):
     return float(np.median(h[flat, k])), True
 
 
+def stance(src, mask, n, fps, k):
+    """Frames (T,) bool where point ``k`` stands: slower than 0.15 m/s within 3 cm of its 5th percentile height.
+
+    For an ankle given alone (six effectors), whose foot's own points are
+    not known; none when fewer than 3 frames qualify (a foot that never
+    stands).
+    """
+    ok = mask[:, k]
+    T = len(ok)
+    if ok.sum() < 3 or T < 3:
+        return np.zeros(T, dtype=bool)
+    h = src[:, k] @ n
+    v = np.gradient(np.where(ok[:, None], src[:, k], np.nan), axis=0) * float(fps)
+    speed = np.nan_to_num(np.linalg.norm(v, axis=-1), nan=np.inf)
+    lo = np.percentile(h[ok], 5.0)
+    still = ok & (speed < 0.15) & (h < lo + 0.03)
+    return still if still.sum() >= 3 else np.zeros(T, dtype=bool)
+
+
 def _world_from(n):
     """A rotation taking ``n`` to +Z (so contact heights read along world up)."""
     from ..model.rotations_np import rotation_between
@@ -384,7 +404,7 @@ def _world_from(n):
     return rotation_between(np.asarray(n, dtype=np.float64), np.array([0.0, 0.0, 1.0]))
 
 
-def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, stretched=None):
+def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, stretched=None, n=None, fps=None):
     """Targets for effectors (and elbow/knee hints) at ``scale * src``.
 
     Elbows and knees without a hint in the source keep, weakly, where the
@@ -399,6 +419,13 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     keeps a fading share of its weight (down to :data:`UNREACHABLE_WEIGHT`
     12% past it), so that the chain points at it while the other effectors
     are met.
+
+    A foot given by its ankle alone keeps the start pose's direction in the
+    world (heel to ball, weakly); with ``n`` (up) and ``fps``, on the frames
+    where its ankle stands (:func:`stance`, faded in and out over
+    :data:`CONTACT_BLEND` frames) its ball is held at the ankle target's
+    height less the rig's own flat-foot drop from ankle to ball: the foot
+    stands flat.
 
     Returns
     -------
@@ -458,4 +485,39 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             w = weights["pole"] * (~mask[:, k])
             if w.any():
                 tg.add({tg.point(b): 1.0}, init_heads[:, b], w, name=f"{name} pole", kind="pole")
+        # a foot given by its ankle alone keeps the start pose's direction in the world (heel
+        # to ball: pitch and heading, the network's guess), not its turn relative to the
+        # shin: a leg the solve bends or straightens to meet the ankle would tip the foot
+        # with it (toes up through the floor while the foot stands)
+        for s in "lr":
+            fb, tb = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+            if fb is None or tb is None or not plan.rig.is_ancestor(fb, tb):
+                continue
+            d = init_heads[:, tb] - init_heads[:, fb]
+            L = float(np.linalg.norm(rest[tb] - rest[fb]))
+            nd = np.linalg.norm(d, axis=-1, keepdims=True)
+            ok = mask[:, _K[f"foot_{s}"]] & (nd[:, 0] > 1e-9) & ~mask[:, _K[f"toe_{s}"]]
+            if L > 1e-9 and ok.any():
+                tg.add({tg.point(tb): 1.0, tg.point(fb): -1.0}, L * d / np.maximum(nd, 1e-12),
+                       weights["sparse_foot"] * ok, name=f"foot_{s} direction", kind="pole", perpendicular=True)
+    if n is not None and fps and len(src) >= 3:
+        fp = foot_points(plan, n)
+        for s in "lr":
+            ka = _K[f"foot_{s}"]
+            if s not in fp or len(fp[s]) < 2 or fp[s][1][0] != "ball" or mask[:, _K[f"toe_{s}"]].any():
+                continue
+            still = stance(src, mask, n, fps, ka)
+            if not still.any():
+                continue
+            (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
+            tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
+            wt = weights["flat_foot"] * _ramp(still, CONTACT_BLEND) * mask[:, ka]
+            tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
+            tb = _bone(plan, f"toe_{s}")
+            if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball
+                Q = plan.rig.rest_rotation()
+                tip = Q[tb].T @ (plan.rig.tail[tb] - plan.rig.head[tb])
+                h_tip = float(np.dot(n, plan.rig.tail[tb] - plan.rig.head[tb]))
+                tg.add({tg.point(tb, tip): 1.0}, tgt + n * h_tip, wt, axes=np.outer(n, n), name=f"toe_{s} flat",
+                       kind="height")
     return tg, info

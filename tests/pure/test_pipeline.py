@@ -240,3 +240,47 @@ def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
     for t in (0, rigsolve.NUMPY_CHUNK + 3, 2 * rigsolve.NUMPY_CHUNK + 4):
         np.testing.assert_allclose(par.heads[t], big.heads[t % T], atol=2e-5)
         np.testing.assert_allclose(par.residual[t], big.residual[t % T], atol=2e-5)
+
+
+def test_file_effectors_on_other_proportions_stand_flat():
+    """Six effectors of a file (its skeleton known) baked onto a rig of other proportions.
+
+    The hip heights' ratio scales them (the pelvis stands over the feet as
+    high as the rig's hips: its feet on the floor), and where an ankle
+    stands its foot stands flat and still: the toe tips neither slide nor
+    tip through the floor.
+    """
+    from neural_ik.model.skeleton import SPARSE_EFFECTORS
+    from neural_ik.pipeline.core import hip_height
+    from neural_ik.pipeline.targets import stance
+
+    plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
+    kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
+    src = SourceRig(plan_src.rig, mapping_src, truth.quaternions, truth.locations)
+    keep = np.zeros(len(KEYPOINTS), dtype=bool)
+    keep[[KEYPOINTS.index(n) for n in SPARSE_EFFECTORS]] = True
+    mask = np.broadcast_to(keep, kp.shape[:2]).copy()
+    target = _rig("four_spine_long_limbs")
+    mapping = auto_map(target)
+    job = RigBake(target, mapping, np.where(mask[..., None], kp, np.nan), mask, 30.0,
+                  BakeOptions(device="cpu", mode="sparse"), source_rig=src)
+    job.run()
+    assert job.mode == "sparse"
+    assert job.scale == pytest.approx(hip_height(job.plan) / hip_height(plan_src), rel=1e-6)
+    assert job.figures.effector_reach_mm[0] < 25.0, job.figures   # (straight legs at heel strike: a few cm short)
+    def toe_tips(rig, mapping, quats, locs, side):
+        W, H = pose_rig(rig, quats, locs)
+        t = rig.index(mapping.entries[f"toe_{side}"])
+        return H[:, t] + np.einsum("tij,j->ti", W[:, t], rig.rest_rotation()[t].T @ (rig.tail[t] - rig.head[t]))
+
+    for s in "lr":
+        still = stance(kp, mask, UP, 30.0, KEYPOINTS.index(f"foot_{s}"))
+        assert still.sum() > 10
+        both = still[1:] & still[:-1]
+        tip = toe_tips(target, mapping, job.result.quaternions, job.result.locations, s)
+        src_tip = toe_tips(plan_src.rig, mapping_src, truth.quaternions, truth.locations, s)
+        speed = np.linalg.norm(np.diff(tip[:, :2], axis=0), axis=-1)[both].mean() * 1000.0
+        src_speed = np.linalg.norm(np.diff(src_tip[:, :2], axis=0), axis=-1)[both].mean() * 1000.0 * job.scale
+        assert speed < 1.5 * src_speed + 2.0, (s, speed, src_speed)     # mm per frame (was 57 before: toes swung)
+        # on the floor (z = 0: this rig's rest feet are below its origin, its pelvis rises to stand)
+        assert np.abs(tip[still, 2]).max() * 100.0 < 2.0, (s, tip[still, 2])
