@@ -400,6 +400,7 @@ class BakeJob:
         if self.result is None:
             raise RuntimeError("retarget() first")
         t0 = time.perf_counter()
+        self.core.release()    # the keys take memory of their own: the solve's and fit's arrays go first
         obj = self.obj
         channels, mode_changes = self._channels()
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)

@@ -11,6 +11,9 @@ export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
 
 - The target is loaded once and the network once; one bad clip is reported
   and skipped, the others complete (exit code 1 when any failed).
+- Memory does not grow with the clips: each clip's arrays are released once
+  its outputs are written, and with ``--no-blend`` its action too (only
+  the ``.blend`` keeps every clip's keys).
 - A rerun skips clips whose outputs are all newer than the clip (for the
   ``.blend``: it holds the clip's action and is newer); ``--force`` bakes
   everything again. Actions of skipped clips are carried over into the new
@@ -369,6 +372,10 @@ def run(args):
                     if interrupt.requested:
                         raise KeyboardInterrupt
                     paths, t_export = write_outputs(target, result, None, job.exports)
+                    result = None      # the clip's arrays go before the next clip is read
+                    if blend is None:  # (--no-blend) nothing keeps the keys once exported
+                        _remove_action(action_name)
+                        action_name = None
                     row["outputs"] = paths + ([blend] if blend else [])
                     row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
                     row["seconds_total"] = round(sum(row["seconds"].values()), 4)

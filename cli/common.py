@@ -50,6 +50,7 @@ __all__ = [
     "MAX_FRAMES",
     "load_bone_mapping",
     "bake_one",
+    "release_motion",
     "summary",
     "guarded",
     "SOURCE_EXTENSIONS",
@@ -923,6 +924,9 @@ def headline(row) -> str:
 def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None):
     """Convert a clip to canonical keypoints and bake it onto ``obj``.
 
+    The clip's motion is released (:func:`release_motion`) once the bake
+    has taken what it reads.
+
     Parameters
     ----------
     obj : bpy.types.Object
@@ -938,13 +942,30 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     -------
     blender_io.bake.BakeResult
     """
-    from ..blender_io.bake import bake_keypoints
+    from ..blender_io.bake import BakeJob
     from ..readers import to_canonical
 
     keypoints, mask = to_canonical(clip)
-    return bake_keypoints(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
-                          solver=solver, progress=progress, cancel=cancel,
-                          source_rig=getattr(clip, "source_rig", None))
+    job = BakeJob(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
+                  solver=solver, source_rig=getattr(clip, "source_rig", None))
+    # the job holds what it reads (prepared, in the armature's axes): the clip's motion goes now
+    # (a 100,000-frame clip: some 300 MB), so that the bake's peak does not carry it
+    del keypoints, mask
+    release_motion(clip)
+    return job.run(progress, cancel)
+
+
+def release_motion(clip):
+    """Drop a read clip's per-frame arrays (``positions``, ``confidence``, ``source_rig``) once a bake took them.
+
+    Its source, rate, layout, units, up axis and warnings stay (the report
+    row reads them); it has no frames left.
+    """
+    import numpy as np
+
+    clip.positions = np.zeros((0,) + tuple(np.shape(clip.positions)[1:]))
+    clip.confidence = None
+    clip.source_rig = None
 
 
 def summary(rows, seconds, **extra):

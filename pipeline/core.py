@@ -36,6 +36,7 @@ object's transform (``object_matrix``) brings world keypoints there.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -228,7 +229,7 @@ class RigBake:
             self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
         kp = src.keypoints
         if self.source_rig is not None:
-            kp = _joints_from_source_rig(kp, self.source_rig, self._source_pose()[1])
+            kp = _joints_from_source_rig(kp, self.source_rig, self.chunk)
         K = self.plan.K
         arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
         #: source keypoints in the armature's axes, metres (origin: the armature's)
@@ -288,7 +289,6 @@ class RigBake:
             kp = np.asarray(_smooth("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
             kp = np.where(self.mask[..., None], kp, np.nan)
             self.src_m = (kp - self.offset) @ self.plan.K.T
-        self.kp_solve = kp
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
         if self.source_rig is not None and self.mode == "dense":
@@ -314,7 +314,8 @@ class RigBake:
                         pass
                 self.skeleton = CANONICAL.scaled(leg / leg_length(CANONICAL))
             self.solved = self._from_network(kp, progress, cancel, batch_size)
-        self._source_fk = None     # (T, B, 3, 3) of the source: not needed any more
+        if self.source_rig is not None:   # nor its motion: the fit reads the skeleton's rest only
+            self.source_rig = _motionless(self.source_rig)
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved
 
@@ -370,40 +371,42 @@ class RigBake:
 
     def _from_source_rig(self, kp):
         from ..model.result import SolveResult
+        from ..retarget.solve import frame_chunks, pose_rig
         from .source import source_world_rotations
 
-        from ..retarget.solve import frame_chunks
-
-        W = self._source_pose()[0]
-        splan = _cached_plan(self.source_rig.rig, self.source_rig.mapping)
+        src = self.source_rig
+        splan = _cached_plan(src.rig, src.mapping)
         # world -> the body frame the network would have used
         Rm = self.minv[:3, :3] * self.unit
         M = self.plan.K.T @ Rm
-        local = np.empty((W.shape[0], len(JOINTS), 3, 3))
-        for a, b in frame_chunks(W.shape[0], self.chunk):
-            rot, given, _ = source_world_rotations(self.source_rig, W[a:b], splan)
+        T = src.num_frames
+        local = np.empty((T, len(JOINTS), 3, 3))
+        copied = self._copied_bones()
+        world = None if copied is None else {b: np.empty((T, 3, 3)) for b, _ in copied}
+        if copied:
+            R = self._source_to_armature()
+            Qs, Qt = src.rig.rest_rotation(), self.rig.rest_rotation()
+        # the source's pose a chunk of frames at a time (a whole clip's (T, B, 3, 3) would
+        # take gigabytes): the canonical joints' rotations and the copied bones' turns
+        for a, b in frame_chunks(T, self.chunk):
+            W, _ = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
+            rot, given, _ = source_world_rotations(src, W, splan)
             rb = M @ rot @ M.T
             local[a:b, 0] = rb[:, 0]
             for j in range(1, len(JOINTS)):
                 local[a:b, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]
+            for tb, sb in copied or ():
+                delta = W[:, sb] @ Qs[sb].T             # the source bone's turn from rest, source world
+                world[tb][a:b] = R @ delta @ R.T @ Qt[tb]
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
         root = kp[:, _J["pelvis"]]
-        self._world_rotations = self._same_named_bones()
+        self._world_rotations = world
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
         if missing:
             self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
                                  + " (they follow their parent)")
         return SolveResult(local, root, kp, skel, np.zeros(len(kp)), "dense", {})
-
-    def _source_pose(self):
-        """The source skeleton's posed rotations and heads ``(W, X)``, computed once per bake."""
-        if getattr(self, "_source_fk", None) is None:
-            from ..retarget.solve import pose_rig
-
-            src = self.source_rig
-            self._source_fk = pose_rig(src.rig, src.quaternions, src.locations, chunk=self.chunk)
-        return self._source_fk
 
     def _shared_bones(self):
         """``(pairs, same)``: (rig bone, source bone) pairs sharing a name, and whether it is the same skeleton.
@@ -433,23 +436,24 @@ class RigBake:
         Rm = self.minv[:3, :3] * self.unit
         return Rm / np.cbrt(np.linalg.det(Rm))
 
-    def _same_named_bones(self, rot_source_world=None):
-        """World rotations for rig bones the source has by the same name, where they apply.
+    def _copied_bones(self):
+        """(rig bone, source bone) pairs whose world rotation is the source's, where that applies; or None.
 
         - The **same skeleton** (:meth:`_shared_bones`): every shared bone
           turns exactly as in the source, relative to its rest; the clip comes
           back as it was, fingers included.
         - Otherwise only in-chain bones no canonical joint stands for (a CMU
           ``LHipJoint``, a second neck bone) take the source's turn.
+
+        Their rotations are computed with the canonical joints' in
+        :meth:`_from_source_rig`.
         """
         from ..retarget.rigsolve import free_bones
 
-        src = self.source_rig
         rig, plan = self.rig, self.plan
         shared, same = self._shared_bones()
         if not shared:
             return None
-        R = self._source_to_armature()
         if not same:
             mapped = {rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and rig.has(b)}
             chain = set(free_bones(rig, mapped, plan.root)) - mapped
@@ -458,14 +462,7 @@ class RigBake:
                 return None
         else:
             self.warnings.append("same skeleton as the source: its bones' rotations are copied")
-        Ws = self._source_pose()[0]
-        Qs = src.rig.rest_rotation()
-        Qt = rig.rest_rotation()
-        out = {}
-        for b, sb in shared:
-            delta = Ws[:, sb] @ Qs[sb].T             # the source bone's turn from rest, source world
-            out[b] = R @ delta @ R.T @ Qt[b]
-        return out
+        return shared
 
     # -- stage 3 ---------------------------------------------------------------
     def fit(self, progress=None, cancel=None):
@@ -474,8 +471,8 @@ class RigBake:
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
         from .targets import dense_targets, floor_normal, foot_points, sparse_targets
 
-        if self.solved is None:
-            raise RuntimeError("solve() first")
+        if self.solved is None or getattr(self.solved, "local_rot", 0) is None:
+            raise RuntimeError("solve() first (once per fit: the fit releases the solve's rotations)")
         o = self.options
         t0 = time.perf_counter()
         sol = self.solved
@@ -502,6 +499,8 @@ class RigBake:
         src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
         init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
                         world_rotations=getattr(self, "_world_rotations", None), chunk=self.chunk)
+        copied = set(getattr(self, "_world_rotations", None) or ())
+        self._world_rotations = None     # (T, 3, 3) per copied bone: carried onto the rig now
         if self.mode == "sparse" and self.n_frames > 4:
             # the network guesses what a few effectors leave open frame by frame:
             # smooth that guess (the start pose and prior); the effectors are met anyway
@@ -511,6 +510,9 @@ class RigBake:
             init.quaternions = quat_continuity(q / np.linalg.norm(q, axis=-1, keepdims=True))
             _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk)
         self.initial = init
+        start_driven, root_bone = init.driven, init.root_bone
+        if dataclasses.is_dataclass(sol):   # the start pose holds them now (a long clip: hundreds of MB)
+            self.solved = sol = dataclasses.replace(sol, local_rot=None, root_pos=None, keypoints=None)
         src = self.src_m.copy()
         if o.in_place:   # as baked: the root's horizontal travel removed from every point
             travel = src[:, _J["pelvis"]] - src[:1, _J["pelvis"]]
@@ -556,8 +558,7 @@ class RigBake:
             # effectors must be met to the millimetre: the prior fades over more steps
             # (more for clips, whose every frame must converge, straight limbs included)
             iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
-        ww = getattr(self, "_world_rotations", None) or {}
-        if self.mode == "dense" and getattr(self, "same_skeleton", False) and all(b in ww for b in free):
+        if self.mode == "dense" and getattr(self, "same_skeleton", False) and all(b in copied for b in free):
             # the source's own skeleton: every solved bone already turns exactly as the
             # source's (its joints are met); the solve would only measure
             iterations = 0
@@ -571,6 +572,7 @@ class RigBake:
                       root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
                       all_heads=self.n_frames > 1 or not self.light)
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, **kw)
+            self.initial = init = None      # (the fit starts from it: not needed any more)
             if self.mode == "sparse":
                 fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
@@ -578,7 +580,7 @@ class RigBake:
         else:
             quats, locs, heads = init.quaternions, init.locations, init.heads
             self.residual = np.zeros((self.n_frames, 0))
-        driven = init.driven.copy()
+        driven = start_driven.copy()
         driven[free] = True
         if o.smooth != "none" and o.smooth_target in ("rotations", "both") and self.n_frames > 2:
             from ..retarget.solve import pose_rig
@@ -591,8 +593,7 @@ class RigBake:
             locs = locs.copy()
             locs[:, r] = np.asarray(loc)[:, 0]
             _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk)
-        self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, init.root_bone)
-        self._world_rotations = None     # (T, 3, 3) per copied bone: used
+        self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, root_bone)
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
 
@@ -838,6 +839,25 @@ class RigBake:
             self.warnings.append(f"upright on {f.upright_share:.0%} of the frames against the source's "
                                  f"{f.source_upright_share:.0%}")
 
+    def release(self):
+        """Drop the whole-clip arrays that only the solve, the fit and the figures read.
+
+        Kept: :attr:`result` (the pose-bone values to key), :attr:`figures`,
+        :attr:`warnings`, :attr:`mask` and the solve's per-frame error. A
+        100,000-frame bake holds about a gigabyte of these (keypoints in
+        three frames, the start pose, the fit's targets and residuals, the
+        network's or the source's joint rotations); the Blender layer calls
+        this before it writes the keys, which take memory of their own.
+        """
+        for name in ("kp_solve", "kp_body", "src_m", "targets", "residual", "_world_rotations"):
+            if getattr(self, name, None) is not None:
+                setattr(self, name, None)
+        self.initial = None
+        if self.source_rig is not None:
+            self.source_rig = _motionless(self.source_rig)
+        if dataclasses.is_dataclass(self.solved):
+            self.solved = dataclasses.replace(self.solved, local_rot=None, root_pos=None, keypoints=None)
+
     def run(self, progress=None, cancel=None):
         """Solve (0-60 %), fit (60-95 %), measure."""
         def stage(lo, hi):
@@ -853,20 +873,39 @@ class RigBake:
         return self.result
 
 
-def _joints_from_source_rig(kp, source_rig, X):
+def _motionless(source_rig):
+    """The source skeleton without its motion (zero frames): what a bake reads of it after the solve."""
+    if source_rig.num_frames == 0:
+        return source_rig
+    B = len(source_rig.rig)
+    return type(source_rig)(source_rig.rig, source_rig.mapping, np.zeros((0, B, 4), np.float32),
+                            np.zeros((0, B, 3), np.float32), list(source_rig.notes))
+
+
+def _joints_from_source_rig(kp, source_rig, chunk):
     """Keypoints whose joints are the source skeleton's mapped bone heads (the same mapper as the rig's).
 
     A reader may place a canonical joint between bones (a CMU ``LHipJoint``
     and ``LeftHip``); the targets of the rig-space solve must name the very
     points the source skeleton's mapping names, or a skeleton baked onto
-    itself would be pulled away from where it is.
+    itself would be pulled away from where it is. The source is posed
+    ``chunk`` frames at a time, only the mapped bones and their ancestors.
     """
+    from ..retarget.solve import frame_chunks, pose_rig
+
     out = kp.copy()
-    for j, name in enumerate(JOINTS):
-        bone = source_rig.mapping.entries.get(name)
-        if bone is not None and source_rig.rig.has(bone):
-            given = np.isfinite(kp[:, j]).all(-1)         # a masked joint stays masked
-            out[given, j] = X[given, source_rig.rig.index(bone)]
+    rig = source_rig.rig
+    pairs = [(j, rig.index(source_rig.mapping.entries[name])) for j, name in enumerate(JOINTS)
+             if source_rig.mapping.entries.get(name) is not None and rig.has(source_rig.mapping.entries[name])]
+    if not pairs:
+        return out
+    need = sorted({b for _, b in pairs} | {a for _, b in pairs for a in rig.ancestors(b)})
+    for a, b in frame_chunks(len(kp), chunk):
+        _, X = pose_rig(rig, source_rig.quaternions[a:b], source_rig.locations[a:b], bones=need, chunk=b - a)
+        for j, sb in pairs:
+            part = out[a:b, j]
+            given = np.isfinite(part).all(-1)         # a masked joint stays masked
+            part[given] = X[given, sb]
     return out
 
 

@@ -164,3 +164,37 @@ def test_bvh_clips_never_load_the_network(run_cli, tmp_path):
     assert torch_at and long_done and long_done[0] < torch_at[0]
     for name in ("long.bvh", "short.bvh"):
         assert (out / name).is_file()
+
+
+def test_batch_releases_each_clip_once_written(ext, tmp_path):
+    """Memory does not grow with the clips: with --no-blend each clip's action is removed once exported
+    (the .blend of a batch without --no-blend keeps every clip's action, as it must)."""
+    import importlib
+    import sys
+
+    import bpy
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from source_fixtures import humanoid_bvh
+    from test_cli_bake import write_walk_bvh
+
+    src = tmp_path / "clips"
+    src.mkdir()
+    names = ["walk_{}".format(i) for i in range(3)]
+    for name in names:
+        write_walk_bvh(src / (name + ".bvh"), seconds=1.0)
+    target = tmp_path / "rig.bvh"
+    humanoid_bvh(target, frames=1)
+    parser = importlib.import_module(ext.__name__ + ".cli.parser")
+    for no_blend in (True, False):
+        out = tmp_path / ("exports" if no_blend else "with_blend")
+        argv = ["batch", str(src), "--target", str(target), "--out-dir", str(out), "--export", "bvh", "-q"]
+        assert parser.main(argv + (["--no-blend"] if no_blend else []), prog=parser.PROG_STANDALONE) == 0
+        for name in names:
+            assert (out / (name + ".bvh")).is_file()
+        kept = set(names) & set(bpy.data.actions.keys())
+        if no_blend:
+            assert not kept, kept
+        else:
+            assert kept == set(names)
+            assert _blend_actions(out / "batch.blend") >= set(names)

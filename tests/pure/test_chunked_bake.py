@@ -131,3 +131,22 @@ def test_chunked_per_frame_functions_equal_whole_clip():
         e_whole = quats_to_euler_continuous(qs, order, chunk=WHOLE)
         np.testing.assert_allclose(e_tiny, e_whole, atol=1e-9, rtol=0)
         assert np.abs(np.diff(e_whole, axis=0)).max() < np.pi    # continuous: no 2 pi jumps
+
+
+def test_release_keeps_what_is_keyed():
+    """After the figures, a bake drops its whole-clip intermediates and keeps the result to key."""
+    src_rig = rigs.humanoid("mixamo", pose="T")
+    plan, mapping, truth, kp = _clip(src_rig, seconds=1.0, spin=False)
+    src = SourceRig(src_rig, mapping, truth.quaternions, truth.locations)
+    target = rigs.humanoid("rigify_deform", pose="A", spine=4, proportions=1.15)
+    job = _bake(target, auto_map(target), kp, None, source_rig=src)
+    quats = job.result.quaternions.copy()
+    assert job.solved.local_rot is None          # the fit carried it onto the rig
+    assert job.source_rig.num_frames == 0 and job.source_rig.rig is src_rig   # its rest stays
+    job.release()
+    for name in ("kp_body", "src_m", "targets", "residual", "initial"):
+        assert getattr(job, name) is None, name
+    np.testing.assert_array_equal(job.result.quaternions, quats)
+    assert np.isfinite(job.figures.bone_direction_error_deg)
+    with pytest.raises(RuntimeError, match="solve"):
+        job.fit()
