@@ -925,7 +925,8 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     """Convert a clip to canonical keypoints and bake it onto ``obj``.
 
     The clip's motion is released (:func:`release_motion`) once the bake
-    has taken what it reads.
+    has taken what it reads, and the result's pose arrays
+    (``result.retarget``) once the action holds them.
 
     Parameters
     ----------
@@ -952,7 +953,9 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     # (a 100,000-frame clip: some 300 MB), so that the bake's peak does not carry it
     del keypoints, mask
     release_motion(clip)
-    return job.run(progress, cancel)
+    result = job.run(progress, cancel)
+    result.retarget = None   # the action holds the keys: the arrays go before the exports read it
+    return result
 
 
 def release_motion(clip):

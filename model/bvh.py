@@ -457,8 +457,10 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
             li = int(np.searchsorted(cum, k, side="right"))
             raise BVHError(path, data_start + li + 1, "non-finite motion value")
         motion = values.reshape(frames, nchan)
+        del joined, values
     else:
         motion = np.zeros((frames, nchan))
+    del text, lines    # (the file's text: as large as the motion again, twice)
     rot, trans = _compose(path, motion, names, offsets, channels, position_mode)
     return BVHData(
         path=path, names=names, parents=parents, offsets=offsets, channels=channels, end_sites=end_sites,

@@ -289,6 +289,8 @@ class RigBake:
             kp = np.asarray(_smooth("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
             kp = np.where(self.mask[..., None], kp, np.nan)
             self.src_m = (kp - self.offset) @ self.plan.K.T
+        else:   # made again from src_m where the figures read it (the same numbers; a long clip: 77 MB less)
+            self.kp_body = None
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
         if self.source_rig is not None and self.mode == "dense":
@@ -513,11 +515,11 @@ class RigBake:
         start_driven, root_bone = init.driven, init.root_bone
         if dataclasses.is_dataclass(sol):   # the start pose holds them now (a long clip: hundreds of MB)
             self.solved = sol = dataclasses.replace(sol, local_rot=None, root_pos=None, keypoints=None)
-        src = self.src_m.copy()
+        src = self.src_m    # (read only: no copy of a whole clip's keypoints)
         if o.in_place:   # as baked: the root's horizontal travel removed from every point
             travel = src[:, _J["pelvis"]] - src[:1, _J["pelvis"]]
             travel -= np.outer(travel @ self._up_arm(), self._up_arm())
-            src -= travel[:, None]
+            src = src - travel[:, None]
         n = floor_normal(self.object_matrix)
         self.up = n
         if self.mode == "sparse":
@@ -539,6 +541,8 @@ class RigBake:
                                           source_rest=self._source_lengths() if heights is not None else None)
             prior = 0.01
         self.targets, self.target_info = targets, info
+        if len(targets) and self.mode != "sparse":   # the start pose's heads served the targets (60 MB a
+            init.heads = None                        # 100,000-frame clip); the fit poses the rig again
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
         key = ("free_bones", tuple(mapped), plan.root)   # (plans are cached: so is this)
         free = plan.__dict__.get(key)
@@ -722,9 +726,11 @@ class RigBake:
         pairs = self.mask[:, :J] & self.mask[:, list(BONE_CHILD)]
         if self.n_frames >= 3 or pairs.any():
             tk = target_keypoints(plan, res.quaternions, res.locations, unit_scale=u, chunk=self.chunk)   # metres
-            f.bone_direction_error_deg = metrics.bone_direction_error(tk, self.kp_body, self.mask)
+            body = self.kp_body if self.kp_body is not None else self.src_m @ plan.K   # the source as read
+            f.bone_direction_error_deg = metrics.bone_direction_error(tk, body, self.mask)
             f.jitter = metrics.jitter(tk[:, :J], self.fps)
-            f.source_jitter = metrics.jitter(self.kp_body[:, :J], self.fps)
+            f.source_jitter = metrics.jitter(body[:, :J], self.fps)
+            del body
             f.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
         # joints at the rig's scale (world metres)
         ent = {j: plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)}
@@ -794,12 +800,16 @@ class RigBake:
             return float("nan")
         from ..retarget.solve import pose_rig
 
+        from ..retarget.solve import frame_chunks
+
         rig = self.plan.rig
         feet = {b for side in fp.values() for _n, b, _o, _h in side}
-        W, X = pose_rig(rig, res.quaternions, res.locations,
-                        bones=sorted(feet | {a for b in feet for a in rig.ancestors(b)}), chunk=self.chunk)
-        pts = np.stack([X[:, b] + W[:, b] @ off for side in fp.values() for _n, b, off, _h in side], 1)
-        low = self._world_heights(pts).min(axis=1)
+        bones = sorted(feet | {a for b in feet for a in rig.ancestors(b)})
+        low = np.empty(self.n_frames)
+        for a, b in frame_chunks(self.n_frames, self.chunk):
+            W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
+            pts = np.stack([X[:, k] + W[:, k] @ off for side in fp.values() for _n, k, off, _h in side], 1)
+            low[a:b] = self._world_heights(pts).min(axis=1)
         c = info.contacts.any(1)
         return float(np.median(low[c]) * 100.0)
 

@@ -34,7 +34,7 @@ from ..model.rotations_np import matrix_to_quat, quat_slerp
 from ..retarget.mapping import BoneMapping
 from ..retarget.rig import RigDescription
 
-__all__ = ["SourceRig", "source_rig_from_bvh", "source_rig_from_pose", "axis_matrix", "bone_tails", "end_point_names",
+__all__ = ["SourceRig", "source_rig_from_bvh", "bvh_motion", "source_rig_from_pose", "axis_matrix", "bone_tails", "end_point_names",
            "layout_from_mapping", "describe_mapping_problem"]
 
 
@@ -167,7 +167,7 @@ def bone_tails(heads: np.ndarray, parents, end_sites=(), min_length: float = 1e-
 
 
 def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | None = None,
-                        name: str = "", motion: bool = True) -> SourceRig:
+                        name: str = "", motion=True) -> SourceRig:
     """The :class:`SourceRig` of a parsed BVH file.
 
     Parameters
@@ -181,9 +181,11 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
         Default: :func:`..retarget.mapping.auto_map` on the rig.
     name : str
         Rig name (informative).
-    motion : bool
+    motion : bool or tuple
         ``False``: the skeleton and its mapping only (the motion is one
-        frame of the rest pose).
+        frame of the rest pose). ``(quaternions, moved)`` from
+        :func:`bvh_motion`: the motion taken from the file before (the
+        caller may drop the BVH's per-frame arrays in between).
 
     Returns
     -------
@@ -204,9 +206,12 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
     ml[:, :3, :3] = C
     ml[:, :3, 3] = heads
     rig = RigDescription(list(bvh.names), parents, ml, heads, tails, name=name)
-    if motion:
-        quats = matrix_to_quat(bvh.rotations)
-        locs = scale * (bvh.translations - bvh.offsets[None])
+    if isinstance(motion, tuple):
+        quats, moved = motion
+        locs = scale * moved
+    elif motion:
+        quats, moved = bvh_motion(bvh)
+        locs = scale * moved
     else:
         quats = np.tile(np.array([1.0, 0.0, 0.0, 0.0]), (1, J, 1))
         locs = np.zeros((1, J, 3))
@@ -215,6 +220,17 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
 
         mapping = auto_map(rig)
     return SourceRig(rig, mapping, quats, locs)
+
+
+def bvh_motion(bvh):
+    """A parsed BVH's motion as a :class:`SourceRig` keeps it: ``(quaternions, moved)``.
+
+    ``quaternions`` (T, J, 4) float32: each joint's local rotation;
+    ``moved`` (T, J, 3) float64: its local translation less its OFFSET (file
+    units, file axes). Compact: a caller may drop ``bvh.rotations`` (T, J,
+    3, 3) once it has these.
+    """
+    return matrix_to_quat(bvh.rotations).astype(np.float32), bvh.translations - bvh.offsets[None]
 
 
 #: Canonical end points read from a mapped bone's end (End Site, end-named child or leaf tail).

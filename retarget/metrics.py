@@ -39,6 +39,15 @@ FOOT_POINTS: tuple = ("heel_l", "toe_tip_l", "heel_r", "toe_tip_r")
 CONTACT_HEIGHT = 0.05
 #: ... and when its horizontal speed is below this (m/s).
 CONTACT_SPEED = 0.5
+#: Frames measured at a time by the figures over whole clips (sums and counts per
+#: chunk: a 100,000-frame clip's temporaries would take hundreds of MB).
+_CHUNK = 8192
+
+
+def _spans(n, overlap=0):
+    """``(a, b)`` ranges of at most ``_CHUNK`` frames covering ``n`` frames, each reaching
+    ``overlap`` frames into the next (for differences across a boundary)."""
+    return [(a, min(a + _CHUNK + overlap, n)) for a in range(0, max(n - overlap, 1), _CHUNK)]
 
 
 def keypoint_error(pred, target, mask=None) -> tuple:
@@ -56,18 +65,24 @@ def keypoint_error(pred, target, mask=None) -> tuple:
     tuple of float
         ``(mean_mm, max_mm)``; ``(nan, nan)`` when nothing is comparable.
     """
-    pred = np.asarray(pred, dtype=np.float64)
-    target = np.asarray(target, dtype=np.float64)
+    pred = np.asarray(pred)
+    target = np.asarray(target)
     if pred.shape != target.shape:
         raise ValueError(f"shape mismatch: {pred.shape} vs {target.shape}")
-    d = np.linalg.norm(pred - target, axis=-1)
-    valid = np.isfinite(d)
-    if mask is not None:
-        valid &= np.asarray(mask, dtype=bool).reshape(d.shape)
-    if not valid.any():
+    m = None if mask is None else np.asarray(mask, dtype=bool).reshape(pred.shape[:-1])
+    total, count, worst = 0.0, 0, -np.inf
+    for a, b in _spans(len(pred)):
+        d = np.linalg.norm(np.asarray(pred[a:b], dtype=np.float64) - np.asarray(target[a:b], dtype=np.float64),
+                           axis=-1)
+        valid = np.isfinite(d)
+        if m is not None:
+            valid &= m[a:b]
+        d = d[valid] * 1000.0
+        if d.size:
+            total, count, worst = total + float(d.sum()), count + d.size, max(worst, float(d.max()))
+    if not count:
         return float("nan"), float("nan")
-    d = d[valid] * 1000.0
-    return float(d.mean()), float(d.max())
+    return total / count, worst
 
 
 def bone_direction_error(pred, target, mask=None) -> float:
@@ -90,22 +105,26 @@ def bone_direction_error(pred, target, mask=None) -> float:
     float
         Mean over bones and frames; NaN when no bone is comparable.
     """
-    pred = np.asarray(pred, dtype=np.float64)
-    target = np.asarray(target, dtype=np.float64)
+    pred = np.asarray(pred)
+    target = np.asarray(target)
     a = np.arange(len(JOINTS))
     b = np.asarray(BONE_CHILD)
-    dp = pred[:, b] - pred[:, a]
-    dt = target[:, b] - target[:, a]
-    npn = np.linalg.norm(dp, axis=-1)
-    ntn = np.linalg.norm(dt, axis=-1)
-    valid = np.isfinite(npn) & np.isfinite(ntn) & (npn > 1e-9) & (ntn > 1e-9)
-    if mask is not None:
-        m = np.asarray(mask, dtype=bool).reshape(target.shape[:2])
-        valid &= m[:, a] & m[:, b]
-    if not valid.any():
-        return float("nan")
-    cos = np.sum(dp[valid] * dt[valid], -1) / (npn[valid] * ntn[valid])
-    return float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))).mean())
+    m = None if mask is None else np.asarray(mask, dtype=bool).reshape(target.shape[:2])
+    total, count = 0.0, 0
+    for s, e in _spans(len(target)):
+        p = np.asarray(pred[s:e], dtype=np.float64)
+        t = np.asarray(target[s:e], dtype=np.float64)
+        dp = p[:, b] - p[:, a]
+        dt = t[:, b] - t[:, a]
+        npn = np.linalg.norm(dp, axis=-1)
+        ntn = np.linalg.norm(dt, axis=-1)
+        valid = np.isfinite(npn) & np.isfinite(ntn) & (npn > 1e-9) & (ntn > 1e-9)
+        if m is not None:
+            valid &= m[s:e, a] & m[s:e, b]
+        cos = np.sum(dp[valid] * dt[valid], -1) / (npn[valid] * ntn[valid])
+        deg = np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+        total, count = total + float(deg.sum()), count + deg.size
+    return total / count if count else float("nan")
 
 
 def jitter(positions, fps: float) -> float:
@@ -124,12 +143,16 @@ def jitter(positions, fps: float) -> float:
         Mean of ``|x[t+1] - 2 x[t] + x[t-1]| * fps^2`` over frames and
         points; 0 for fewer than 3 frames.
     """
-    x = np.asarray(positions, dtype=np.float64)
+    x = np.asarray(positions)
     if x.shape[0] < 3:
         return 0.0
-    acc = np.linalg.norm(x[2:] - 2.0 * x[1:-1] + x[:-2], axis=-1) * float(fps) ** 2
-    acc = acc[np.isfinite(acc)]
-    return float(acc.mean()) if acc.size else 0.0
+    total, count = 0.0, 0
+    for a, b in _spans(x.shape[0], overlap=2):
+        c = np.asarray(x[a:b], dtype=np.float64)
+        acc = np.linalg.norm(c[2:] - 2.0 * c[1:-1] + c[:-2], axis=-1) * float(fps) ** 2
+        acc = acc[np.isfinite(acc)]
+        total, count = total + float(acc.sum()), count + acc.size
+    return total / count if count else 0.0
 
 
 def _floor_height(points: np.ndarray) -> float:
