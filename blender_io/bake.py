@@ -350,7 +350,12 @@ class BakeJob:
 
     # -- stage 4 ---------------------------------------------------------------
     def _channels(self):
-        """(bone name, data path suffix, values (T, N)) to key, per bone."""
+        """(bone name, data path suffix, values) to key, per bone: ``values()`` gives (T, N).
+
+        The values are made one channel at a time as they are written (a long
+        clip's Euler angles for every bone at once would take memory the new
+        action needs).
+        """
         res = self.result
         pose_bones = self.obj.pose.bones
         rig = self.rig
@@ -365,25 +370,20 @@ class BakeJob:
         for b in np.flatnonzero(keyed):
             name = res.bone_names[b]
             pb = pose_bones[name]
-            q = res.quaternions[:, b]
             mode = pb.rotation_mode if self.options.rotation_mode == "BONE" else "QUATERNION"
             if mode == "QUATERNION":
                 if pb.rotation_mode != "QUATERNION":
                     mode_changes.append(name)
-                out.append((name, "rotation_quaternion", q))
+                out.append((name, "rotation_quaternion", lambda b=b: res.quaternions[:, b]))
             elif mode == "AXIS_ANGLE":
-                out.append((name, "rotation_axis_angle", _axis_angle_continuous(q[:, None])[:, 0]))
+                out.append((name, "rotation_axis_angle",
+                            lambda b=b: _axis_angle_continuous(res.quaternions[:, b, None])[:, 0]))
             else:
-                if mode not in eulers:
-                    eulers[mode] = []
-                eulers[mode].append((b, name))
+                eulers.setdefault(mode, []).append(
+                    (name, lambda b=b, mode=mode: quats_to_euler_continuous(res.quaternions[:, b, None], mode)[:, 0]))
             if b == self.plan.root:
-                out.append((name, "location", res.locations[:, b]))
-        for order, bones in eulers.items():
-            idx = [b for b, _ in bones]
-            e = quats_to_euler_continuous(res.quaternions[:, idx], order)
-            for k, (_, name) in enumerate(bones):
-                out.append((name, "rotation_euler", e[:, k]))
+                out.append((name, "location", lambda b=b: res.locations[:, b]))
+        out += [(name, "rotation_euler", values) for bones in eulers.values() for name, values in bones]
         return out, mode_changes
 
     def write(self, progress=None):
@@ -415,7 +415,7 @@ class BakeJob:
             writer = ActionWriter(obj, self.action_name)
             for i, (name, prop, values) in enumerate(channels):
                 path = f'pose.bones["{bpy.utils.escape_identifier(name)}"].{prop}'
-                writer.add_vector(path, frames, np.asarray(values, dtype=np.float64), group=name)
+                writer.add_vector(path, frames, np.asarray(values(), dtype=np.float64), group=name)
                 if progress is not None:
                     progress((i + 1) / len(channels), "write")
             for name in mode_changes:

@@ -230,10 +230,13 @@ class RigBake:
         kp = src.keypoints
         if self.source_rig is not None:
             kp = _joints_from_source_rig(kp, self.source_rig, self.chunk)
+        src = None      # (a long clip's keypoints: one whole-clip array at a time below)
         K = self.plan.K
         arm = kp @ self.minv[:3, :3].T + self.minv[:3, 3]
+        del kp
+        arm *= self.unit
         #: source keypoints in the armature's axes, metres (origin: the armature's)
-        self.src_m = arm * self.unit
+        self.src_m = arm
         self.kp_body = self.src_m @ K
         # the network sees world heights (its floor is z = 0)
         self.offset = -(self.minv[:3, 3] @ K) * self.unit
@@ -402,7 +405,7 @@ class RigBake:
                 world[tb][a:b] = R @ delta @ R.T @ Qt[tb]
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
-        root = kp[:, _J["pelvis"]]
+        root = kp[:, _J["pelvis"]].copy()    # (not a view: the fit lets the keypoints go)
         self._world_rotations = world
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
         if missing:
@@ -499,6 +502,8 @@ class RigBake:
         offsets = np.array(skel.offsets, dtype=np.float64)
         offsets[0] = (plan.K.T @ plan.rest_head[plan.root]) / scale + self.offset
         src_skel = Skeleton(offsets, np.array(skel.end_offsets, dtype=np.float64))
+        if dataclasses.is_dataclass(sol):   # the solved keypoints are not read from here on
+            self.solved = sol = dataclasses.replace(sol, keypoints=None)
         init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
                         world_rotations=getattr(self, "_world_rotations", None), chunk=self.chunk)
         copied = set(getattr(self, "_world_rotations", None) or ())
@@ -598,6 +603,11 @@ class RigBake:
             locs[:, r] = np.asarray(loc)[:, 0]
             _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk)
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, root_bone)
+        if any(np.ndim(r.get("proj")) == 3 for r in targets.rows):
+            # per-frame projections (T, 3, 3) per row: only the fit reads them; the figures read the
+            # rows' targets and weights (a 100,000-frame clip: some 150 MB)
+            self.targets = type(targets)(targets.points, [{k: v for k, v in r.items() if k != "proj"}
+                                                          for r in targets.rows])
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
 
@@ -732,6 +742,7 @@ class RigBake:
             f.source_jitter = metrics.jitter(body[:, :J], self.fps)
             del body
             f.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
+            del tk
         # joints at the rig's scale (world metres)
         ent = {j: plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)}
         js = [_J[j] for j in ent]

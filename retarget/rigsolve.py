@@ -836,8 +836,13 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     T, nb = quats.shape[:2]
     pb = _problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
     R = pb.R
-    tgt_all = np.stack([row["target"] for row in targets.rows], 1) if R else np.zeros((T, 0, 3))
-    w_all = np.stack([row["weight"] for row in targets.rows], 1) if R else np.zeros((T, 0))
+
+    def stacked(key, c0, c1):
+        """The rows' targets (t, R, 3) or weights (t, R) of frames c0:c1 (per chunk: a long clip's
+        whole (T, R, 3) would be a copy of every target)."""
+        if not R:
+            return np.zeros((c1 - c0, 0, 3) if key == "target" else (c1 - c0, 0))
+        return np.stack([row[key][c0:c1] for row in targets.rows], 1)
 
     out_quats = quats.copy()
     out_locs = locations.copy()
@@ -859,15 +864,16 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         basis = quat_to_matrix(quats[c0:c1][:, posed_idx])
         loc = locations[c0:c1][:, posed_idx]
         proj = pb.projections(targets, c0, c1, T)
+        tgt, w = stacked("target", c0, c1), stacked("weight", c0, c1)
         kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
                   min_iterations=min_iterations, tol=tol, progress=tick)
         if int(iterations) <= 0:   # only the residuals of the start pose
             it = 0
         elif use_torch and n > SMALL_BATCH:
-            basis, loc, it = _lm_torch(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
+            basis, loc, it = _lm_torch(pb, basis, loc, tgt, w, proj, **kw)
         else:
             with _threads(1):
-                basis, loc, it = _lm_numpy(pb, basis, loc, tgt_all[c0:c1], w_all[c0:c1], proj, **kw)
+                basis, loc, it = _lm_numpy(pb, basis, loc, tgt, w, proj, **kw)
         if it:   # rotations again (products of float32 steps drift): through unit quaternions
             q = matrix_to_quat(basis)
             q /= np.linalg.norm(q, axis=-1, keepdims=True)
@@ -878,7 +884,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         # unweighted residual lengths
         pts = posed_points(W, X, pb.pslot, pb.poff)
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
-        res = np.linalg.norm((proj @ (comb - tgt_all[c0:c1])[..., None])[..., 0], axis=-1)
+        res = np.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], axis=-1)
         return c0, c1, q, loc, X, res, it
 
     def store(c0, c1, q, loc, X, res, it):
