@@ -84,7 +84,7 @@ def run_measured(cmd):
     stderr = out["stderr"].decode("utf-8", "replace")
     if proc.returncode != 0:
         raise RuntimeError("{} exited {}:\n{}".format(" ".join(cmd[:3]), proc.returncode, stderr[-3000:]))
-    return wall, usage.ru_maxrss / 1024.0, stderr
+    return wall, usage.ru_maxrss * 1024 / 1e6, stderr
 
 
 def main(argv=None):

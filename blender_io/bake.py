@@ -386,8 +386,17 @@ class BakeJob:
         out += [(name, "rotation_euler", values) for bones in eulers.values() for name, values in bones]
         return out, mode_changes
 
-    def write(self, progress=None):
+    def write(self, progress=None, *, keep_pose: bool = True):
         """Create the new action and assign it (main thread).
+
+        Parameters
+        ----------
+        progress : callable, optional
+        keep_pose : bool
+            ``False``: what the keys do not need of the result is released
+            before they are written (a long clip's keys need the memory;
+            the CLI reads the action, not ``retarget``): the posed heads,
+            and the locations of every bone but the root.
 
         Returns
         -------
@@ -401,6 +410,12 @@ class BakeJob:
             raise RuntimeError("retarget() first")
         t0 = time.perf_counter()
         self.core.release()    # the keys take memory of their own: the solve's and fit's arrays go first
+        if not keep_pose:
+            res, r = self.result, self.plan.root
+            res.heads = None
+            root_loc = np.zeros_like(res.locations[:, :r + 1])    # (T, root + 1, 3): indices stay valid
+            root_loc[:, r] = res.locations[:, r]
+            res.locations = root_loc
         obj = self.obj
         channels, mode_changes = self._channels()
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
@@ -463,8 +478,8 @@ class BakeJob:
             mode=self.core.mode,
         )
 
-    def run(self, progress=None, cancel=None):
-        """All stages: solve (0-50 %), fit on the rig (50-90 %), write (90-100 %)."""
+    def run(self, progress=None, cancel=None, *, keep_pose: bool = True):
+        """All stages: solve (0-50 %), fit on the rig (50-90 %), write (90-100 %) (see :meth:`write`)."""
         def stage(lo, hi):
             if progress is None:
                 return None
@@ -476,7 +491,7 @@ class BakeJob:
         self.retarget(stage(0.5, 0.9), cancel)
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
-        return self.write(stage(0.9, 1.0))
+        return self.write(stage(0.9, 1.0), keep_pose=keep_pose)
 
 
 def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *, source_name: str,

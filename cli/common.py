@@ -953,7 +953,7 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     # (a 100,000-frame clip: some 300 MB), so that the bake's peak does not carry it
     del keypoints, mask
     release_motion(clip)
-    result = job.run(progress, cancel)
+    result = job.run(progress, cancel, keep_pose=False)
     result.retarget = None   # the action holds the keys: the arrays go before the exports read it
     return result
 

@@ -321,6 +321,7 @@ class RigBake:
             self.solved = self._from_network(kp, progress, cancel, batch_size)
         if self.source_rig is not None:   # nor its motion: the fit reads the skeleton's rest only
             self.source_rig = _motionless(self.source_rig)
+        _return_free_memory()
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved
 
@@ -386,13 +387,8 @@ class RigBake:
         M = self.plan.K.T @ Rm
         T = src.num_frames
         local = np.empty((T, len(JOINTS), 3, 3))
-        copied = self._copied_bones()
-        world = None if copied is None else {b: np.empty((T, 3, 3)) for b, _ in copied}
-        if copied:
-            R = self._source_to_armature()
-            Qs, Qt = src.rig.rest_rotation(), self.rig.rest_rotation()
         # the source's pose a chunk of frames at a time (a whole clip's (T, B, 3, 3) would
-        # take gigabytes): the canonical joints' rotations and the copied bones' turns
+        # take gigabytes): the canonical joints' rotations
         for a, b in frame_chunks(T, self.chunk):
             W, _ = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
             rot, given, _ = source_world_rotations(src, W, splan)
@@ -400,13 +396,25 @@ class RigBake:
             local[a:b, 0] = rb[:, 0]
             for j in range(1, len(JOINTS)):
                 local[a:b, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]
-            for tb, sb in copied or ():
-                delta = W[:, sb] @ Qs[sb].T             # the source bone's turn from rest, source world
-                world[tb][a:b] = R @ delta @ R.T @ Qt[tb]
         leg = splan.leg_length if splan.leg_length > 0 else leg_length(CANONICAL)
         skel = CANONICAL.scaled(leg / leg_length(CANONICAL))
         root = kp[:, _J["pelvis"]].copy()    # (not a view: the fit lets the keypoints go)
-        self._world_rotations = world
+        copied = self._copied_bones()
+        self._copied = [tb for tb, _ in copied or ()]
+        self._world_rotations = None
+        if copied:
+            R = self._source_to_armature()
+            Qs, Qt = src.rig.rest_rotation(), self.rig.rest_rotation()
+
+            def turns(a, b):
+                """The copied bones' world rotations in frames a:b, from the source's pose there (the
+                carry onto the rig asks a chunk at a time: a whole clip's would take 72 bytes per frame
+                and bone)."""
+                W, _ = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
+                # the source bone's turn from rest (source world), in the rig's axes, from the rig bone's rest
+                return {tb: R @ (W[:, sb] @ Qs[sb].T) @ R.T @ Qt[tb] for tb, sb in copied}
+
+            self._world_rotations = turns
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]
         if missing:
             self.warnings.append("the source skeleton has no bone for " + ", ".join(missing)
@@ -506,8 +514,8 @@ class RigBake:
             self.solved = sol = dataclasses.replace(sol, keypoints=None)
         init = retarget(plan, sol.local_rot, sol.root_pos, src_skel, scale=scale, in_place=bool(o.in_place),
                         world_rotations=getattr(self, "_world_rotations", None), chunk=self.chunk)
-        copied = set(getattr(self, "_world_rotations", None) or ())
-        self._world_rotations = None     # (T, 3, 3) per copied bone: carried onto the rig now
+        copied = set(getattr(self, "_copied", None) or ())
+        self._world_rotations = None     # (the source's motion with it): carried onto the rig now
         if self.mode == "sparse" and self.n_frames > 4:
             # the network guesses what a few effectors leave open frame by frame:
             # smooth that guess (the start pose and prior); the effectors are met anyway
@@ -580,8 +588,9 @@ class RigBake:
                       prior_floor=SPARSE_PRIOR_FLOOR,
                       root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
                       all_heads=self.n_frames > 1 or not self.light)
-            fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, **kw)
-            self.initial = init = None      # (the fit starts from it: not needed any more)
+            fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, overwrite=True,
+                            **kw)
+            self.initial = init = None      # (the fit started from it, in its arrays: not needed any more)
             if self.mode == "sparse":
                 fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
@@ -726,6 +735,7 @@ class RigBake:
         from ..retarget import metrics
         from ..retarget.solve import target_keypoints
 
+        _return_free_memory()    # (the fit's temporaries: before the figures' whole-clip arrays)
         res = self.result
         plan = self.plan
         u = self.unit
@@ -878,6 +888,7 @@ class RigBake:
             self.source_rig = _motionless(self.source_rig)
         if dataclasses.is_dataclass(self.solved):
             self.solved = dataclasses.replace(self.solved, local_rot=None, root_pos=None, keypoints=None)
+        _return_free_memory()
 
     def run(self, progress=None, cancel=None):
         """Solve (0-60 %), fit (60-95 %), measure."""
@@ -892,6 +903,28 @@ class RigBake:
         self.fit(stage(0.6, 0.95), cancel)
         self.measure()
         return self.result
+
+
+def _return_free_memory():
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    A long bake frees hundreds of MB of chunk-sized temporaries between its
+    stages; glibc keeps them mapped (they count in the process's memory)
+    while the next stage's whole-clip arrays are mapped anew beside them.
+    """
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):    # not glibc (macOS, Windows, musl without it)
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
 
 
 def _motionless(source_rig):

@@ -771,7 +771,8 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
-              dtype=None, progress=None, all_heads: bool = True, backend: str = "auto") -> RigSolveResult:
+              dtype=None, progress=None, all_heads: bool = True, backend: str = "auto",
+              overwrite: bool = False) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
     Parameters
@@ -824,6 +825,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         Posed heads of every bone (default); ``False``: only of the bones the
         solve poses (the free bones, the targets' bones and their
         ancestors), NaN elsewhere (a pose being dragged needs no more).
+    overwrite : bool
+        Write the solved values into ``quats`` and ``locations`` (float64
+        arrays the caller gives up; a long clip's copies take hundreds of
+        MB) instead of copies of them.
 
     Returns
     -------
@@ -844,8 +849,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             return np.zeros((c1 - c0, 0, 3) if key == "target" else (c1 - c0, 0))
         return np.stack([row[key][c0:c1] for row in targets.rows], 1)
 
-    out_quats = quats.copy()
-    out_locs = locations.copy()
+    out_quats = quats if overwrite else quats.copy()      # (a chunk reads its frames before it stores them)
+    out_locs = locations if overwrite else locations.copy()
     heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
     resid = np.zeros((T, R))
     posed_idx = np.array(pb.posed, dtype=np.int64)

@@ -492,11 +492,12 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         ``"auto"``: target leg length / source leg length.
     in_place : bool
         Drop the horizontal root displacement (keep the vertical).
-    world_rotations : dict, optional
+    world_rotations : dict or callable, optional
         Bone index -> (T, 3, 3) armature-space rotations that bone takes
         instead of what the canonical joints give it (bones the source has
         too but no canonical joint stands for: a CMU ``LHipJoint``, an extra
-        neck bone).
+        neck bone); or ``world_rotations(a, b)`` giving that dict for frames
+        ``a:b`` (asked a chunk at a time: nothing whole-clip held).
     chunk : int, optional
         Frames converted at a time (default :data:`CHUNK_FRAMES`; the
         result does not depend on it).
@@ -525,7 +526,10 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         delta = delta.copy()
         delta[:, :2] = 0.0
     for a, b in frame_chunks(T, chunk):
-        world = None if world_rotations is None else {k: v[a:b] for k, v in world_rotations.items()}
+        if world_rotations is None or callable(world_rotations):
+            world = None if world_rotations is None else world_rotations(a, b)
+        else:
+            world = {k: v[a:b] for k, v in world_rotations.items()}
         _retarget_chunk(plan, local_rot[a:b], delta[a:b], scale, world, quats[a:b], locs[a:b], Xb[:, a:b], driven)
     quat_continuity(quats, out=quats, chunk=chunk)
     root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
