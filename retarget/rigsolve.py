@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import contextlib
 import os
 import sys
 
@@ -905,7 +906,9 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     step = int(chunk) if use_torch else min(int(chunk), NUMPY_CHUNK)
     # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
     # more, and two chunks at once each starting BLAS threads crawl (3-25 s for 0.9 s)
-    with _blas_threads(1):
+    # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
+    # pooled chunk: two threads setting torch's thread count at once race)
+    with _blas_threads(1), (contextlib.nullcontext() if use_torch else _threads(1)):
         if workers < 2 or T <= step:
             for c0 in range(0, T, step):
                 c1 = min(T, c0 + step)
