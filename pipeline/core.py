@@ -781,13 +781,13 @@ class RigBake:
                 f.effector_reach_mm = (float(np.nanmean(d)), float(np.nanmax(d)))
         # floor, upright, knees (world heights)
         f.floor_error_cm = self._floor_error(res)
-        up_rig = self._world_heights(res.heads)
-        if "head" in ent:
-            f.upright_share = float(np.mean(up_rig[:, ent["head"]] > up_rig[:, ent["pelvis"]]))
-        sh = self.src_m @ self.up
+        if "head" in ent:   # (the two bones' heights only: a long clip's every bone would take memory)
+            up_rig = self._world_heights(res.heads[:, [ent["head"], ent["pelvis"]]])
+            f.upright_share = float(np.mean(up_rig[:, 0] > up_rig[:, 1]))
         ok = self.mask[:, _J["head"]] & self.mask[:, _J["pelvis"]]
         if ok.any():
-            f.source_upright_share = float(np.mean(sh[ok, _J["head"]] > sh[ok, _J["pelvis"]]))
+            sh = self.src_m[:, [_J["head"], _J["pelvis"]]] @ self.up
+            f.source_upright_share = float(np.mean(sh[ok, 0] > sh[ok, 1]))
         f.knees_backwards = self._knees_backwards(res.heads, ent)
         self.figures = f
         self._warn(f)

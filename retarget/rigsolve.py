@@ -921,9 +921,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
 
             pool = ThreadPoolExecutor(max_workers=workers)
             try:
-                futures = [pool.submit(solve_chunk, c0, min(T, c0 + step), None) for c0 in range(0, T, step)]
+                futures = {pool.submit(solve_chunk, c0, min(T, c0 + step), None) for c0 in range(0, T, step)}
                 for fut in as_completed(futures):
                     done_iterations = max(done_iterations, store(*fut.result()))
+                    futures.discard(fut)   # its result is stored: not kept (a long clip's would add up)
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
@@ -934,4 +935,4 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             _, Xf = pose_rig(rig, out_quats[c0:c0 + 4096], out_locs[c0:c0 + 4096])
             heads[c0:c0 + 4096, rest] = Xf[:, rest]
     from .solve import quat_continuity
-    return RigSolveResult(quat_continuity(out_quats), out_locs, heads, resid, done_iterations)
+    return RigSolveResult(quat_continuity(out_quats, out=out_quats), out_locs, heads, resid, done_iterations)
