@@ -289,8 +289,9 @@ class RigBake:
         t0 = time.perf_counter()
         kp = self.kp_body + self.offset
         if o.smooth != "none" and o.smooth_target in ("keypoints", "both"):
-            kp = np.asarray(_smooth("smooth_keypoints", kp, o.smooth, float(o.smooth_strength), self.fps))
-            kp = np.where(self.mask[..., None], kp, np.nan)
+            kp = _smooth_columns("smooth_keypoints", kp, range(kp.shape[1]), o.smooth, float(o.smooth_strength),
+                                 self.fps, inplace=True)
+            kp[~self.mask] = np.nan
             self.src_m = (kp - self.offset) @ self.plan.K.T
         else:   # made again from src_m where the figures read it (the same numbers; a long clip: 77 MB less)
             self.kp_body = None
@@ -521,9 +522,10 @@ class RigBake:
             # smooth that guess (the start pose and prior); the effectors are met anyway
             from ..retarget.solve import pose_rig
 
-            q = np.asarray(_smooth("smooth_rotations", init.quaternions, "butter", 0.5, self.fps))
-            init.quaternions = quat_continuity(q / np.linalg.norm(q, axis=-1, keepdims=True))
-            _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk)
+            q = _smooth_columns("smooth_rotations", init.quaternions, range(init.quaternions.shape[1]), "butter", 0.5,
+                                self.fps, unit=True)
+            init.quaternions = quat_continuity(q, out=q)
+            _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
         self.initial = init
         start_driven, root_bone = init.driven, init.root_bone
         if dataclasses.is_dataclass(sol):   # the start pose holds them now (a long clip: hundreds of MB)
@@ -603,14 +605,18 @@ class RigBake:
         if o.smooth != "none" and o.smooth_target in ("rotations", "both") and self.n_frames > 2:
             from ..retarget.solve import pose_rig
 
-            q = np.asarray(_smooth("smooth_rotations", quats, o.smooth, float(o.smooth_strength), self.fps))
-            q = q / np.linalg.norm(q, axis=-1, keepdims=True)
-            quats = quat_continuity(np.where(driven[None, :, None], q, quats))
+            own = self.initial is None     # the fit's arrays (not the start pose's): smoothed in place
+            fit = heads = None             # (posed again below)
+            # (the driven bones' tracks only, a few at a time: each is filtered on its own)
+            quats = _smooth_columns("smooth_rotations", quats, np.flatnonzero(driven), o.smooth,
+                                    float(o.smooth_strength), self.fps, unit=True, inplace=own)
+            quat_continuity(quats, out=quats)
             r = plan.root
             loc = _smooth("smooth_keypoints", locs[:, r:r + 1], o.smooth, float(o.smooth_strength), self.fps)
-            locs = locs.copy()
+            if not own:
+                locs = locs.copy()
             locs[:, r] = np.asarray(loc)[:, 0]
-            _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk)
+            _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk, rotations=False)
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, root_bone)
         if any(np.ndim(r.get("proj")) == 3 for r in targets.rows):
             # per-frame projections (T, 3, 3) per row: only the fit reads them; the figures read the
@@ -1013,6 +1019,26 @@ def _backwards(H, Kn, A, F, up, degrees: float = 5.0):
         lk = np.linalg.norm(k, axis=-1)
         s = np.sum(off * fwd, -1) / lk
     return np.nan_to_num(s, nan=0.0) < -np.sin(np.radians(degrees))
+
+
+def _smooth_columns(name, x, columns, *args, unit=False, inplace=False, group=4):
+    """``x`` (T, N, ...) with its ``columns`` (of axis 1) smoothed over time, ``group`` at a time (a copy).
+
+    Every track is filtered on its own (:mod:`..retarget.smoothing`), so
+    this is :func:`_smooth` of the whole array restricted to ``columns``; the
+    filters' temporaries (padded copies, passes) stay a few tracks wide
+    instead of a long clip's whole. ``unit``: the results (quaternions) are
+    normalised. ``inplace``: into ``x`` itself (float64).
+    """
+    out = x if inplace else np.array(x, dtype=np.float64)
+    columns = list(columns)
+    for k in range(0, len(columns), group):
+        g = columns[k:k + group]
+        y = np.asarray(_smooth(name, out[:, g], *args))
+        if unit:
+            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+        out[:, g] = y
+    return out
 
 
 def _smooth(name, *args):

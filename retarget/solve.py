@@ -602,7 +602,7 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
         quats[:, idx] = matrix_to_quat(np.stack([bases[b] for b in idx], axis=1))
 
 
-def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None):
+def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None, rotations=True):
     """Forward kinematics of a rig from pose-bone values.
 
     Parameters
@@ -619,10 +619,14 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None):
     chunk : int, optional
         Frames posed at a time (default :data:`CHUNK_FRAMES`; the result does
         not depend on it).
+    rotations : bool
+        ``False``: the heads only (``rot`` is ``None``; the rotations are
+        kept a chunk at a time: a long clip's would take 72 bytes per frame
+        and bone).
 
     Returns
     -------
-    rot : ndarray (T, B, 3, 3)
+    rot : ndarray (T, B, 3, 3) or None
         Armature-space pose rotations (``PoseBone.matrix`` rotation part).
     heads : ndarray (T, B, 3)
         Armature-space head positions.
@@ -643,14 +647,15 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None):
                 par = par[keep]
                 rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]
         levels.append((idx, par, rel_rot, rel_pos, slot[idx]))
-    W = np.empty((n, T, 3, 3))
+    W = np.empty((n, T, 3, 3)) if rotations else None
     X = np.empty((n, T, 3))
     for a, b in frame_chunks(T, chunk):
         # bone-major: contiguous per bone
         basis = np.swapaxes(quat_to_matrix(np.asarray(quats[a:b][:, sel], dtype=np.float64)), 0, 1)
         locs = None if locations is None else \
             np.swapaxes(np.asarray(locations[a:b], dtype=np.float64)[:, sel], 0, 1)
-        Wc, Xc = W[:, a:b], X[:, a:b]
+        Wc = W[:, a:b] if rotations else np.empty((n, b - a, 3, 3))
+        Xc = X[:, a:b]
         # one batch per depth level (a bone's parent is always one level up)
         for idx, par, rel_rot, rel_pos, k in levels:
             if par is None:
@@ -665,7 +670,7 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None):
                 Xc[idx] = base_pos
             else:
                 Xc[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
-    return np.swapaxes(W, 0, 1), np.swapaxes(X, 0, 1)
+    return (np.swapaxes(W, 0, 1) if rotations else None), np.swapaxes(X, 0, 1)
 
 
 def _levels(rig):
