@@ -20,7 +20,9 @@ the medians of ``--repeats`` runs and the stage seconds of the last
 run's report (read, solve, fit, write the keys, export).
 
     .venv/bin/python benchmarks/bench_long.py [--frames 100000] [--targets own,other] [--repeats 1]
-        [--source PATH] [--json OUT.json]
+        [--source PATH] [--flags "--smooth butter"] [--json OUT.json]
+
+``--flags`` adds bake flags to every run (the table names them).
 
 The machine's other work shows in the wall times (2 cores): run it on a quiet
 machine, and only a few times.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -94,6 +97,7 @@ def main(argv=None):
     ap.add_argument("--targets", default="own", help="comma-separated: own, other (default: own)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--flags", default="", help="more bake flags for every run, e.g. '--smooth butter'")
     ap.add_argument("--json", default=None, help="also write the rows there")
     args = ap.parse_args(argv)
 
@@ -127,7 +131,7 @@ def main(argv=None):
             out = os.path.join(tmp, "out.bvh")
             report = os.path.join(tmp, "report.json")
             cmd = [os.path.join(REPO, "neural-ik"), "bake", clip, "--target", target] + flags + [
-                "--export", out, "--device", args.device, "-q", "--report", report]
+                "--export", out, "--device", args.device, "-q", "--report", report] + shlex.split(args.flags)
             walls, peaks = [], []
             for r in range(args.repeats):
                 for path in (out, report):
@@ -142,7 +146,7 @@ def main(argv=None):
                 peaks.append(peak)
                 print("  {} run {}: {:.1f} s, {:.0f} MB peak".format(name, r + 1, wall, peak), file=sys.stderr,
                       flush=True)
-            rows.append({"target": name, "frames": frames, "seconds": statistics.median(walls),
+            rows.append({"target": " ".join([name] + shlex.split(args.flags)), "frames": frames, "seconds": statistics.median(walls),
                          "peak_mb": statistics.median(peaks), "runs": list(zip(walls, peaks)),
                          "stages": row.get("seconds", {}), "out_mb": os.path.getsize(out) / 1e6})
     finally:

@@ -349,12 +349,14 @@ class BakeJob:
         return res
 
     # -- stage 4 ---------------------------------------------------------------
-    def _channels(self):
+    def _channels(self, release=False):
         """(bone name, data path suffix, values) to key, per bone: ``values()`` gives (T, N).
 
         The values are made one channel at a time as they are written (a long
         clip's Euler angles for every bone at once would take memory the new
-        action needs).
+        action needs). ``release``: each bone's rotations are handed over
+        once (``result.quaternions`` is dropped; a bone's go as its channel
+        is written).
         """
         res = self.result
         pose_bones = self.obj.pose.bones
@@ -364,6 +366,15 @@ class BakeJob:
             for a in rig.ancestors(int(b)):
                 keyed[a] = True
         keyed[self.plan.root] = True
+        if release:
+            tracks = {int(b): np.ascontiguousarray(res.quaternions[:, b]) for b in np.flatnonzero(keyed)}
+            res.quaternions = None
+
+            def quat(b):
+                return tracks.pop(int(b))
+        else:
+            def quat(b):
+                return res.quaternions[:, b]
         out = []
         mode_changes = []
         eulers = {}
@@ -374,13 +385,12 @@ class BakeJob:
             if mode == "QUATERNION":
                 if pb.rotation_mode != "QUATERNION":
                     mode_changes.append(name)
-                out.append((name, "rotation_quaternion", lambda b=b: res.quaternions[:, b]))
+                out.append((name, "rotation_quaternion", lambda b=b: quat(b)))
             elif mode == "AXIS_ANGLE":
-                out.append((name, "rotation_axis_angle",
-                            lambda b=b: _axis_angle_continuous(res.quaternions[:, b, None])[:, 0]))
+                out.append((name, "rotation_axis_angle", lambda b=b: _axis_angle_continuous(quat(b)[:, None])[:, 0]))
             else:
                 eulers.setdefault(mode, []).append(
-                    (name, lambda b=b, mode=mode: quats_to_euler_continuous(res.quaternions[:, b, None], mode)[:, 0]))
+                    (name, lambda b=b, mode=mode: quats_to_euler_continuous(quat(b)[:, None], mode)[:, 0]))
             if b == self.plan.root:
                 out.append((name, "location", lambda b=b: res.locations[:, b]))
         out += [(name, "rotation_euler", values) for bones in eulers.values() for name, values in bones]
@@ -395,8 +405,10 @@ class BakeJob:
         keep_pose : bool
             ``False``: what the keys do not need of the result is released
             before they are written (a long clip's keys need the memory;
-            the CLI reads the action, not ``retarget``): the posed heads,
-            and the locations of every bone but the root.
+            the CLI reads the action, not ``retarget``): the posed heads
+            and the locations of every bone but the root at once, each
+            bone's rotations once its channel is written
+            (``retarget.quaternions`` is then ``None``).
 
         Returns
         -------
@@ -417,7 +429,7 @@ class BakeJob:
             root_loc[:, r] = res.locations[:, r]
             res.locations = root_loc
         obj = self.obj
-        channels, mode_changes = self._channels()
+        channels, mode_changes = self._channels(release=not keep_pose)
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
         ad = obj.animation_data
         previous = ad.action if ad is not None else None

@@ -480,7 +480,12 @@ class RigBake:
 
     # -- stage 3 ---------------------------------------------------------------
     def fit(self, progress=None, cancel=None):
-        """Carry the start pose onto the rig, then solve on the rig's own skeleton."""
+        """Carry the start pose onto the rig, then solve on the rig's own skeleton.
+
+        Once per :meth:`solve` (it releases the solve's rotations). Afterwards
+        :attr:`targets` keeps what the figures read: the effector rows'
+        targets and weights.
+        """
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
         from .targets import dense_targets, floor_normal, foot_points, sparse_targets
@@ -618,11 +623,13 @@ class RigBake:
             locs[:, r] = np.asarray(loc)[:, 0]
             _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk, rotations=False)
         self.result = RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, root_bone)
-        if any(np.ndim(r.get("proj")) == 3 for r in targets.rows):
-            # per-frame projections (T, 3, 3) per row: only the fit reads them; the figures read the
-            # rows' targets and weights (a 100,000-frame clip: some 150 MB)
-            self.targets = type(targets)(targets.points, [{k: v for k, v in r.items() if k != "proj"}
-                                                          for r in targets.rows])
+        # what the figures read of the targets: the effector rows' targets and weights; the other
+        # rows' per-frame arrays and the per-frame projections (T, 3, 3) only the fit reads (a
+        # 100,000-frame clip: some 200 MB)
+        keep = set(getattr(info, "effectors", {}).values())
+        self.targets = type(targets)(targets.points, [
+            {k: v for k, v in r.items() if k != "proj" and (i in keep or k not in ("target", "weight"))}
+            for i, r in enumerate(targets.rows)])
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
 
