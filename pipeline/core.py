@@ -931,7 +931,7 @@ def _return_free_memory():
             import ctypes
 
             _TRIM = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):    # not glibc (macOS, Windows, musl without it)
+        except Exception:    # not glibc (macOS, musl without it; Windows has no CDLL(None))
             _TRIM = False
     if _TRIM:
         _TRIM(0)
