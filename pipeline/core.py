@@ -84,24 +84,20 @@ def leg_length(skel) -> float:
     return float(np.mean([np.linalg.norm(o[_J[f"calf_{s}"]]) + np.linalg.norm(o[_J[f"foot_{s}"]]) for s in "lr"]))
 
 
-def rest_floor(plan, n=(0.0, 0.0, 1.0)):
-    """Height along ``n`` of a rig's rest floor (its lowest foot point, as :func:`.targets.foot_points`), or None."""
-    from .targets import foot_points
-
-    fp = foot_points(plan, np.asarray(n, dtype=np.float64))
-    if not fp:
-        return None
-    side = next(iter(fp.values()))      # its ankle's height above that floor gives the floor
-    return float(np.dot(n, plan.rig.head[side[0][1]])) - side[0][3]
-
-
 def hip_height(plan, n=(0.0, 0.0, 1.0)) -> float:
-    """Rest height of the pelvis bone's head above the rig's rest floor along ``n``; 0 without either."""
+    """Rest height along ``n`` of the pelvis bone's head over the lowest ankle or ball (foot and toe heads); 0 without.
+
+    Joints only, no bone tails: two conventions of one skeleton (joint
+    orients or none, tails along the bone or along an axis) have the same
+    hip height.
+    """
     rig, ent = plan.rig, plan.mapping.entries
-    floor = rest_floor(plan, n)
-    if floor is None or "pelvis" not in ent or not rig.has(ent["pelvis"]):
+    n = np.asarray(n, dtype=np.float64)
+    feet = [rig.head[rig.index(ent[j])] @ n for j in ("foot_l", "foot_r", "toe_l", "toe_r")
+            if j in ent and rig.has(ent[j])]
+    if not feet or "pelvis" not in ent or not rig.has(ent["pelvis"]):
         return 0.0
-    return max(float(np.dot(n, rig.head[rig.index(ent["pelvis"])])) - floor, 0.0)
+    return max(float(rig.head[rig.index(ent["pelvis"])] @ n) - min(feet), 0.0)
 
 
 def object_frame(matrix_world):

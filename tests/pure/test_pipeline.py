@@ -267,6 +267,10 @@ def test_file_effectors_on_other_proportions_stand_flat():
     job.run()
     assert job.mode == "sparse"
     assert job.scale == pytest.approx(hip_height(job.plan) / hip_height(plan_src), rel=1e-6)
+    # (joints only: the same skeleton with its bones along world axes has the same hip height)
+    world = rigs.humanoid("mixamo", pose="T", axes="world")
+    assert not np.allclose(world.tail, plan_src.rig.tail)
+    assert hip_height(plan_retarget(world, auto_map(world))) == pytest.approx(hip_height(plan_src))
     assert job.figures.effector_reach_mm[0] < 25.0, job.figures   # (straight legs at heel strike: a few cm short)
     def toe_tips(rig, mapping, quats, locs, side):
         W, H = pose_rig(rig, quats, locs)
