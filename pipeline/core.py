@@ -74,8 +74,17 @@ SPARSE_POSE_REFINE_STEPS = 2
 SPARSE_SECOND_PASS_PRIOR = 0.05
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
-#: iterations are lost and effectors end farther away.
-SPARSE_PRIOR_FLOOR = 1e-2
+#: iterations are lost and effectors end farther away; higher keeps more of the
+#: smoothed start pose where the effectors leave the pose open, but more frames
+#: need the second pass (bench_foreign --quick, six effectors: 1e-2 / 3e-2 / 5e-2 /
+#: 1e-1 give a jitter of 1.52 / 1.40 / 1.37 / 1.45 times the source's onto the
+#: clip's own skeleton and 2.45 / 2.21 / 1.97 / 1.84 onto the meta-rig, every
+#: effector within 0.1 mm on the own skeleton at each; fair1's dab took 1.85 /
+#: 2.0 / 3.1 ms a frame at 1e-2 / 3e-2 / 5e-2).
+SPARSE_PRIOR_FLOOR = 3e-2
+#: The same for one pose (Solve Frame, Live Solve: five iterations): 5e-2 left the dragged
+#: effectors up to 0.95 mm off (median 0.29 mm), 1e-2 within 0.42 mm (median 0.10).
+SPARSE_POSE_PRIOR_FLOOR = 1e-2
 
 
 def leg_length(skel) -> float:
@@ -593,7 +602,7 @@ class RigBake:
             kw = dict(prior_rotation=prior, iterations=iterations, locked=self.locked, progress=_progress, chunk=512,
                       prior_decay=(1.0 if self.mode != "sparse" else SPARSE_PRIOR_DECAY if self.n_frames > 1
                                    else SPARSE_POSE_PRIOR_DECAY),
-                      prior_floor=SPARSE_PRIOR_FLOOR,
+                      prior_floor=SPARSE_PRIOR_FLOOR if self.n_frames > 1 else SPARSE_POSE_PRIOR_FLOOR,
                       root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
                       all_heads=self.n_frames > 1 or not self.light)
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, overwrite=True,
