@@ -115,17 +115,31 @@ def matrix_to_euler(mat: np.ndarray, order: str = "ZYX", degrees: bool = True) -
 
 
 def axis_angle_to_matrix(aa: np.ndarray) -> np.ndarray:
-    """Rotation vectors (axis * angle, radians) to matrices, shape (..., 3, 3)."""
-    aa = np.asarray(aa, dtype=np.float64)
-    theta = np.linalg.norm(aa, axis=-1, keepdims=True)
-    small = theta < 1e-12
-    axis = aa / np.where(small, 1.0, theta)
-    x, y, z = axis[..., 0], axis[..., 1], axis[..., 2]
-    zero = np.zeros_like(x)
-    K = np.stack([zero, -z, y, z, zero, -x, -y, x, zero], axis=-1).reshape(aa.shape[:-1] + (3, 3))
-    t = theta[..., None]
-    eye = np.eye(3)
-    return eye + np.sin(t) * K + (1.0 - np.cos(t)) * (K @ K)
+    """Rotation vectors (axis * angle, radians) to matrices, shape (..., 3, 3).
+
+    Rodrigues written out entry by entry (no (..., 3, 3) cross-product
+    matrices and their product: the rig solve calls it twice an iteration),
+    with the series near zero angle.
+    """
+    v = np.asarray(aa, dtype=np.float64)
+    theta2 = (v * v).sum(-1)
+    small = theta2 < 1e-16
+    t = np.sqrt(np.where(small, 1.0, theta2))
+    a = np.where(small, 1.0 - theta2 / 6.0, np.sin(t) / t)
+    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(t)) / (t * t))
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    bxy, bxz, byz = b * x * y, b * x * z, b * y * z
+    R = np.empty(v.shape + (3,))
+    R[..., 0, 0] = 1.0 - b * (y * y + z * z)
+    R[..., 1, 1] = 1.0 - b * (x * x + z * z)
+    R[..., 2, 2] = 1.0 - b * (x * x + y * y)
+    R[..., 0, 1] = bxy - a * z
+    R[..., 1, 0] = bxy + a * z
+    R[..., 0, 2] = bxz + a * y
+    R[..., 2, 0] = bxz - a * y
+    R[..., 1, 2] = byz - a * x
+    R[..., 2, 1] = byz + a * x
+    return R
 
 
 def matrix_to_quat(mat: np.ndarray) -> np.ndarray:

@@ -56,6 +56,8 @@ import sys
 
 import numpy as np
 
+from ..model.rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np
+
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
 
@@ -156,29 +158,6 @@ def free_bones(rig, bones, root: int) -> list:
         out.add(b)
         out.update(rig.path(root, b))
     return sorted(out, key=lambda i: (rig.depth[i], i))
-
-
-def _skew(v):
-    import torch
-
-    z = torch.zeros_like(v[..., 0])
-    x, y, w = v[..., 0], v[..., 1], v[..., 2]
-    return torch.stack([torch.stack([z, -w, y], -1), torch.stack([w, z, -x], -1),
-                        torch.stack([-y, x, z], -1)], -2)
-
-
-def _expmap(v):
-    """Axis-angle vectors (..., 3) to rotation matrices (Rodrigues)."""
-    import torch
-
-    theta = torch.linalg.norm(v, dim=-1, keepdim=True)[..., None]
-    K = _skew(v)
-    small = theta < 1e-8
-    t = torch.where(small, torch.ones_like(theta), theta)
-    a = torch.where(small, 1.0 - theta ** 2 / 6.0, torch.sin(t) / t)
-    b = torch.where(small, 0.5 - theta ** 2 / 24.0, (1.0 - torch.cos(t)) / t ** 2)
-    eye = torch.eye(3, dtype=v.dtype).expand_as(K)
-    return eye + a * K + b * (K @ K)
 
 
 def _logmap(R):
@@ -454,6 +433,8 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     """Levenberg-Marquardt on one chunk of frames, torch (large batches); returns numpy ``(basis, loc, iterations)``."""
     import torch
 
+    from ..model.rotations import axis_angle_to_matrix
+
     dtype = _torch_dtype(pb.dtype)
     tt = pb.torch()
     n = basis.shape[0]
@@ -524,7 +505,7 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         d_w = step[:, :3 * nF].reshape(n, nF, 3)
         eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
         nb_basis = basis.clone()
-        nb_basis[:, fslot] = basis[:, fslot] @ _expmap(eta)
+        nb_basis[:, fslot] = basis[:, fslot] @ axis_angle_to_matrix(eta)
         nloc = loc
         if rs >= 0:
             tau = step[:, 3 * nF:]
@@ -545,29 +526,6 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         if progress is not None:
             progress()
     return basis.double().numpy(), loc.double().numpy(), done
-
-
-def _np_expmap(v):
-    """Axis-angle vectors (..., 3) to rotation matrices (Rodrigues), numpy."""
-    theta2 = (v * v).sum(-1)
-    theta = np.sqrt(theta2)
-    small = theta < 1e-8
-    t = np.where(small, 1.0, theta)
-    a = np.where(small, 1.0 - theta2 / 6.0, np.sin(t) / t)
-    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(t)) / (t * t))
-    x, y, z = v[..., 0], v[..., 1], v[..., 2]
-    bxy, bxz, byz = b * x * y, b * x * z, b * y * z
-    R = np.empty(v.shape + (3,))
-    R[..., 0, 0] = 1.0 - b * (y * y + z * z)
-    R[..., 1, 1] = 1.0 - b * (x * x + z * z)
-    R[..., 2, 2] = 1.0 - b * (x * x + y * y)
-    R[..., 0, 1] = bxy - a * z
-    R[..., 1, 0] = bxy + a * z
-    R[..., 0, 2] = bxz + a * y
-    R[..., 2, 0] = bxz - a * y
-    R[..., 1, 2] = byz - a * x
-    R[..., 2, 1] = byz + a * x
-    return R
 
 
 def _np_logmap(R):
@@ -672,7 +630,7 @@ class _threads:
 
 def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
               min_iterations, tol, progress=None):
-    """:func:`_lm_torch` in float64 numpy, for a few frames (a pose being dragged).
+    """:func:`_lm_torch` in float64 numpy: a few frames (a pose being dragged), or any chunk where torch is not loaded.
 
     ``bench_live.py``: a torch call costs several microseconds whatever its
     size, a numpy call on small matrices about one; the ~200 calls of an
@@ -748,7 +706,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         d_w = step[:, :3 * nF].reshape(n, nF, 3)
         eta = (np.swapaxes(Wf, -1, -2) @ d_w[..., None])[..., 0]
         nb_basis = basis.copy()
-        nb_basis[:, fslot] = basis[:, fslot] @ _np_expmap(eta)
+        nb_basis[:, fslot] = basis[:, fslot] @ axis_angle_to_matrix_np(eta)
         nloc = loc
         if rs >= 0:
             nloc = loc.copy()
