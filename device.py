@@ -43,6 +43,16 @@ def cuda_available():
         return False
 
 
+def check_device_choice(choice):
+    """``choice`` lower-cased when it is one of :data:`DEVICE_CHOICES` (no torch needed); else ``ValueError``."""
+    key = str(choice).lower()
+    if key not in DEVICE_CHOICES:
+        raise ValueError(
+            "unknown compute device {!r}, expected one of: {}".format(choice, ", ".join(DEVICE_CHOICES))
+        )
+    return key
+
+
 def resolve_device(choice="auto"):
     """Turn a compute-device setting into a torch device string.
 
@@ -67,11 +77,7 @@ def resolve_device(choice="auto"):
     RuntimeWarning
         When ``"cuda"`` is requested but not available; ``"cpu"`` is used.
     """
-    key = str(choice).lower()
-    if key not in DEVICE_CHOICES:
-        raise ValueError(
-            "unknown compute device {!r}, expected one of: {}".format(choice, ", ".join(DEVICE_CHOICES))
-        )
+    key = check_device_choice(choice)
     if key == "cpu":
         return "cpu"
     if cuda_available():

@@ -212,14 +212,11 @@ def get_solver(args):
     from ..pipeline.options import BakeError
     from .parser import device_choice
 
-    def error(ex):
-        text = " ".join(str(ex).split())
-        return CliError(text if text.startswith("cannot load") else "cannot load the network: " + text)
-
     try:
-        return LazySolver(device_choice(args), weights=getattr(args, "weights", None), on_error=error)
+        return LazySolver(device_choice(args), weights=getattr(args, "weights", None),
+                          on_error=lambda ex: CliError(str(ex)))
     except BakeError as ex:
-        raise error(ex) from None
+        raise CliError(str(ex)) from None
 
 
 def write_outputs(target, result, out=None, exports=()):

@@ -64,9 +64,10 @@ class LazySolver:
 
         from .. import device as _device
 
-        if str(device).lower() not in _device.DEVICE_CHOICES:
-            raise BakeError("unknown compute device {!r}, expected one of: {}".format(
-                device, ", ".join(_device.DEVICE_CHOICES)))
+        try:
+            _device.check_device_choice(device)
+        except ValueError as ex:
+            raise BakeError(str(ex)) from None
         if weights is not None and not os.path.isfile(weights):
             raise BakeError(f"cannot load the network weights: Neural IK weights not found: {weights}")
         self.device = device
@@ -74,24 +75,15 @@ class LazySolver:
         self.on_error = on_error
         self._solver = None
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the network was loaded (a bake needed it)."""
-        return self._solver is not None
-
     def load(self):
-        """The loaded solver (:func:`get_solver`)."""
+        """The loaded solver (:func:`get_solver`); a failure's message starts "cannot load"."""
         if self._solver is None:
             try:
-                try:
-                    self._solver = get_solver(self.device, self.weights)
-                except (FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
-                    text = " ".join(str(ex).split())
-                    raise BakeError(text if text.startswith("cannot load") else "cannot load the network: " + text) from None
-            except BakeError as ex:
-                if self.on_error is None:
-                    raise
-                raise self.on_error(ex) from None
+                self._solver = get_solver(self.device, self.weights)
+            except (BakeError, FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
+                text = " ".join(str(ex).split())
+                err = BakeError(text if text.startswith("cannot load") else "cannot load the network: " + text)
+                raise (err if self.on_error is None else self.on_error(err)) from None
         return self._solver
 
     def solve(self, *args, **kwargs):
