@@ -382,20 +382,20 @@ def _speed(src, mask, k, fps):
 
 
 def stance(src, mask, n, fps, k):
-    """Frames (T,) bool where point ``k`` stands: slower than 0.15 m/s within 3 cm of its 5th percentile height.
+    """Frames (T,) bool where point ``k`` stands: within 3 cm of its 5th percentile height, slower than 0.15 m/s.
 
     For an ankle given alone (six effectors), whose foot's own points are
-    not known; none when fewer than 3 frames qualify (a foot that never
-    stands).
+    not known: :func:`..retarget.metrics.foot_contacts` on it, with its own
+    low height as the floor; stances shorter than 3 frames are dropped.
     """
+    from ..retarget.metrics import foot_contacts
+
     ok = mask[:, k]
-    T = len(ok)
-    if ok.sum() < 3 or T < 3:
-        return np.zeros(T, dtype=bool)
-    h = src[:, k] @ n
-    lo = np.percentile(h[ok], 5.0)
-    still = ok & (_speed(src, mask, k, fps) < 0.15) & (h < lo + 0.03)
-    return still if still.sum() >= 3 else np.zeros(T, dtype=bool)
+    if ok.sum() < 3:
+        return np.zeros(len(ok), dtype=bool)
+    p = np.where(ok[:, None], src[:, k], np.nan)[:, None] @ _world_from(n).T    # (T, 1, 3), Z up
+    floor = float(np.percentile(p[ok, 0, 2], 5.0))
+    return foot_contacts(p, fps, floor=floor, height=0.03, speed=0.15, vertical=True, min_frames=3)[:, 0] & ok
 
 
 def _world_from(n):

@@ -279,7 +279,7 @@ def test_file_effectors_on_other_proportions_stand_flat():
 
     for s in "lr":
         still = stance(kp, mask, UP, 30.0, KEYPOINTS.index(f"foot_{s}"))
-        assert still.sum() > 10
+        assert still.sum() >= 8   # (the walk stands long enough on each foot to measure)
         both = still[1:] & still[:-1]
         tip = toe_tips(target, mapping, job.result.quaternions, job.result.locations, s)
         src_tip = toe_tips(plan_src.rig, mapping_src, truth.quaternions, truth.locations, s)
