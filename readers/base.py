@@ -299,10 +299,24 @@ _HEIGHT_SEGMENTS = (
 )
 
 
-def _segment_ends(kp, mask, names):
-    idx = [_kp(n) for n in names]
-    ok = mask[:, idx].all(1)
-    return np.where(ok[:, None], np.nan_to_num(kp[:, idx]).mean(1), np.nan), ok
+_SEGMENTS: dict = {}
+
+
+def _segment_table():
+    """``(names, Wa, Wb, rest)``: each height segment's end weights over the keypoints and canonical length."""
+    if not _SEGMENTS:
+        from ..model.skeleton import CANONICAL
+
+        n = len(KEYPOINTS)
+        Wa, Wb = np.zeros((len(_HEIGHT_SEGMENTS), n)), np.zeros((len(_HEIGHT_SEGMENTS), n))
+        for s, (a, b) in enumerate(_HEIGHT_SEGMENTS):
+            Wa[s, [_kp(k) for k in a]] = 1.0 / len(a)
+            Wb[s, [_kp(k) for k in b]] = 1.0 / len(b)
+        rest = CANONICAL.rest_keypoints()
+        _SEGMENTS.update(names=["+".join(a) + "-" + "+".join(b) for a, b in _HEIGHT_SEGMENTS], Wa=Wa, Wb=Wb,
+                         rest=np.linalg.norm((Wa - Wb) @ rest, axis=-1))
+    t = _SEGMENTS
+    return t["names"], t["Wa"], t["Wb"], t["rest"]
 
 
 def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
@@ -317,25 +331,23 @@ def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
     Returns
     -------
     dict
-        ``"thigh_l-calf_l"`` -> ratio, for the segments the clip has.
+        ``"thigh_l-calf_l"`` -> ratio, for the segments the clip has (an
+        end that is the mean of several points needs all of them).
     """
-    from ..model.skeleton import CANONICAL
-
     kp = np.asarray(kp, dtype=np.float64)
-    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
-    rest = CANONICAL.rest_keypoints()[None]
-    full = np.ones((1, len(KEYPOINTS)), bool)
+    finite = np.isfinite(kp).all(-1)
+    mask = finite if mask is None else (np.asarray(mask, bool) & finite)
+    names, Wa, Wb, rest = _segment_table()
+    missing = (~mask).astype(np.float64)
+    ok = ((missing @ (Wa > 0).T.astype(np.float64)) == 0) & ((missing @ (Wb > 0).T.astype(np.float64)) == 0)
+    seg = np.einsum("sj,tjc->tsc", Wa - Wb, np.where(mask[..., None], kp, 0.0))
+    length = np.where(ok, np.linalg.norm(seg, axis=-1), np.nan)     # (T, S)
+    have = ok.any(0)
     out = {}
-    for a, b in _HEIGHT_SEGMENTS:
-        pa, oka = _segment_ends(kp, mask, a)
-        pb, okb = _segment_ends(kp, mask, b)
-        ok = oka & okb
-        if not ok.any():
-            continue
-        length = float(np.median(np.linalg.norm(pa[ok] - pb[ok], axis=-1)))
-        ra, _ = _segment_ends(rest, full, a)
-        rb, _ = _segment_ends(rest, full, b)
-        out["+".join(a) + "-" + "+".join(b)] = length / float(np.linalg.norm(ra - rb))
+    if have.any():
+        med = np.nanmedian(length[:, have], axis=0)
+        for s, m in zip(np.flatnonzero(have), med):
+            out[names[s]] = float(m) / float(rest[s])
     return out
 
 
