@@ -34,8 +34,10 @@ import numpy as np
 
 from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..pipeline import BakeCancelled, BakeError, BakeOptions, RigBake, clear_solver_cache, get_solver
+from ..pipeline.keys import axis_angle_continuous, key_channels
 from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
+from ..readers.bvh_armature import FileArmature
 from ..retarget.solve import quats_to_euler_continuous
 from .rig import NotAnArmatureError, rig_description
 
@@ -70,8 +72,9 @@ class BakeResult:
 
     Attributes
     ----------
-    action : bpy.types.Action
-        The new action (assigned to the armature).
+    action : bpy.types.Action or None
+        The new action (assigned to the armature); ``None`` on a file's
+        armature (see ``keys``).
     frames : int
         Number of baked frames.
     fps : float
@@ -103,6 +106,11 @@ class BakeResult:
         error at the rig's scale, upright share, knees bent backwards.
     mode : str
         ``"dense"`` or ``"sparse"``.
+    keys : dict or None
+        A bake onto a file's armature (no action): ``(property, bone index,
+        array index) -> (T,) float32`` per keyed channel.
+    rotation_modes : list of str or None
+        A bake onto a file's armature: each bone's rotation mode after it.
     """
 
     action: object
@@ -120,6 +128,8 @@ class BakeResult:
     bone_direction_error_deg: float = float("nan")
     figures: object = None
     mode: str = ""
+    keys: dict | None = None
+    rotation_modes: list | None = None
 
 
 # -----------------------------------------------------------------------------
@@ -225,24 +235,6 @@ def _locked_axes(obj, rig) -> dict:
     return out
 
 
-def _axis_angle_continuous(q):
-    """Continuous quaternions (T, B, 4) -> axis-angle (angle, x, y, z) (T, B, 4)."""
-    w = np.clip(q[..., 0], -1.0, 1.0)
-    v = q[..., 1:]
-    sin_half = np.linalg.norm(v, axis=-1)
-    angle = 2.0 * np.arctan2(sin_half, w)
-    axis = np.zeros_like(v)
-    ok = sin_half > 1e-9
-    axis[ok] = v[ok] / sin_half[ok][:, None]
-    axis[~ok] = (0.0, 1.0, 0.0)
-    out = np.concatenate([angle[..., None], axis], axis=-1)
-    # keep the axis from flipping between frames: (a, n) == (-a, -n)
-    for t in range(1, out.shape[0]):
-        flip = np.einsum("bi,bi->b", out[t, :, 1:], out[t - 1, :, 1:]) < 0
-        out[t, flip] *= -1.0
-    return out
-
-
 # -----------------------------------------------------------------------------
 # the job
 
@@ -256,9 +248,64 @@ class BakeJob:
 
     def __init__(self, obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
                  source_name: str, mapping=None, solver=None, scene=None, source_rig=None):
+        options = options or BakeOptions()
+        if isinstance(obj, FileArmature):   # a file's armature, no Blender scene (see write())
+            scene = None
+            rig = obj.rig
+            if len(rig) == 0:
+                raise BakeError(f"the armature {obj.name!r} has no bones")
+            mapping = resolve_mapping(obj, rig, mapping)
+            warnings = []
+            locked = {}
+        else:
+            rig, mapping, warnings, locked, scene = self._read_object(obj, mapping, scene)
+        unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
+        if unsure:
+            warnings.insert(0, "check the mapping, low confidence: " + ", ".join(unsure))
+        if options.fps is not None:
+            fps = float(options.fps)
+        else:
+            fps = _scene_fps(scene) if scene is not None else float(source_fps)
+        try:
+            self.core = RigBake(rig, mapping, keypoints, mask, source_fps, options,
+                                object_matrix=np.array(rig.world_matrix, dtype=np.float64), fps=fps,
+                                source_rig=source_rig, locked=locked, solver=solver, source_name=source_name)
+        except BakeError as ex:
+            raise BakeError(f"{obj.name!r}: {ex}") from None
+        core = self.core
+        core.warnings[:0] = warnings
+        if locked:
+            names = [rig.names[b] for b in locked]
+            core.warnings.append("locked rotation axes kept on " + ", ".join(names[:6])
+                                 + (" ..." if len(names) > 6 else ""))
+        self.options = options
+        self.obj = obj
+        self.scene = scene
+        self.rig = rig
+        self.mapping = mapping
+        self.plan = core.plan
+        self.fps = core.fps
+        if options.frame_start is not None:
+            self.frame_start = int(options.frame_start)
+        else:
+            self.frame_start = int(scene.frame_start) if scene is not None else 1
+        self.source_name = core.source_name
+        self.action_name = str(options.action_name).strip() if options.action_name else self.source_name
+        self.n_frames = core.n_frames
+        if scene is not None:
+            if abs(self.fps - _scene_fps(scene)) > 1e-4 * self.fps:  # fps_base is single precision
+                core.warnings.append(f"baked at {self.fps:g} fps but the scene plays at {_scene_fps(scene):g} fps")
+            end = self.frame_start + self.n_frames - 1
+            if end > scene.frame_end or self.frame_start < scene.frame_start:
+                core.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
+                                     f"{scene.frame_start}-{scene.frame_end}")
+        self.seconds = core.seconds
+
+    @staticmethod
+    def _read_object(obj, mapping, scene):
+        """Check an armature object and read it: ``(rig, mapping, warnings, locked, scene)``."""
         import bpy
 
-        options = options or BakeOptions()
         if obj is None or getattr(obj, "type", None) != "ARMATURE":
             kind = "nothing" if obj is None else f"{obj.name!r} ({obj.type.lower()})"
             raise BakeError(f"the target must be an armature, got {kind}")
@@ -278,9 +325,6 @@ class BakeJob:
             raise BakeError(f"the armature {obj.name!r} has no bones")
         mapping = resolve_mapping(obj, rig, mapping)
         warnings = []
-        unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
-        if unsure:
-            warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
         pose_bones = obj.pose.bones
         constrained = [name for name in dict.fromkeys(mapping.entries.values())
                        if (pb := pose_bones.get(name)) is not None
@@ -288,38 +332,7 @@ class BakeJob:
         if constrained:
             warnings.append("constraints on " + ", ".join(constrained[:6]) + (" ..." if len(constrained) > 6 else "")
                             + " override the baked keys: mute them to see the bake")
-        locked = _locked_axes(obj, rig)
-        fps = float(options.fps) if options.fps is not None else _scene_fps(scene)
-        try:
-            self.core = RigBake(rig, mapping, keypoints, mask, source_fps, options,
-                                object_matrix=np.array(obj.matrix_world, dtype=np.float64), fps=fps,
-                                source_rig=source_rig, locked=locked, solver=solver, source_name=source_name)
-        except BakeError as ex:
-            raise BakeError(f"{obj.name!r}: {ex}") from None
-        core = self.core
-        core.warnings[:0] = warnings
-        if locked:
-            names = [rig.names[b] for b in locked]
-            core.warnings.append("locked rotation axes kept on " + ", ".join(names[:6])
-                                 + (" ..." if len(names) > 6 else ""))
-        self.options = options
-        self.obj = obj
-        self.scene = scene
-        self.rig = rig
-        self.mapping = mapping
-        self.plan = core.plan
-        self.fps = core.fps
-        self.frame_start = int(options.frame_start if options.frame_start is not None else scene.frame_start)
-        self.source_name = core.source_name
-        self.action_name = str(options.action_name).strip() if options.action_name else self.source_name
-        self.n_frames = core.n_frames
-        if abs(self.fps - _scene_fps(scene)) > 1e-4 * self.fps:  # fps_base is single precision
-            core.warnings.append(f"baked at {self.fps:g} fps but the scene plays at {_scene_fps(scene):g} fps")
-        end = self.frame_start + self.n_frames - 1
-        if end > scene.frame_end or self.frame_start < scene.frame_start:
-            core.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
-                                 f"{scene.frame_start}-{scene.frame_end}")
-        self.seconds = core.seconds
+        return rig, mapping, warnings, _locked_axes(obj, rig), scene
 
     @property
     def warnings(self) -> list:
@@ -349,55 +362,19 @@ class BakeJob:
         return res
 
     # -- stage 4 ---------------------------------------------------------------
+    def _bone_mode(self, name):
+        """A bone's current rotation mode (the pose bone's, or the file armature's)."""
+        if isinstance(self.obj, FileArmature):
+            return self.obj.rotation_modes[self.rig.index(name)]
+        return self.obj.pose.bones[name].rotation_mode
+
     def _channels(self, release=False):
-        """(bone name, data path suffix, values) to key, per bone: ``values()`` gives (T, N).
-
-        The values are made one channel at a time as they are written (a long
-        clip's Euler angles for every bone at once would take memory the new
-        action needs). ``release``: each bone's rotations are handed over
-        once (``result.quaternions`` is dropped; a bone's go as its channel
-        is written).
-        """
-        res = self.result
-        pose_bones = self.obj.pose.bones
-        rig = self.rig
-        keyed = np.array(res.driven, dtype=bool)
-        for b in np.flatnonzero(res.driven):   # ancestors keep rest so playback is exact
-            for a in rig.ancestors(int(b)):
-                keyed[a] = True
-        keyed[self.plan.root] = True
-        if release:
-            tracks = {int(b): np.ascontiguousarray(res.quaternions[:, b]) for b in np.flatnonzero(keyed)}
-            res.quaternions = None
-
-            def quat(b):
-                return tracks.pop(int(b))
-        else:
-            def quat(b):
-                return res.quaternions[:, b]
-        out = []
-        mode_changes = []
-        eulers = {}
-        for b in np.flatnonzero(keyed):
-            name = res.bone_names[b]
-            pb = pose_bones[name]
-            mode = pb.rotation_mode if self.options.rotation_mode == "BONE" else "QUATERNION"
-            if mode == "QUATERNION":
-                if pb.rotation_mode != "QUATERNION":
-                    mode_changes.append(name)
-                out.append((name, "rotation_quaternion", lambda b=b: quat(b)))
-            elif mode == "AXIS_ANGLE":
-                out.append((name, "rotation_axis_angle", lambda b=b: _axis_angle_continuous(quat(b)[:, None])[:, 0]))
-            else:
-                eulers.setdefault(mode, []).append(
-                    (name, lambda b=b, mode=mode: quats_to_euler_continuous(quat(b)[:, None], mode)[:, 0]))
-            if b == self.plan.root:
-                out.append((name, "location", lambda b=b: res.locations[:, b]))
-        out += [(name, "rotation_euler", values) for bones in eulers.values() for name, values in bones]
-        return out, mode_changes
+        """:func:`..pipeline.keys.key_channels` of the result on this armature."""
+        return key_channels(self.result, self.rig, self.plan.root, self._bone_mode, self.options.rotation_mode,
+                            release=release)
 
     def write(self, progress=None, *, keep_pose: bool = True):
-        """Create the new action and assign it (main thread).
+        """Create the new action and assign it (main thread); on a file's armature, the keys as arrays.
 
         Parameters
         ----------
@@ -413,11 +390,11 @@ class BakeJob:
         Returns
         -------
         BakeResult
+            On a :class:`..readers.bvh_armature.FileArmature` no action
+            (``None``): ``keys`` holds what the fcurves would (one float32
+            array per channel, as Blender stores keys) and ``rotation_modes``
+            the bones' modes after the bake.
         """
-        import bpy
-
-        from .actions import ActionWriter
-
         if self.result is None:
             raise RuntimeError("retarget() first")
         t0 = time.perf_counter()
@@ -430,6 +407,26 @@ class BakeJob:
             res.locations = root_loc
         obj = self.obj
         channels, mode_changes = self._channels(release=not keep_pose)
+        if isinstance(obj, FileArmature):
+            keys = {}
+            for i, (name, prop, values) in enumerate(channels):
+                b = self.rig.index(name)
+                v = np.asarray(values(), dtype=np.float32)
+                for k in range(v.shape[1]):
+                    keys[(prop, b, k)] = np.ascontiguousarray(v[:, k])
+                if progress is not None:
+                    progress((i + 1) / len(channels), "write")
+            modes = list(obj.rotation_modes)
+            for name in mode_changes:
+                modes[self.rig.index(name)] = "QUATERNION"
+            if mode_changes:
+                self.warnings.append(f"rotation mode set to quaternion on {len(mode_changes)} bones")
+            self.seconds["write"] = time.perf_counter() - t0
+            return self._result(None, keys=keys, rotation_modes=modes)
+        import bpy
+
+        from .actions import ActionWriter
+
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
         ad = obj.animation_data
         previous = ad.action if ad is not None else None
@@ -471,9 +468,12 @@ class BakeJob:
         if previous is not None:
             self.warnings.append(f"previous action {previous.name!r} kept (fake user)")
         self.seconds["write"] = time.perf_counter() - t0
+        return self._result(writer.action)
+
+    def _result(self, action, **extra):
         f = self.core.figures
         return BakeResult(
-            action=writer.action,
+            action=action,
             frames=self.n_frames,
             fps=self.fps,
             frame_start=self.frame_start,
@@ -488,6 +488,7 @@ class BakeJob:
             retarget=self.result,
             figures=f,
             mode=self.core.mode,
+            **extra,
         )
 
     def run(self, progress=None, cancel=None, *, keep_pose: bool = True):
@@ -579,7 +580,7 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
             buf[pbs.find(name)] = q
             quat_bones = True
         elif mode == "AXIS_ANGLE":
-            pb.rotation_axis_angle = _axis_angle_continuous(q[None, None])[0, 0]
+            pb.rotation_axis_angle = axis_angle_continuous(q[None, None])[0, 0]
         else:
             pb.rotation_euler = quats_to_euler_continuous(q[None, None], mode)[0, 0]
     if quat_bones:

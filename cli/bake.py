@@ -13,7 +13,7 @@ import time
 from . import common
 from .common import CliError, UsageError, guarded
 
-__all__ = ["add_parser", "run", "bake_file"]
+__all__ = ["add_parser", "run", "bake_file", "load_bake_target", "write_outputs"]
 
 
 def add_parser(subparsers):
@@ -156,10 +156,14 @@ def prepare_scene(target, fps, n_frames, frame_start=None):
     float or None
         The frame rate to bake at (``None``: the scene's).
     """
-    import bpy
+    from ..readers.bvh_armature import FileArmature
 
     if target.kind == "blend":
         return None
+    if isinstance(target.obj, FileArmature):   # no scene: the bake's own rate
+        return fps
+    import bpy
+
     scene = bpy.context.scene
     set_scene_fps(scene, fps)
     start = scene.frame_start if frame_start is None else frame_start
@@ -219,16 +223,38 @@ def get_solver(args):
         raise CliError(str(ex)) from None
 
 
-def write_outputs(target, result, out=None, exports=()):
-    """Save the ``.blend`` and the exports of one baked clip; returns ``(paths, seconds)``."""
-    from .export import export_armature, save_blend
+def scene_frame_time(fps):
+    """Seconds per frame of a scene set to ``fps`` (:func:`set_scene_fps`; ``fps_base`` is single precision)."""
+    import numpy as np
 
-    import bpy
+    whole = int(math.ceil(fps - 1e-6))
+    base = float(np.float32(whole / float(fps)))
+    return 1.0 / (whole / base)
+
+
+def write_outputs(target, result, out=None, exports=()):
+    """Save the ``.blend`` and the exports of one baked clip; returns ``(paths, seconds)``.
+
+    A bake onto a file's armature (:func:`.targets.direct_target`) has its
+    keys as arrays: its BVH files are written from them with no Blender
+    scene (the file the numpy writer makes of the same keys in Blender).
+    """
+    from ..readers.bvh_armature import FileArmature
+    from .export import export_armature, save_blend, write_keys_bvh
 
     t0 = time.perf_counter()
     paths = []
     start = int(result.frame_start)
     end = start + int(result.frames) - 1
+    if isinstance(target.obj, FileArmature):
+        if out is not None:
+            raise ValueError("a file's armature has no scene to save as .blend")
+        for path in exports:
+            write_keys_bvh(target.obj, result, path, scene_frame_time(float(result.fps)))
+            paths.append(os.path.abspath(path))
+        return paths, time.perf_counter() - t0
+    import bpy
+
     scene = bpy.context.scene
     saved = (scene.render.fps, scene.render.fps_base)
     try:
@@ -244,10 +270,34 @@ def write_outputs(target, result, out=None, exports=()):
     return paths, time.perf_counter() - t0
 
 
+def load_bake_target(args, exports, blend):
+    """The bake target: a BVH target's armature without Blender when only BVH files are written, else Blender's.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    exports : list of str
+        Export paths or formats.
+    blend : str or None
+        The ``.blend`` to save (``None``: none).
+
+    Returns
+    -------
+    .targets.Target
+    """
+    from .targets import direct_target, load_target
+
+    kw = dict(units=args.target_units, up_axis=args.target_up_axis)
+    target = None
+    if blend is None and exports and all(e.lower().rsplit(".", 1)[-1] == "bvh" for e in exports):
+        target = direct_target(args.target, args.armature, **kw)
+    return target or load_target(args.target, args.armature, **kw)
+
+
 @guarded
 def run(args):
     """Bake SOURCE onto TARGET; returns 0, 1 (failed) or 2 (bad arguments)."""
-    from .targets import check_target, load_target, target_label
+    from .targets import check_target, target_label
 
     started = time.perf_counter()
     common.check_source_path(args.source)
@@ -263,7 +313,7 @@ def run(args):
     load_seconds = 0.0
     try:
         t0 = time.perf_counter()
-        target = load_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis)
+        target = load_bake_target(args, args.export or [], args.out)
         load_seconds = time.perf_counter() - t0
         row, result = bake_file(args.source, target, args, progress=progress, mapping=mapping)
         paths, t_export = write_outputs(target, result, args.out, args.export or [])

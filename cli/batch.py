@@ -26,6 +26,7 @@ export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import glob
 import os
@@ -67,8 +68,22 @@ def add_parser(subparsers):
                         choices=EXPORT_FORMATS,
                         help="also export each clip as DIR/<clip>.FMT with Blender's exporter (repeatable)")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
+    parser.add_argument("--jobs", type=_jobs, default=0, metavar="N",
+                        help="clips baked at once, each in its own process, where the bake needs no Blender "
+                             "(a .bvh target, --no-blend, --export bvh only); default 0: one per CPU core, "
+                             "fewer where memory is short")
     common.add_bake_arguments(parser)
     return parser
+
+
+def _jobs(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a whole number, got {!r}".format(text)) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 (one per core) or more, got {}".format(value))
+    return value
 
 
 def find_clips(input_dir, pattern=None, exclude=None):
@@ -271,18 +286,287 @@ class _Interrupt:
 
 
 def _remove_action(name):
+    if not name:   # (a bake onto a file's armature makes none)
+        return
     import bpy
 
-    action = bpy.data.actions.get(name) if name else None
+    action = bpy.data.actions.get(name)
     if action is not None:
         bpy.data.actions.remove(action)
+
+
+def _bake_job(job, target, args, solver, mapping, blend, progress, cancel):
+    """Bake one clip and write its exports; returns its report row.
+
+    Raises ``KeyboardInterrupt`` when ``cancel()`` turns true, any other
+    error as it comes; either way nothing of the clip is left behind (its
+    temporary files, its action unless a ``.blend`` keeps it).
+    """
+    from .bake import bake_file, write_outputs
+
+    action_name = None
+    try:
+        row, result = bake_file(job.source, target, args, solver=solver, progress=progress, cancel=cancel,
+                                action_name=job.action_name, mapping=mapping)
+        action_name = row.get("action")
+        if cancel():
+            raise KeyboardInterrupt
+        paths, t_export = write_outputs(target, result, None, job.exports)
+        result = None      # the clip's arrays go before the next clip is read
+        if blend is None:  # (--no-blend) nothing keeps the keys once exported
+            _remove_action(action_name)
+            action_name = None
+        row["outputs"] = paths + ([blend] if blend else [])
+        row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
+        row["seconds_total"] = round(sum(row["seconds"].values()), 4)
+        row["frames_per_second"] = round(row["frames"] / row["seconds_total"], 2) if row["seconds_total"] else None
+        if job.note:
+            row["warnings"].append(job.note)
+        return row
+    except BaseException:
+        common.remove_pending()
+        _remove_action(action_name)
+        raise
+
+
+def _failed_row(job, ex, args):
+    from .targets import target_label
+
+    message = str(ex) if isinstance(ex, CliError) else "{}: {}: {}".format(
+        job.source, type(ex).__name__, " ".join(str(ex).split()))
+    return {"source": job.source, "target": target_label(args.target), "status": "failed", "error": message,
+            "outputs": []}
+
+
+# ---------------------------------------------------------------------------
+# clips in worker processes
+
+#: Memory a worker needs for a clip, beyond what it shares with the batch: a
+#: base plus a share per frame (``bench_long``: a 100,000-frame BVH bake's
+#: peak is under 1 GB with Blender's keys in it; without them less).
+WORKER_BASE_BYTES = 200 * 2 ** 20
+WORKER_FRAME_BYTES = 8 * 2 ** 10
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _available_memory():
+    """Bytes of memory available now (``None`` where the system does not say)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def worker_count(args, target, pending, progress=None, in_blender=None):
+    """Processes to bake ``pending`` in: ``--jobs`` (0: one per core), where the bake needs no Blender.
+
+    Clips run in forked worker processes only when the target is a file's
+    armature (:func:`.targets.direct_target`: no Blender scene to share) and
+    ``bpy`` is not loaded (inside Blender, clips go one at a time). Never more
+    than the clips, and no more than the available memory holds at the
+    longest clip's size (:data:`WORKER_BASE_BYTES`, :data:`WORKER_FRAME_BYTES`).
+    """
+    import multiprocessing
+
+    from ..readers.bvh_armature import FileArmature
+
+    asked = int(getattr(args, "jobs", 0) or 0)
+    why = None
+    if not isinstance(target.obj, FileArmature):
+        why = "the bake goes through Blender (a .bvh target with --no-blend and --export bvh only does not)"
+    elif ("bpy" in sys.modules) if in_blender is None else in_blender:
+        why = "inside Blender"
+    elif "fork" not in multiprocessing.get_all_start_methods():
+        why = "this system cannot fork worker processes"
+    if why is not None:
+        if asked > 1 and progress is not None:
+            progress.message("--jobs {}: one clip at a time: {}".format(asked, why))
+        return 1
+    n = min(asked or _cores(), len(pending))
+    frames = [common.peek_frame_count(job.source) for job in pending]
+    longest = max((f for f in frames if f is not None), default=0)
+    if any(f is None for f in frames):
+        longest = max(longest, 100_000)   # a file whose length is unknown until read
+    need = WORKER_BASE_BYTES + WORKER_FRAME_BYTES * longest
+    avail = _available_memory()
+    if avail is not None and n > 1:
+        fit = max(int(avail // need), 1)
+        if fit < n:
+            if asked > 1 and progress is not None:
+                progress.message("--jobs {}: {} at once: {:.1f} GB of memory is available, about {:.1f} GB a "
+                                 "clip".format(asked, fit, avail / 2 ** 30, need / 2 ** 30))
+            n = fit
+    return max(n, 1)
+
+
+_WORKER = {}
+
+
+class _QueueProgress:
+    """What :func:`.bake.bake_file` reports progress to, in a worker: ``(clip, fraction, stage, frames)`` on a queue."""
+
+    def __init__(self, queue, index):
+        self.queue, self.index = queue, index
+        self.clip_frames = 0
+        self._last = 0.0
+
+    def callback(self, stage=""):
+        def report(fraction, name=stage):
+            now = time.perf_counter()
+            if now - self._last >= 0.2:
+                self._last = now
+                self.queue.put((self.index, float(fraction), name or stage, self.clip_frames))
+        return report
+
+
+def _worker_init():
+    # Ctrl-C is the batch's to handle (it sets the stop event); the processes share the cores
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ..retarget import rigsolve
+
+    rigsolve.MAX_THREADS = 1
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
+
+
+def _worker_bake(index):
+    """Bake ``_WORKER["jobs"][index]`` in a worker: ``(index, status, row or message)``."""
+    w = _WORKER
+    job = w["jobs"][index]
+    stop = w["stop"]
+    if stop.is_set():
+        return index, "not run", None
+    progress = _QueueProgress(w["queue"], index)
+    try:
+        row = _bake_job(job, w["target"], w["args"], w["solver"], w["mapping"], None, progress, stop.is_set)
+        return index, "done", row
+    except KeyboardInterrupt:
+        return index, "interrupted", None
+    except Exception as ex:  # one bad clip never stops the batch
+        return index, "failed", _failed_row(job, ex, w["args"])
+
+
+def _remove_partials(job):
+    """Temporary files of ``job``'s exports that a killed worker left behind."""
+    for path in job.exports:
+        folder = os.path.dirname(path)
+        stem, ext = os.path.splitext(os.path.basename(path))
+        for left in glob.glob(os.path.join(glob.escape(folder), ".{}.*.partial{}".format(glob.escape(stem), ext))):
+            try:
+                os.unlink(left)
+            except OSError:
+                pass
+
+
+def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, mapping, progress, interrupt):
+    """Bake ``pending`` in ``workers`` forked processes; returns whether the batch was interrupted.
+
+    Each worker bakes whole clips (the same :func:`_bake_job` as one at a
+    time) and hands back the clip's report row. This process shows the
+    progress of the clips being baked and finishes each row; Ctrl-C sets
+    the workers' stop event (the clips in progress are dropped, their
+    temporary files removed), a second one ends them at once.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("fork")
+    queue, stop = ctx.Queue(), ctx.Event()
+    _WORKER.update(jobs=pending, target=target, args=args, solver=solver, mapping=mapping, queue=queue, stop=stop)
+    progress.message("baking {} clips in {} processes".format(len(pending), workers))
+    active = {}          # index -> (fraction, stage, frames)
+    done_rows = []
+    interrupted = False
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
+    try:
+        futures = [pool.submit(_worker_bake, i) for i in range(len(pending))]
+        left = set(range(len(pending)))
+        while left:
+            if interrupt.requested and not stop.is_set():
+                stop.set()
+            while not queue.empty():
+                try:
+                    i, frac, stage, frames = queue.get_nowait()
+                except Exception:
+                    break
+                if i in left:
+                    active[i] = (frac, stage, frames)
+            for i in [i for i in left if futures[i].done()]:
+                left.discard(i)
+                active.pop(i, None)
+                job = pending[i]
+                label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel)
+                try:
+                    _index, status, payload = futures[i].result()
+                except BrokenProcessPool:   # a worker was killed (out of memory?): its clips fail, named
+                    _remove_partials(job)
+                    status, payload = "failed", _failed_row(job, CliError(
+                        "{}: the worker process baking it ended abruptly (out of memory? try --jobs 1)".format(
+                            job.source)), args)
+                if status == "done":
+                    job.row = payload
+                    done_rows.append(payload)
+                    progress.frames_done += int(payload["frames"])
+                    progress.message("{}: done, {} frames: {}".format(label, payload["frames"],
+                                                                       common.headline(payload)))
+                elif status == "failed":
+                    job.row = payload
+                    progress.message("{}: failed: {}".format(label, payload["error"]))
+                elif status == "interrupted":
+                    interrupted = True
+                    progress.message("{}: interrupted".format(label))
+            if left:
+                _parallel_status(progress, pending, n_skipped, active, done_rows)
+                time.sleep(0.02)
+        interrupted = interrupted or stop.is_set()
+        pool.shutdown(wait=True)
+    except KeyboardInterrupt:     # a second Ctrl-C: the workers end now
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for job in pending:
+            if job.row is None:
+                _remove_partials(job)
+        raise
+    finally:
+        _WORKER.clear()
+    return interrupted
+
+
+def _parallel_status(progress, pending, n_skipped, active, done_rows):
+    """One progress line for the clips being baked (frames/s over the batch, time left)."""
+    if progress.quiet:
+        return
+    frames_now = progress.frames_done + sum(f * n for f, _s, n in active.values())
+    if done_rows:   # the time left: clips not started count as the mean clip so far
+        mean = sum(int(r["frames"]) for r in done_rows) / len(done_rows)
+        waiting = sum(1 for i, job in enumerate(pending) if job.row is None and i not in active)
+        progress.total_frames = int(frames_now + sum((1 - f) * n for f, _s, n in active.values())
+                                    + mean * waiting)
+    baking = ", ".join("{} ({}{:.0f}%)".format(pending[i].rel, (s + " ") if s else "", 100 * f)
+                       for i, (f, s, _n) in sorted(active.items()))
+    progress.update_many(n_skipped + sum(1 for job in pending if job.row is not None), baking, frames_now)
 
 
 @guarded
 def run(args):
     """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments) or 130 (interrupted)."""
-    from .bake import get_solver, write_outputs, bake_file
-    from .targets import check_target, load_target, target_label
+    from .bake import get_solver, load_bake_target
+    from .targets import check_target, target_label
 
     started = time.perf_counter()
     if not os.path.isdir(args.input_dir):
@@ -351,56 +635,36 @@ def run(args):
         if pending:
             t0 = time.perf_counter()
             try:
-                target = load_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis)
+                target = load_bake_target(args, exports, blend)
                 solver = get_solver(args)
             except CliError as ex:
                 raise CliError(str(ex), ex.code) from None
             load_seconds = time.perf_counter() - t0
             # frames of every clip for the time left: estimated from the file sizes as clips are read
             progress.total_frames = 0
-            done_rows = []
-            for i, job in enumerate(pending, start=1):
-                if interrupt.requested:
-                    break
-                progress.begin_clip(len(skipped) + i, job.rel, 0)
-                action_name = None
-                try:
-                    row, result = bake_file(job.source, target, args, solver=solver, progress=progress,
-                                            cancel=lambda: interrupt.requested, action_name=job.action_name,
-                                            mapping=mapping)
-                    action_name = row.get("action")
+            workers = worker_count(args, target, pending, progress)
+            if workers > 1:
+                interrupted = _run_parallel(workers, pending, len(skipped), len(jobs), target, args, solver,
+                                            mapping, progress, interrupt)
+            else:
+                done_rows = []
+                for i, job in enumerate(pending, start=1):
                     if interrupt.requested:
-                        raise KeyboardInterrupt
-                    paths, t_export = write_outputs(target, result, None, job.exports)
-                    result = None      # the clip's arrays go before the next clip is read
-                    if blend is None:  # (--no-blend) nothing keeps the keys once exported
-                        _remove_action(action_name)
-                        action_name = None
-                    row["outputs"] = paths + ([blend] if blend else [])
-                    row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
-                    row["seconds_total"] = round(sum(row["seconds"].values()), 4)
-                    row["frames_per_second"] = (round(row["frames"] / row["seconds_total"], 2)
-                                                if row["seconds_total"] else None)
-                    if job.note:
-                        row["warnings"].append(job.note)
-                    job.row = row
-                    done_rows.append(row)
-                    _estimate_total(progress, done_rows, pending, i)
-                    progress.end_clip("done, {} frames: {}".format(row["frames"], common.headline(row)))
-                except KeyboardInterrupt:
-                    common.remove_pending()
-                    _remove_action(action_name)
-                    interrupted = True
-                    progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
-                    break
-                except Exception as ex:  # one bad clip never stops the batch
-                    common.remove_pending()
-                    _remove_action(action_name)
-                    message = str(ex) if isinstance(ex, CliError) else "{}: {}: {}".format(
-                        job.source, type(ex).__name__, " ".join(str(ex).split()))
-                    job.row = {"source": job.source, "target": target_label(args.target), "status": "failed",
-                               "error": message, "outputs": []}
-                    progress.end_clip("failed: {}".format(message))
+                        break
+                    progress.begin_clip(len(skipped) + i, job.rel, 0)
+                    try:
+                        job.row = _bake_job(job, target, args, solver, mapping, blend, progress,
+                                            lambda: interrupt.requested)
+                        done_rows.append(job.row)
+                        _estimate_total(progress, done_rows, pending, i)
+                        progress.end_clip("done, {} frames: {}".format(job.row["frames"], common.headline(job.row)))
+                    except KeyboardInterrupt:
+                        interrupted = True
+                        progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
+                        break
+                    except Exception as ex:  # one bad clip never stops the batch
+                        job.row = _failed_row(job, ex, args)
+                        progress.end_clip("failed: {}".format(job.row["error"]))
             interrupted = interrupted or interrupt.requested
             if blend is not None and not interrupted:
                 if any(j.row and j.row.get("status") == "done" for j in pending) or not os.path.isfile(blend):

@@ -475,6 +475,29 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
+    def update_many(self, done_clips, baking, frames_now, force=False):
+        """Report clips baked at once: ``baking`` names them with their stage, ``frames_now`` counts
+        the batch's frames so far (finished clips plus the baked share of those in progress)."""
+        if self.quiet:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < (0.2 if self.tty else self.interval):
+            return
+        self._last = now
+        elapsed = now - self.start
+        rate = frames_now / elapsed if elapsed > 0 and frames_now > 0 else 0.0
+        left = ""
+        if rate > 0 and self.total_frames:
+            left = ", {} left".format(_duration(max(self.total_frames - frames_now, 0) / rate))
+        line = "clips {}/{} done, baking {}: {:.0f} frames/s{}".format(done_clips, self.total_clips,
+                                                                        baking or "-", rate, left)
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+            self._open = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
     def end_clip(self, status=""):
         """Finish the current clip (counts its frames as done)."""
         self.frames_done += self.clip_frames

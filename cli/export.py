@@ -41,7 +41,8 @@ import numpy as np
 from .common import CliError, UsageError, atomic_output, check_saved_blend
 
 __all__ = ["EXPORT_EXTENSIONS", "BVH_CHUNK_FRAMES", "PoseChannels", "check_export_path", "export_armature",
-           "bvh_hierarchy", "bvh_motion_chunks", "write_armature_bvh", "read_pose_channels", "save_blend"]
+           "bvh_hierarchy", "bvh_motion_chunks", "write_armature_bvh", "write_keys_bvh", "read_pose_channels",
+           "save_blend"]
 
 #: File types ``--export`` writes.
 EXPORT_EXTENSIONS = (".bvh", ".fbx", ".glb", ".gltf")
@@ -312,6 +313,43 @@ def write_armature_bvh(path, pose: PoseChannels, chunk_frames=BVH_CHUNK_FRAMES):
     h = bvh_hierarchy(pose.rig, pose.connected, pose.rotation_modes)
     write_bvh(path, h["names"], h["parents"], h["offsets"], h["channels"], bvh_motion_chunks(pose, h, chunk_frames),
               frame_time=pose.frame_time, end_sites=h["end_sites"], num_frames=pose.num_frames)
+
+
+def write_keys_bvh(armature, result, path, frame_time, chunk_frames=BVH_CHUNK_FRAMES):
+    """Write the BVH of a bake onto a file's armature from its keys (no ``bpy``).
+
+    The pose channels are what Blender would hold after the bake: the keys
+    (``result.keys``, float32 as in fcurves), the rest pose elsewhere (the
+    imported armature's pose is cleared), each bone's rotation mode after
+    the bake; written by :func:`write_armature_bvh` as in Blender.
+
+    Parameters
+    ----------
+    armature : readers.bvh_armature.FileArmature
+    result : blender_io.bake.BakeResult
+        With ``keys`` and ``rotation_modes``.
+    path : str
+        ``.bvh``; written atomically.
+    frame_time : float
+        Seconds per frame (the scene's: :func:`.bake.scene_frame_time`).
+
+    Raises
+    ------
+    CliError
+        The file cannot be written (the message names it).
+    """
+    check_export_path(path)
+    if os.path.splitext(path)[1].lower() != ".bvh":
+        raise UsageError("--export {}: a bake without Blender writes BVH only".format(path))
+    n = len(armature.rig.names)
+    static = {"location": np.zeros((n, 3)), "rotation_quaternion": np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)),
+              "rotation_euler": np.zeros((n, 3)), "rotation_axis_angle": np.tile([0.0, 0.0, 1.0, 0.0], (n, 1)),
+              "scale": np.ones((n, 3))}
+    pose = PoseChannels(rig=armature.rig, connected=np.asarray(armature.connected, dtype=bool),
+                        rotation_modes=list(result.rotation_modes), static=static, keyed=dict(result.keys),
+                        num_frames=int(result.frames), frame_time=float(frame_time))
+    with atomic_output(path) as tmp:   # (an OSError becomes a CliError naming the file)
+        write_armature_bvh(tmp, pose, chunk_frames)
 
 
 # ---------------------------------------------------------------------------

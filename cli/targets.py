@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from .common import CliError, UsageError
 
-__all__ = ["BUILTIN_TARGETS", "TARGET_EXTENSIONS", "Target", "check_target", "load_target", "new_scene",
-           "target_label"]
+__all__ = ["BUILTIN_TARGETS", "TARGET_EXTENSIONS", "Target", "check_target", "direct_target", "load_target",
+           "new_scene", "target_label"]
 
 #: Built-in targets: name -> description.
 BUILTIN_TARGETS = {
@@ -32,8 +32,8 @@ class Target:
 
     Attributes
     ----------
-    obj : bpy.types.Object
-        The armature to bake onto.
+    obj : bpy.types.Object or readers.bvh_armature.FileArmature
+        The armature to bake onto (a file's armature: :func:`direct_target`).
     spec : str
         What was asked for (path or built-in name).
     kind : str
@@ -347,6 +347,49 @@ def bvh_target_frame(path, units=None, up_axis=None):
     if up_axis is None and clip.up_axis != "Y":
         notes.append("target BVH with {} up (detected; --target-up-axis to say otherwise)".format(clip.up_axis))
     return clip.units, clip.up_axis, notes
+
+
+def direct_target(spec, armature=None, *, units=None, up_axis=None):
+    """A BVH target's armature built without Blender, when it can be (else ``None``).
+
+    :func:`..readers.bvh_armature.bvh_armature` gives the armature that
+    :func:`load_target` makes of the file with Blender's importer; a bake
+    onto it that writes only BVH files needs no Blender scene (``batch
+    --no-blend --export bvh``, ``bake --export OUT.bvh`` without ``--out``).
+
+    Returns
+    -------
+    Target or None
+        ``obj`` is a :class:`..readers.bvh_armature.FileArmature`; ``None``
+        for another kind of target, or a BVH file the importer would build
+        otherwise (see :func:`..readers.bvh_armature.bvh_armature`).
+
+    Raises
+    ------
+    CliError
+        The file cannot be read as a BVH skeleton, or ``armature`` is not its name.
+    """
+    if spec is None or os.path.splitext(spec)[1].lower() != ".bvh":
+        return None
+    from ..model.bvh import BVHError, read_bvh
+    from ..readers.base import UNITS
+    from ..readers.bvh_armature import bvh_armature
+
+    check_target(spec)
+    path = os.path.abspath(spec)
+    units, up_axis, notes = bvh_target_frame(path, units, up_axis)
+    try:
+        bvh = read_bvh(path)
+    except (BVHError, OSError, ValueError) as ex:
+        raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
+    # Blender names the armature after the file (bpy.path.display_name_from_filepath)
+    name = os.path.splitext(os.path.basename(path))[0]
+    arm = bvh_armature(bvh, up_axis, UNITS[units], name)
+    if isinstance(arm, str):
+        return None
+    if armature is not None and armature != name:
+        raise UsageError("--target {}: no armature named {!r} (armatures: {})".format(spec, armature, name))
+    return Target(arm, path, "bvh", notes)
 
 
 def load_target(spec, armature=None, *, units=None, up_axis=None):

@@ -181,6 +181,9 @@ SMALL_BATCH = 32
 #: Frames per chunk of the numpy path on long clips (two run at once): small
 #: chunks keep its arrays in cache (3,000 frames: 1.4 s in chunks of 64, 1.6 s in 512).
 NUMPY_CHUNK = 128
+#: Threads the numpy path solves chunks of one clip on (a batch baking clips in worker
+#: processes sets 1: its processes share the cores).
+MAX_THREADS = 2
 
 
 def _torch_dtype(dtype):
@@ -862,7 +865,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             progress(c1, T)
         return it
 
-    workers = 1 if use_torch or int(iterations) <= 0 else min(2, os.cpu_count() or 1)
+    workers = 1 if use_torch or int(iterations) <= 0 else max(min(MAX_THREADS, os.cpu_count() or 1), 1)
     step = int(chunk) if use_torch else min(int(chunk), NUMPY_CHUNK)
     # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
     # more, and two chunks at once each starting BLAS threads crawl (3-25 s for 0.9 s)
