@@ -11,6 +11,7 @@ Blender's bundled Rigify add-on).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 from .common import CliError, UsageError
@@ -349,6 +350,24 @@ def bvh_target_frame(path, units=None, up_axis=None):
     return clip.units, clip.up_axis, notes
 
 
+def blender_version():
+    """``(major, minor)`` of the Blender the CLI runs on (``None``: unknown), without importing ``bpy``.
+
+    Inside Blender or once ``bpy`` is loaded, ``bpy.app.version``; else the
+    installed PyPI ``bpy`` package's version.
+    """
+    bpy = sys.modules.get("bpy")
+    if bpy is not None:
+        return tuple(int(x) for x in bpy.app.version[:2])
+    try:
+        from importlib.metadata import version
+
+        major, minor = version("bpy").split(".")[:2]
+        return int(major), int(minor)
+    except Exception:   # not installed as a package, or an odd version string
+        return None
+
+
 def direct_target(spec, armature=None, *, units=None, up_axis=None):
     """A BVH target's armature built without Blender, when it can be (else ``None``).
 
@@ -384,7 +403,7 @@ def direct_target(spec, armature=None, *, units=None, up_axis=None):
         raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
     # Blender names the armature after the file (bpy.path.display_name_from_filepath)
     name = os.path.splitext(os.path.basename(path))[0]
-    arm = bvh_armature(bvh, up_axis, UNITS[units], name)
+    arm = bvh_armature(bvh, up_axis, UNITS[units], name, blender_version=blender_version())
     if isinstance(arm, str):
         return None
     if armature is not None and armature != name:

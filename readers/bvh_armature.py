@@ -23,9 +23,13 @@ files they write):
 - **rotation modes**: the Euler order of each joint's rotation channels;
 - **object**: scaled from the file's units to metres.
 
-Anything the importer would make otherwise (several roots, names it renames
-or shortens, joints with one or two rotation channels) returns the reason
-instead, and the caller imports the file with Blender.
+Blender 4.2's importer computes a joint's local tail differently when the
+joint has several children (4.5 fixed it); where that changes the armature
+(a zero-length or connected bone), the Blender version decides. Anything the
+importer would make otherwise (several roots, names it renames or shortens,
+joints with one or two rotation channels, a version in between whose
+importer is not known here) returns the reason instead, and the caller
+imports the file with Blender.
 """
 
 from __future__ import annotations
@@ -114,46 +118,14 @@ def _euler_order(path, name, channels):
     return mode
 
 
-def bvh_armature(bvh, up_axis: str, unit_scale: float, name: str = "") -> FileArmature | str:
-    """The armature Blender's BVH importer makes of ``bvh`` (see the module docstring).
+def _tails(bvh, parents, has_loc, legacy):
+    """Heads, tails (the file's axes) and connections as one version of the importer makes them.
 
-    Parameters
-    ----------
-    bvh : model.bvh.BVHData
-        The parsed file.
-    up_axis : str
-        The file's up axis (``Y``, ``Z``, ``-Y``, ``-Z``), as the importer is told.
-    unit_scale : float
-        Metres per file unit (the object's scale).
-    name : str
-        The armature's name.
-
-    Returns
-    -------
-    FileArmature or str
-        The armature, or why the importer would build another one.
+    ``legacy``: Blender 4.2's importer, whose local tail of a joint with
+    several children leaves out the joint's own OFFSET (fixed by 4.5); it
+    changes which bones count as zero length or connected.
     """
-    names = list(bvh.names)
-    parents = np.asarray(bvh.parents, dtype=np.int64)
-    n = len(names)
-    if n == 0:
-        return "no joints"
-    if int((parents < 0).sum()) != 1:
-        return "several root joints"
-    for nm in names:
-        if len(nm.encode("utf-8")) > BONE_NAME_BYTES:
-            return "joint name {!r} is longer than Blender's bone names".format(nm)
-        if nm != "_".join(nm.split()):
-            return "joint name {!r} holds white space".format(nm)
-    modes = []
-    has_loc = np.zeros(n, dtype=bool)
-    for j in range(n):
-        ch = bvh.channels[j]
-        mode = _euler_order(bvh.path, names[j], ch)
-        if mode is None or 0 < sum(c.endswith("rotation") for c in ch) < 3:
-            return "joint {!r} has {} rotation channels".format(names[j], sum(c.endswith("rotation") for c in ch))
-        modes.append(mode)
-        has_loc[j] = any(c.endswith("position") for c in ch)
+    n = len(parents)
     f32 = np.float32
     head_local = np.asarray(bvh.offsets, dtype=np.float64).astype(f32)      # mathutils: single precision
     head_world = np.empty_like(head_local)
@@ -187,7 +159,7 @@ def bvh_armature(bvh, up_axis: str, unit_scale: float, name: str = "") -> FileAr
                 sw = sw + head_world[c]
                 sl = sl + head_local[c]
             tail_world[j] = sw * k
-            tail_local[j] = head_local[j] + sl * k
+            tail_local[j] = sl * k if legacy else head_local[j] + sl * k
         if np.linalg.norm((tail_local[j] - head_local[j]).astype(np.float64)) <= 0.001:
             tail_local[j, 1] += f32(0.1)
             tail_world[j, 1] += f32(0.1)
@@ -210,6 +182,68 @@ def bvh_armature(bvh, up_axis: str, unit_scale: float, name: str = "") -> FileAr
         p = parents[j]
         if p >= 0 and not has_loc[j] and not zero_area[p] and (tail_local[p] == head_local[j]).all():
             connected[j] = True
+    return head, tail, connected
+
+
+def bvh_armature(bvh, up_axis: str, unit_scale: float, name: str = "",
+                 blender_version: tuple | None = None) -> FileArmature | str:
+    """The armature Blender's BVH importer makes of ``bvh`` (see the module docstring).
+
+    Parameters
+    ----------
+    bvh : model.bvh.BVHData
+        The parsed file.
+    up_axis : str
+        The file's up axis (``Y``, ``Z``, ``-Y``, ``-Z``), as the importer is told.
+    unit_scale : float
+        Metres per file unit (the object's scale).
+    name : str
+        The armature's name.
+    blender_version : tuple of int, optional
+        The Blender whose importer is emulated (``(major, minor)``). Its
+        importer changed between 4.2 and 4.5 for joints with several
+        children; where that changes the armature, the version decides
+        (4.2 and older, 4.5 and newer; others: the reason is returned).
+
+    Returns
+    -------
+    FileArmature or str
+        The armature, or why the importer would build another one.
+    """
+    names = list(bvh.names)
+    parents = np.asarray(bvh.parents, dtype=np.int64)
+    n = len(names)
+    if n == 0:
+        return "no joints"
+    if int((parents < 0).sum()) != 1:
+        return "several root joints"
+    for nm in names:
+        if len(nm.encode("utf-8")) > BONE_NAME_BYTES:
+            return "joint name {!r} is longer than Blender's bone names".format(nm)
+        if nm != "_".join(nm.split()):
+            return "joint name {!r} holds white space".format(nm)
+    modes = []
+    has_loc = np.zeros(n, dtype=bool)
+    for j in range(n):
+        ch = bvh.channels[j]
+        mode = _euler_order(bvh.path, names[j], ch)
+        if mode is None or 0 < sum(c.endswith("rotation") for c in ch) < 3:
+            return "joint {!r} has {} rotation channels".format(names[j], sum(c.endswith("rotation") for c in ch))
+        modes.append(mode)
+        has_loc[j] = any(c.endswith("position") for c in ch)
+    made = {legacy: _tails(bvh, parents, has_loc, legacy) for legacy in (False, True)}
+    same = all(np.array_equal(a, b) for a, b in zip(made[False], made[True]))
+    if same:
+        legacy = False
+    elif blender_version is None:
+        return "the armature Blender's importer makes of it depends on Blender's version, which is unknown"
+    elif tuple(blender_version[:2]) <= (4, 2):
+        legacy = True
+    elif tuple(blender_version[:2]) >= (4, 5):
+        legacy = False
+    else:
+        return "the armature Blender {}.{}'s importer makes of it is not known here".format(*blender_version[:2])
+    head, tail, connected = made[legacy]
     # transform_apply(rotation=True): the file's axes turned to Blender's, bones rigidly
     R = axis_matrix(up_axis)
     rest = R @ bone_rest_matrices(head, tail)

@@ -120,7 +120,8 @@ def test_file_armature_is_blenders_import(mods, tmp_path):
         target = targets.load_target(str(path), units=units, up_axis=up)
         obj = target.obj
         want = rigmod.rig_description(obj)
-        got = ba.bvh_armature(bvh.read_bvh(str(path)), up, base.UNITS[units], path.stem)
+        got = ba.bvh_armature(bvh.read_bvh(str(path)), up, base.UNITS[units], path.stem,
+                              blender_version=bpy.app.version)
         assert not isinstance(got, str), got
         rig = got.rig
         size = float(np.abs(want.head).max())
@@ -140,6 +141,29 @@ def test_file_armature_is_blenders_import(mods, tmp_path):
             lengths = np.linalg.norm(want.tail - want.head, axis=1)
             assert np.isclose(lengths[want.index("Head")], 0.1, atol=1e-6)   # a zero End Site: 0.1 along Y
         bpy.data.objects.remove(obj)
+
+
+def test_the_importers_of_42_and_45_differ_on_joints_with_several_children(mods, tmp_path):
+    """A hips joint whose three children's OFFSETs cancel: Blender 4.2's importer gives it a long bone
+    (its local tail leaves out the joint's OFFSET), 4.5 and later a 0.1 stub; without a version, no
+    armature (the CLI then imports the file with Blender)."""
+    from source_fixtures import humanoid_bvh
+
+    ba, bvh, base = mods["readers.bvh_armature"], mods["model.bvh"], mods["readers.base"]
+    path = tmp_path / "mixamo.bvh"
+    humanoid_bvh(path, "mixamo", "Y", "cm", "none", frames=1)
+    data = bvh.read_bvh(str(path))
+    arms = {v: ba.bvh_armature(data, "Y", base.UNITS["cm"], "mixamo", blender_version=v)
+            for v in ((4, 2), (4, 5), (5, 0))}
+    hips = {v: float(np.linalg.norm(a.rig.tail[0] - a.rig.head[0])) for v, a in arms.items()}
+    assert np.isclose(hips[(4, 5)], 0.1, atol=1e-5) and np.isclose(hips[(5, 0)], 0.1, atol=1e-5)
+    assert hips[(4, 2)] > 10.0
+    for version in (None, (4, 3)):
+        assert isinstance(ba.bvh_armature(data, "Y", base.UNITS["cm"], "mixamo", blender_version=version), str)
+    # a skeleton both importers build alike needs no version
+    path2 = tmp_path / "edge.bvh"
+    path2.write_text(EDGE_BVH)
+    assert not isinstance(ba.bvh_armature(bvh.read_bvh(str(path2)), "Y", 0.01, "edge"), str)
 
 
 def _bvhs(folder):
