@@ -231,3 +231,31 @@ def test_a_skeleton_blender_would_rename_goes_through_blender(run_cli, mods, tmp
     assert "bpy" in imported
     written = bvh.read_bvh(str(out / "walk.bvh"))
     assert written.names[0] == long_name[:63] and written.num_frames == 15
+
+
+def test_bake_without_blender_when_it_writes_bvh_only(run_cli, mods, tmp_path):
+    from source_fixtures import humanoid_bvh
+
+    bvh = mods["model.bvh"]
+    write_walk_bvh(tmp_path / "walk.bvh", seconds=1.0)
+    target = tmp_path / "rig.bvh"
+    humanoid_bvh(target, "asf", "Z", "in", "none", frames=1)
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    runs = {}
+    for label, extra in (("direct", []), ("blend", ["--out", tmp_path / "scene.blend"]),
+                         ("fbx", ["--export", tmp_path / "also.fbx"])):
+        out = tmp_path / "{}.bvh".format(label)
+        r = run_cli("bake", tmp_path / "walk.bvh", "--target", target, "--export", out, *extra,
+                    "--report", tmp_path / "{}.json".format(label), env=env)
+        assert r.returncode == 0, r.stderr
+        imported = [ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")]
+        runs[label] = (bvh.read_bvh(str(out)), "bpy" in imported)
+    assert runs["direct"][1] is False and runs["blend"][1] is True and runs["fbx"][1] is True
+    assert (tmp_path / "scene.blend").is_file() and (tmp_path / "also.fbx").is_file()
+    a = runs["direct"][0]
+    for label in ("blend", "fbx"):
+        b = runs[label][0]
+        assert a.names == b.names and a.channels == b.channels
+        assert np.abs(a.motion - b.motion).max() < 0.02
+    row = json.loads((tmp_path / "direct.json").read_text())["clips"][0]
+    assert row["status"] == "done" and row["action"] is None and row["outputs"] == [str(tmp_path / "direct.bvh")]
