@@ -25,7 +25,11 @@ a user's Blender writes ``__pycache__`` on first use; without it every run
 of ``neural-ik`` would compile its 40 modules anew, about 0.1 s).
 
     .venv/bin/python benchmarks/bench_vs_blender.py [--folder fair1] [--clips 10] [--long-clips 2] [--repeats 3]
-        [--blender-export] [--device cpu]
+        [--blender-export] [--device cpu] [--jobs N]
+
+The Neural IK side bakes without Blender (a BVH target, BVH exports only,
+no ``.blend``: ``readers/bvh_armature.py``) and, by default, one clip per
+CPU core at a time (``--jobs``); ``--jobs 1`` measures one process.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--blender-export", action="store_true", help="Blender's side also exports each clip as BVH")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="neural-ik batch --jobs N (default: its own, one process per core)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -106,8 +112,9 @@ def main(argv=None):
             sets.append(("{} x {} frames".format(args.long_clips, args.long_frames), clips[:args.long_clips],
                          args.long_frames))
         print("bench_vs_blender: {} ({} clips there, looped where shorter), target: its skeleton; {} repeats, "
-              "medians; blender side {}BVH export".format(args.folder, len(clips), args.repeats,
-                                                         "with " if args.blender_export else "without "))
+              "medians; blender side {}BVH export; neural-ik --jobs {}".format(
+                  args.folder, len(clips), args.repeats, "with " if args.blender_export else "without ",
+                  "default" if args.jobs is None else args.jobs))
         for label, chosen, frames in sets:
             folder = os.path.join(tmp, "set_{}".format(frames))
             total = make_set(chosen, folder, frames)
@@ -116,6 +123,8 @@ def main(argv=None):
             neural = [os.path.join(REPO, "neural-ik"), "batch", folder, "--target", target, "--out-dir", out_n,
                       "--export", "bvh", "--no-blend", "--device", args.device, "--force", "-q",
                       "--report", os.path.join(tmp, "report.json")] + hints
+            if args.jobs is not None:
+                neural += ["--jobs", str(args.jobs)]
             blender = [python, os.path.join(HERE, "blender_baseline.py"), "--batch", folder, "--target", target,
                        "--scale", str(scale), "--up", up]
             if args.blender_export:
