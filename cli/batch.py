@@ -433,11 +433,15 @@ class _QueueProgress:
 
 
 def _worker_init():
-    # Ctrl-C is the batch's to handle (it sets the stop event); the processes share the cores
+    # Ctrl-C is the batch's to handle (it sets the stop event); the processes share the cores:
+    # the rig solve of a clip takes one, and the idle ones once fewer clips are left than workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from ..retarget import rigsolve
 
-    rigsolve.MAX_THREADS = 1
+    cores, busy, waiting = _cores(), _WORKER["busy"], _WORKER["waiting"]
+    rigsolve.MAX_THREADS = max(cores, 1)
+    # (while clips wait, a worker between two clips is not idle: it takes the next at once)
+    rigsolve.THREADS_ALLOWED = lambda: 1 if waiting.value > 0 else cores - busy.value + 1
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
 
@@ -450,6 +454,11 @@ def _worker_bake(index):
     if stop.is_set():
         return index, "not run", None
     progress = _QueueProgress(w["queue"], index)
+    busy = w["busy"]
+    with busy.get_lock():
+        busy.value += 1
+    with w["waiting"].get_lock():
+        w["waiting"].value -= 1
     try:
         row = _bake_job(job, w["target"], w["args"], w["solver"], w["mapping"], None, progress, stop.is_set)
         return index, "done", row
@@ -457,6 +466,9 @@ def _worker_bake(index):
         return index, "interrupted", None
     except Exception as ex:  # one bad clip never stops the batch
         return index, "failed", _failed_row(job, ex, w["args"])
+    finally:
+        with busy.get_lock():
+            busy.value -= 1
 
 
 def _remove_partials(job):
@@ -486,7 +498,8 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
 
     ctx = multiprocessing.get_context("fork")
     queue, stop = ctx.Queue(), ctx.Event()
-    _WORKER.update(jobs=pending, target=target, args=args, solver=solver, mapping=mapping, queue=queue, stop=stop)
+    _WORKER.update(jobs=pending, target=target, args=args, solver=solver, mapping=mapping, queue=queue, stop=stop,
+                   busy=ctx.Value("i", 0), waiting=ctx.Value("i", len(pending)))
     progress.message("baking {} clips in {} processes".format(len(pending), workers))
     active = {}          # index -> (fraction, stage, frames)
     done_rows = []

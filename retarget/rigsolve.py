@@ -184,6 +184,10 @@ NUMPY_CHUNK = 128
 #: Threads the numpy path solves chunks of one clip on (a batch baking clips in worker
 #: processes sets 1: its processes share the cores).
 MAX_THREADS = 2
+#: How many of those threads may run now (called as each chunk finishes), or ``None``: all.
+#: A batch's worker processes share the cores: one left alone at the end of a batch takes
+#: the cores the others freed (``cli.batch``).
+THREADS_ALLOWED = None
 
 
 def _torch_dtype(dtype):
@@ -872,22 +876,30 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
     # pooled chunk: two threads setting torch's thread count at once race)
     with _blas_threads(1), (contextlib.nullcontext() if use_torch else _threads(1)):
-        if workers < 2 or T <= step:
+        # (with the cores shared, a short clip's two or three unequal chunks gain less than they cost)
+        if workers < 2 or T <= step or (THREADS_ALLOWED is not None and T < 4 * step):
             for c0 in range(0, T, step):
                 c1 = min(T, c0 + step)
                 tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
                 done_iterations = max(done_iterations, store(*solve_chunk(c0, c1, tick)))
         else:
-            # numpy on one core per chunk (its arrays release the GIL): two chunks at once;
-            # progress (and with it a cancel) in this thread as chunks finish
-            from concurrent.futures import ThreadPoolExecutor, as_completed
+            # numpy on one core per chunk (its arrays release the GIL): several chunks at once
+            # (as many as THREADS_ALLOWED says, asked again as each finishes); progress (and
+            # with it a cancel) in this thread as chunks finish
+            from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
             pool = ThreadPoolExecutor(max_workers=workers)
+            starts = list(range(0, T, step))[::-1]
+            running = set()
             try:
-                futures = {pool.submit(solve_chunk, c0, min(T, c0 + step), None) for c0 in range(0, T, step)}
-                for fut in as_completed(futures):
-                    done_iterations = max(done_iterations, store(*fut.result()))
-                    futures.discard(fut)   # its result is stored: not kept (a long clip's would add up)
+                while starts or running:
+                    limit = workers if THREADS_ALLOWED is None else max(1, min(workers, int(THREADS_ALLOWED())))
+                    while starts and len(running) < limit:
+                        c0 = starts.pop()
+                        running.add(pool.submit(solve_chunk, c0, min(T, c0 + step), None))
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in done:   # stored, not kept (a long clip's results would add up)
+                        done_iterations = max(done_iterations, store(*fut.result()))
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
     # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)

@@ -240,6 +240,23 @@ def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
     for t in (0, rigsolve.NUMPY_CHUNK + 3, 2 * rigsolve.NUMPY_CHUNK + 4):
         np.testing.assert_allclose(par.heads[t], big.heads[t % T], atol=2e-5)
         np.testing.assert_allclose(par.residual[t], big.residual[t % T], atol=2e-5)
+    # a batch's worker: as many chunks at once as THREADS_ALLOWED says when each finishes (1, then 2:
+    # the other workers are done); the same poses
+    n4 = 4 * rigsolve.NUMPY_CHUNK + 3
+    tile4 = lambda a: np.concatenate([a] * -(-n4 // T))[:n4]  # noqa: E731
+    long4 = Targets(tg.points, [dict(r, target=tile4(r["target"]), weight=tile4(r["weight"]),
+                                     proj=tile4(r["proj"]) if r["proj"].ndim == 3 else r["proj"]) for r in tg.rows])
+    asked = []
+    saved = rigsolve.MAX_THREADS, rigsolve.THREADS_ALLOWED
+    try:
+        rigsolve.MAX_THREADS = 2
+        rigsolve.THREADS_ALLOWED = lambda: asked.append(1) or (1 if len(asked) < 3 else 2)
+        shared = solve_rig(rig, tile4(q0), tile4(loc), long4, free, plan.root, backend="numpy", **kw)
+    finally:
+        rigsolve.MAX_THREADS, rigsolve.THREADS_ALLOWED = saved
+    assert len(asked) >= 4
+    for t in (1, 2 * rigsolve.NUMPY_CHUNK + 1, 4 * rigsolve.NUMPY_CHUNK + 2):
+        np.testing.assert_allclose(shared.heads[t], big.heads[t % T], atol=2e-5)
 
 
 def test_file_effectors_on_other_proportions_stand_flat():
