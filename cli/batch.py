@@ -506,7 +506,11 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
     interrupted = False
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
     try:
-        futures = [pool.submit(_worker_bake, i) for i in range(len(pending))]
+        # the largest files first: the batch does not end waiting on one long clip
+        size = [os.path.getsize(job.source) for job in pending]
+        futures = [None] * len(pending)
+        for i in sorted(range(len(pending)), key=lambda i: -size[i]):
+            futures[i] = pool.submit(_worker_bake, i)
         left = set(range(len(pending)))
         while left:
             if interrupt.requested and not stop.is_set():
