@@ -507,7 +507,7 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
     try:
         # the largest files first: the batch does not end waiting on one long clip
-        size = [os.path.getsize(job.source) for job in pending]
+        size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
         futures = [None] * len(pending)
         for i in sorted(range(len(pending)), key=lambda i: -size[i]):
             futures[i] = pool.submit(_worker_bake, i)
