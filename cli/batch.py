@@ -389,8 +389,9 @@ def worker_count(args, target, pending, progress=None, in_blender=None):
         why = "the bake goes through Blender (a .bvh target with --no-blend and --export bvh only does not)"
     elif ("bpy" in sys.modules) if in_blender is None else in_blender:
         why = "inside Blender"
-    elif "fork" not in multiprocessing.get_all_start_methods():
-        why = "this system cannot fork worker processes"
+    elif not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
+        # (macOS: a process forked after Accelerate or the Objective-C runtime ran may crash)
+        why = "worker processes are forked on Linux only"
     if why is not None:
         if asked > 1 and progress is not None:
             progress.message("--jobs {}: one clip at a time: {}".format(asked, why))
