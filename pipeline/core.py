@@ -72,6 +72,13 @@ SPARSE_POSE_REFINE_STEPS = 2
 #: The second pass of a sparse solve (an effector out of reach) starts with the
 #: prior at this fraction of the first pass's.
 SPARSE_SECOND_PASS_PRIOR = 0.05
+#: Dense mode: frames in which a segment of fixed length (a bone, the two
+#: clavicles' heads) is still off its source direction by this share of its
+#: length (0.35: some 20 degrees; a flipped start pose leaves 1.5-2) are
+#: solved once more with :data:`DENSE_SECOND_PASS_ITERATIONS`.
+DENSE_SECOND_PASS_OFF = 0.35
+DENSE_SECOND_PASS_ITERATIONS = 40
+DENSE_SECOND_PASS_PRIOR = 0.1
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
 #: iterations are lost and effectors end farther away; higher keeps more of the
@@ -610,6 +617,8 @@ class RigBake:
             self.initial = init = None      # (the fit started from it, in its arrays: not needed any more)
             if self.mode == "sparse":
                 fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
+            elif iterations > 0:
+                fit = self._dense_second_pass(fit, targets, info, free, kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
         else:
@@ -682,6 +691,44 @@ class RigBake:
         fit = RigSolveResult(quat_continuity(quats), locs, heads, resid,
                              max(fit.iterations, again_fit.iterations))
         return fit, targets, info
+
+    def _dense_second_pass(self, fit, targets, info, free, kw):
+        """Dense mode: the frames in which a segment of fixed length still points elsewhere, solved further.
+
+        The network's start pose can have a segment turned far from the
+        source's (a child's chest twisted 150 degrees about the spine, its
+        clavicles with it): a few steps bring it only part of the way, and
+        the figures show it (joints 18 cm off, the pose popping). Those frames
+        only, from where the first pass left them, get
+        :data:`DENSE_SECOND_PASS_ITERATIONS` more steps. Returns the new fit.
+        """
+        from ..retarget.rigsolve import RigSolveResult, Targets, solve_rig
+        from ..retarget.solve import quat_continuity
+
+        rows = list(info.rigid)
+        if not rows:
+            return fit
+        lengths = np.array([info.rigid[r] for r in rows])
+        weights = np.stack([np.broadcast_to(targets.rows[r]["weight"], (self.n_frames,)) for r in rows], 1)
+        again = ((fit.residual[:, rows] > DENSE_SECOND_PASS_OFF * lengths) & (weights > 0)).any(axis=1)
+        if not again.any():
+            return fit
+        sub = np.flatnonzero(again)
+        part = Targets(targets.points, [dict(r, target=r["target"][sub], weight=np.broadcast_to(
+            r["weight"], (self.n_frames,))[sub], proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
+                                        for r in targets.rows])
+        # (the prior holds on to where the first pass left them, the wrong way round: weaker)
+        kw = dict(kw, iterations=DENSE_SECOND_PASS_ITERATIONS, progress=None,
+                  prior_rotation=np.asarray(kw["prior_rotation"]) * DENSE_SECOND_PASS_PRIOR)
+        more = solve_rig(self.plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, self.plan.root, **kw)
+        better = (more.residual ** 2).sum(1) < (fit.residual[sub] ** 2).sum(1)
+        sub = sub[better]
+        quats, locs, heads, resid = fit.quaternions, fit.locations, fit.heads, fit.residual
+        quats[sub], locs[sub], resid[sub] = more.quaternions[better], more.locations[better], more.residual[better]
+        if heads is not None:
+            heads[sub] = more.heads[better]
+        return RigSolveResult(quat_continuity(quats, out=quats), locs, heads, resid,
+                              max(fit.iterations, more.iterations))
 
     def _stretched(self, fit, targets, info):
         """Hand -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its arm as solved."""

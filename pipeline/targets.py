@@ -85,6 +85,9 @@ class TargetInfo:
     clamped : dict
         Effector -> its real targets (T, 3) where some lay out of reach and
         the row aims at the nearest reachable point instead.
+    rigid : dict
+        Row index -> length (armature units) of the direction rows whose two
+        heads keep their distance (their whole error counts).
     """
 
     effectors: dict = field(default_factory=dict)
@@ -94,6 +97,7 @@ class TargetInfo:
     floor_offset: float = 0.0
     reach: dict = field(default_factory=dict)
     clamped: dict = field(default_factory=dict)
+    rigid: dict = field(default_factory=dict)
 
 
 def floor_normal(object_matrix) -> np.ndarray:
@@ -212,18 +216,30 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     x = src * scale
     w = weights
     def direction(ja, jb, weight, kind):
-        """A row: rig head(jb) - head(ja) along the source's jb - ja (error across it only)."""
+        """A row: rig head(jb) - head(ja) along the source's jb - ja.
+
+        Where the two heads keep their distance in every pose (one bone's
+        head on the other, or two heads on one bone) the whole error counts:
+        the rig's segment of its own length along the source's direction, so
+        a segment pointing the other way is as wrong as it looks (an error
+        across the direction alone is zero there too: a clavicle flipped in
+        the start pose stayed flipped, the shoulder 18 cm off). Elsewhere
+        (bones between them) only the error across it: the span bends.
+        """
         ba, bb = _bone(plan, JOINTS[ja]), _bone(plan, JOINTS[jb])
         L = float(np.linalg.norm(rest[bb] - rest[ba]))
         if L < 1e-6:
             return
+        rigid = rig.parents[bb] == ba or (rig.parents[bb] == rig.parents[ba] and rig.parents[ba] >= 0)
         d = src[:, jb] - src[:, ja]
         nd = np.linalg.norm(d, axis=-1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             u = d / nd
         ok = mask[:, ja] & mask[:, jb] & (nd[:, 0] > 1e-6)
+        if rigid:
+            info.rigid[len(tg.rows)] = L
         tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, weight * ok, name=f"{JOINTS[ja]}>{JOINTS[jb]}",
-               kind=kind, perpendicular=True)
+               kind=kind, perpendicular=not rigid)
 
     # bone directions
     for j, name in enumerate(JOINTS):
