@@ -718,7 +718,9 @@ class RigBake:
             r["weight"], (self.n_frames,))[sub], proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
                                         for r in targets.rows])
         # (the prior holds on to where the first pass left them, the wrong way round: weaker)
-        kw = dict(kw, iterations=DENSE_SECOND_PASS_ITERATIONS, progress=None,
+        tick = kw.get("progress")   # (the bar stays where the first pass ended; a cancel still stops it)
+        kw = dict(kw, iterations=DENSE_SECOND_PASS_ITERATIONS,
+                  progress=None if tick is None else (lambda done, total: tick(1, 1)),
                   prior_rotation=np.asarray(kw["prior_rotation"]) * DENSE_SECOND_PASS_PRIOR)
         more = solve_rig(self.plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, self.plan.root, **kw)
         better = (more.residual ** 2).sum(1) < (fit.residual[sub] ** 2).sum(1)
