@@ -26,7 +26,6 @@ export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import glob
 import os
@@ -68,22 +67,12 @@ def add_parser(subparsers):
                         choices=EXPORT_FORMATS,
                         help="also export each clip as DIR/<clip>.FMT with Blender's exporter (repeatable)")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
-    parser.add_argument("--jobs", type=_jobs, default=0, metavar="N",
+    parser.add_argument("--jobs", type=common.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
                              "(a .bvh target, --no-blend, --export bvh only); default 0: one per CPU core, "
                              "fewer where memory is short")
     common.add_bake_arguments(parser)
     return parser
-
-
-def _jobs(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a whole number, got {!r}".format(text)) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 (one per core) or more, got {}".format(value))
-    return value
 
 
 def find_clips(input_dir, pattern=None, exclude=None):

@@ -206,14 +206,22 @@ def _positive_float(text):
     return value
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a whole number: {!r}".format(text)) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1, got {!r}".format(text))
-    return value
+def int_at_least(minimum, meaning=""):
+    """An argparse type: a whole number of at least ``minimum`` (``meaning`` said in the message)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("not a whole number: {!r}".format(text)) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError("must be at least {}{}, got {!r}".format(
+                minimum, " ({})".format(meaning) if meaning else "", text))
+        return value
+
+    return parse
+
+
+_positive_int = int_at_least(1)
 
 
 def _unit_float(text):
@@ -452,45 +460,38 @@ class Progress:
 
     def update(self, done, total, stage="", force=False):
         """Report ``done`` of ``total`` work units of the current clip."""
-        if self.quiet:
+        if not self._due(force):
             return
-        now = time.perf_counter()
-        if not force and now - self._last < (0.2 if self.tty else self.interval):
-            return
-        self._last = now
         frac = (done / total) if total else 0.0
-        current = self.frames_done + frac * self.clip_frames
-        elapsed = now - self.start
-        rate = current / elapsed if elapsed > 0 and current > 0 else 0.0
-        left = ""
-        if rate > 0 and self.total_frames:
-            left = ", {} left".format(_duration(max(self.total_frames - current, 0) / rate))
-        line = "clip {}/{} {}: {}{:3.0f}%, {:.0f} frames/s{}".format(
-            self.clip_index, self.total_clips, self.clip_name, (stage + " ") if stage else "",
-            100 * frac, rate, left)
-        if self.tty:
-            self.stream.write("\r\033[K" + line)
-            self._open = True
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self._write("clip {}/{} {}: {}{:3.0f}%".format(self.clip_index, self.total_clips, self.clip_name,
+                                                      (stage + " ") if stage else "", 100 * frac),
+                    self.frames_done + frac * self.clip_frames)
 
     def update_many(self, done_clips, baking, frames_now, force=False):
         """Report clips baked at once: ``baking`` names them with their stage, ``frames_now`` counts
         the batch's frames so far (finished clips plus the baked share of those in progress)."""
+        if self._due(force):
+            self._write("clips {}/{} done, baking {}".format(done_clips, self.total_clips, baking or "-"),
+                        frames_now)
+
+    def _due(self, force):
+        """Whether a progress line is due (one a second, five a second on a terminal)."""
         if self.quiet:
-            return
+            return False
         now = time.perf_counter()
         if not force and now - self._last < (0.2 if self.tty else self.interval):
-            return
+            return False
         self._last = now
-        elapsed = now - self.start
+        return True
+
+    def _write(self, head, frames_now):
+        """``head``, the rate over the run so far and the time left; in place on a terminal."""
+        elapsed = time.perf_counter() - self.start
         rate = frames_now / elapsed if elapsed > 0 and frames_now > 0 else 0.0
         left = ""
         if rate > 0 and self.total_frames:
             left = ", {} left".format(_duration(max(self.total_frames - frames_now, 0) / rate))
-        line = "clips {}/{} done, baking {}: {:.0f} frames/s{}".format(done_clips, self.total_clips,
-                                                                        baking or "-", rate, left)
+        line = "{}, {:.0f} frames/s{}".format(head, rate, left)
         if self.tty:
             self.stream.write("\r\033[K" + line)
             self._open = True

@@ -10,15 +10,10 @@
 """
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 
-import pytest
 
-from test_cli_bake import REPO, partial_files, write_walk_bvh
+from test_cli_bake import REPO, interrupt_batch, partial_files, write_walk_bvh
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -69,41 +64,12 @@ def test_two_processes_write_what_one_writes(run_cli, tmp_path):
 
 def test_ctrl_c_stops_the_workers(tmp_path):
     src = _clips(tmp_path / "clips", 8, seconds=12.0)
-    target = _target(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [str(REPO / "neural-ik"), "batch", str(src), "--target", str(target), "--out-dir", str(out), "--no-blend",
-         "--export", "bvh", "--jobs", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
-    try:
-        deadline = time.time() + 300
-        while not any(out.glob("walk_*.bvh")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, "no clip finished"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-        _stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr
-    assert not partial_files(out)
-    report = json.loads((out / "report.json").read_text())
-    assert report["summary"]["interrupted"] is True
-    done = [r for r in report["clips"] if r["status"] == "done"]
+    done = interrupt_batch([src, "--target", _target(tmp_path), "--out-dir", out, "--no-blend", "--export", "bvh",
+                            "--jobs", "2"], out, first="walk_*.bvh")
     assert 1 <= len(done) < 8
-    assert {r["status"] for r in report["clips"]} <= {"done", "interrupted", "not run"}
-    from _pkg import pkg
-
-    pkg()
-    from neural_ik.model.bvh import read_bvh
-
-    for row in done:  # every export left behind is whole
-        for path in row["outputs"]:
-            assert read_bvh(path).num_frames == row["frames"]
-    assert sorted(p.name for p in out.glob("*.bvh")) == sorted(os.path.basename(p) for r in done
-                                                               for p in r["outputs"])
+    statuses = {r["status"] for r in json.loads((out / "report.json").read_text())["clips"]}
+    assert statuses <= {"done", "interrupted", "not run"}
 
 
 def test_a_bake_through_blender_goes_one_clip_at_a_time(run_cli, tmp_path):

@@ -75,6 +75,48 @@ def partial_files(folder):
     return [p for p in pathlib.Path(folder).rglob("*") if ".partial" in p.name]
 
 
+def interrupt_batch(argv, out, first="*.bvh", timeout=300):
+    """Run ``./neural-ik batch ARGV``, Ctrl-C it once a file matching ``first`` appears in ``out``.
+
+    Checks what every interrupted batch must leave: exit code 130, no
+    traceback, no temporary file, a report that says so, every export it
+    lists complete and no other. Returns the report's done rows.
+    """
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([str(REPO / "neural-ik"), "batch", *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        deadline = time.time() + timeout
+        while not any(pathlib.Path(out).glob(first)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "no clip finished"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert not partial_files(out)
+    report = json.loads((pathlib.Path(out) / "report.json").read_text())
+    assert report["summary"]["interrupted"] is True
+    done = [r for r in report["clips"] if r["status"] == "done"]
+    pkg()
+    from neural_ik.model.bvh import read_bvh
+
+    for row in done:  # every export left behind is complete
+        for path in row["outputs"]:
+            if path.endswith(".bvh"):
+                assert read_bvh(path).num_frames == row["frames"]
+    left = sorted(p.name for p in pathlib.Path(out).glob("*.bvh"))
+    assert left == sorted(os.path.basename(p) for r in done for p in r["outputs"] if p.endswith(".bvh"))
+    return done
+
+
 def check_bvh_against_blend(blend_path, bvh_path, armature=None):
     """The exported BVH's joint positions equal the baked pose in the .blend (armature space)."""
     import bpy

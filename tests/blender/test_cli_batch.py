@@ -2,13 +2,10 @@
 
 import json
 import os
-import signal
-import subprocess
 import time
 
-import pytest
 
-from test_cli_bake import REPO, needs_weights, partial_files, weights_args, write_walk_npz
+from test_cli_bake import REPO, interrupt_batch, needs_weights, partial_files, weights_args, write_walk_npz
 
 pytestmark = needs_weights
 
@@ -87,40 +84,10 @@ def test_batch_ctrl_c_leaves_no_partial_outputs(tmp_path):
     for i in range(6):
         write_walk_npz(src / "walk_{}.npz".format(i), seconds=8.0)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [str(REPO / "neural-ik"), "batch", str(src), "--target", "rigify", "--out-dir", str(out), "--export", "bvh",
-         *weights_args()],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
-    try:
-        deadline = time.time() + 300
-        while not (out / "walk_0.bvh").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, "the first clip never finished"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr
-    assert not partial_files(out)
+    done = interrupt_batch([src, "--target", "rigify", "--out-dir", out, "--export", "bvh", *weights_args()], out,
+                           first="walk_0.bvh")
+    assert 1 <= len(done) < 6 and all(r["frames"] == 240 for r in done)
     assert not (out / "batch.blend").exists()
-    report = json.loads((out / "report.json").read_text())
-    assert report["summary"]["interrupted"] is True
-    done = [r for r in report["clips"] if r["status"] == "done"]
-    assert 1 <= len(done) < 6
-    pytest.importorskip("numpy")
-    from _pkg import pkg
-
-    pkg()
-    from neural_ik.model.bvh import read_bvh
-
-    for row in done:  # every export left behind is complete
-        for path in row["outputs"]:
-            assert read_bvh(path).num_frames == 240
-    left = sorted(p.name for p in out.glob("*.bvh"))
-    assert left == sorted(os.path.basename(p) for r in done for p in r["outputs"])
 
 
 def test_bvh_clips_never_load_the_network(run_cli, tmp_path):
