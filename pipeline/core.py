@@ -662,8 +662,7 @@ class RigBake:
         share of its weight, so that the others are met. Returns the new
         ``(fit, targets, info)``.
         """
-        from ..retarget.rigsolve import RigSolveResult, Targets, solve_rig
-        from ..retarget.solve import quat_continuity
+        from ..retarget.rigsolve import solve_rig
         from .targets import sparse_targets
 
         ok = REACH_OK_MM / 1000.0 / self.unit
@@ -679,18 +678,11 @@ class RigBake:
                                       n=self.up, fps=self.fps)
         self.targets, self.target_info = targets, info
         sub = np.flatnonzero(again)
-        part = Targets(targets.points, [dict(r, target=r["target"][sub], weight=r["weight"][sub],
-                                             proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
-                                        for r in targets.rows])
+        part = targets.frames(sub)
         kw = dict(kw, prior_rotation=np.asarray(prior) * SPARSE_SECOND_PASS_PRIOR,
                   iterations=max(int(kw["iterations"]), 6))
         again_fit = solve_rig(plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, plan.root, **kw)
-        quats, locs, heads, resid = (a.copy() for a in (fit.quaternions, fit.locations, fit.heads, fit.residual))
-        quats[sub], locs[sub], heads[sub] = again_fit.quaternions, again_fit.locations, again_fit.heads
-        resid[sub] = again_fit.residual
-        fit = RigSolveResult(quat_continuity(quats), locs, heads, resid,
-                             max(fit.iterations, again_fit.iterations))
-        return fit, targets, info
+        return fit.take_frames(sub, again_fit), targets, info
 
     def _dense_second_pass(self, fit, targets, info, free, kw):
         """Dense mode: the frames in which a segment of fixed length still points elsewhere, solved further.
@@ -702,35 +694,26 @@ class RigBake:
         only, from where the first pass left them, get
         :data:`DENSE_SECOND_PASS_ITERATIONS` more steps. Returns the new fit.
         """
-        from ..retarget.rigsolve import RigSolveResult, Targets, solve_rig
-        from ..retarget.solve import quat_continuity
+        from ..retarget.rigsolve import solve_rig
 
         rows = list(info.rigid)
         if not rows:
             return fit
         lengths = np.array([info.rigid[r] for r in rows])
-        weights = np.stack([np.broadcast_to(targets.rows[r]["weight"], (self.n_frames,)) for r in rows], 1)
+        weights = np.stack([targets.rows[r]["weight"] for r in rows], 1)
         again = ((fit.residual[:, rows] > DENSE_SECOND_PASS_OFF * lengths) & (weights > 0)).any(axis=1)
         if not again.any():
             return fit
         sub = np.flatnonzero(again)
-        part = Targets(targets.points, [dict(r, target=r["target"][sub], weight=np.broadcast_to(
-            r["weight"], (self.n_frames,))[sub], proj=r["proj"][sub] if r["proj"].ndim == 3 else r["proj"])
-                                        for r in targets.rows])
         # (the prior holds on to where the first pass left them, the wrong way round: weaker)
         tick = kw.get("progress")   # (the bar stays where the first pass ended; a cancel still stops it)
         kw = dict(kw, iterations=DENSE_SECOND_PASS_ITERATIONS,
                   progress=None if tick is None else (lambda done, total: tick(1, 1)),
                   prior_rotation=np.asarray(kw["prior_rotation"]) * DENSE_SECOND_PASS_PRIOR)
-        more = solve_rig(self.plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, self.plan.root, **kw)
+        more = solve_rig(self.plan.rig, fit.quaternions[sub], fit.locations[sub], targets.frames(sub), free,
+                         self.plan.root, **kw)
         better = (more.residual ** 2).sum(1) < (fit.residual[sub] ** 2).sum(1)
-        sub = sub[better]
-        quats, locs, heads, resid = fit.quaternions, fit.locations, fit.heads, fit.residual
-        quats[sub], locs[sub], resid[sub] = more.quaternions[better], more.locations[better], more.residual[better]
-        if heads is not None:
-            heads[sub] = more.heads[better]
-        return RigSolveResult(quat_continuity(quats, out=quats), locs, heads, resid,
-                              max(fit.iterations, more.iterations))
+        return fit.take_frames(sub[better], more, keep=better)
 
     def _stretched(self, fit, targets, info):
         """Hand -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its arm as solved."""

@@ -114,6 +114,12 @@ class Targets:
             target = np.zeros_like(target)   # the perpendicular part of the target itself is zero
         self.rows.append(dict(coef=dict(coef), target=target, weight=weight, proj=proj, name=name, kind=kind))
 
+    def frames(self, idx) -> "Targets":
+        """The same rows for frames ``idx`` only (their targets, weights and per-frame projections)."""
+        return Targets(self.points, [dict(r, target=r["target"][idx], weight=r["weight"][idx],
+                                          proj=r["proj"][idx] if r["proj"].ndim == 3 else r["proj"])
+                                     for r in self.rows])
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -141,6 +147,21 @@ class RigSolveResult:
     heads: np.ndarray
     residual: np.ndarray
     iterations: int
+
+    def take_frames(self, sub, other, keep=None) -> "RigSolveResult":
+        """Frames ``sub`` replaced, in place, by ``other``'s (a solve of those frames; ``keep``: of its
+        frames, those to take, one per entry of ``sub``); rotations kept sign-continuous. Returns self."""
+        from .solve import quat_continuity
+
+        keep = slice(None) if keep is None else keep
+        self.quaternions[sub] = other.quaternions[keep]
+        self.locations[sub] = other.locations[keep]
+        self.residual[sub] = other.residual[keep]
+        if self.heads is not None and other.heads is not None:
+            self.heads[sub] = other.heads[keep]
+        quat_continuity(self.quaternions, out=self.quaternions)
+        self.iterations = max(self.iterations, other.iterations)
+        return self
 
 
 def free_bones(rig, bones, root: int) -> list:
