@@ -249,19 +249,25 @@ class BakeJob:
     def __init__(self, obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
                  source_name: str, mapping=None, solver=None, scene=None, source_rig=None):
         options = options or BakeOptions()
-        if isinstance(obj, FileArmature):   # a file's armature, no Blender scene (see write())
-            scene = None
-            rig = obj.rig
-            if len(rig) == 0:
-                raise BakeError(f"the armature {obj.name!r} has no bones")
-            mapping = resolve_mapping(obj, rig, mapping)
-            warnings = []
-            locked = {}
-        else:
-            rig, mapping, warnings, locked, scene = self._read_object(obj, mapping, scene)
+        file_armature = isinstance(obj, FileArmature)   # no Blender scene (see write())
+        rig, scene = (obj.rig, None) if file_armature else self._read_object(obj, scene)
+        if len(rig) == 0:
+            raise BakeError(f"the armature {obj.name!r} has no bones")
+        mapping = resolve_mapping(obj, rig, mapping)
+        warnings = []
         unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
         if unsure:
-            warnings.insert(0, "check the mapping, low confidence: " + ", ".join(unsure))
+            warnings.append("check the mapping, low confidence: " + ", ".join(unsure))
+        if not file_armature:
+            pose_bones = obj.pose.bones
+            constrained = [name for name in dict.fromkeys(mapping.entries.values())
+                           if (pb := pose_bones.get(name)) is not None
+                           and any(c.enabled and c.influence > 0 for c in pb.constraints)]
+            if constrained:
+                warnings.append("constraints on " + ", ".join(constrained[:6])
+                                + (" ..." if len(constrained) > 6 else "")
+                                + " override the baked keys: mute them to see the bake")
+        locked = {} if file_armature else _locked_axes(obj, rig)
         if options.fps is not None:
             fps = float(options.fps)
         else:
@@ -302,8 +308,8 @@ class BakeJob:
         self.seconds = core.seconds
 
     @staticmethod
-    def _read_object(obj, mapping, scene):
-        """Check an armature object and read it: ``(rig, mapping, warnings, locked, scene)``."""
+    def _read_object(obj, scene):
+        """Check an armature object and read its rest: ``(rig, scene)``."""
         import bpy
 
         if obj is None or getattr(obj, "type", None) != "ARMATURE":
@@ -316,23 +322,10 @@ class BakeJob:
         ad = obj.animation_data
         if ad is not None and getattr(ad, "use_tweak_mode", False):
             raise BakeError(f"{obj.name!r} is in NLA tweak mode: exit it before baking")
-        scene = scene or bpy.context.scene
         try:
-            rig = rig_description(obj)
+            return rig_description(obj), scene or bpy.context.scene
         except NotAnArmatureError as ex:
             raise BakeError(str(ex)) from None
-        if len(rig) == 0:
-            raise BakeError(f"the armature {obj.name!r} has no bones")
-        mapping = resolve_mapping(obj, rig, mapping)
-        warnings = []
-        pose_bones = obj.pose.bones
-        constrained = [name for name in dict.fromkeys(mapping.entries.values())
-                       if (pb := pose_bones.get(name)) is not None
-                       and any(c.enabled and c.influence > 0 for c in pb.constraints)]
-        if constrained:
-            warnings.append("constraints on " + ", ".join(constrained[:6]) + (" ..." if len(constrained) > 6 else "")
-                            + " override the baked keys: mute them to see the bake")
-        return rig, mapping, warnings, _locked_axes(obj, rig), scene
 
     @property
     def warnings(self) -> list:

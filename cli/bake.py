@@ -137,11 +137,17 @@ def baked_frame_count(n_source, source_fps, fps, frames=None):
     return int(math.floor((n - 1) / source_fps * fps + 1e-6)) + 1
 
 
+def _scene_rate(fps):
+    """``(fps, fps_base)`` a scene is set to for ``fps`` (``fps_base`` single precision, as Blender keeps it)."""
+    import numpy as np
+
+    whole = int(math.ceil(fps - 1e-6))
+    return whole, float(np.float32(whole / float(fps)))
+
+
 def set_scene_fps(scene, fps):
     """Set a scene's frame rate (``fps`` / ``fps_base``) to ``fps``."""
-    whole = int(math.ceil(fps - 1e-6))
-    scene.render.fps = whole
-    scene.render.fps_base = whole / float(fps)
+    scene.render.fps, scene.render.fps_base = _scene_rate(fps)
 
 
 def prepare_scene(target, fps, n_frames, frame_start=None):
@@ -224,11 +230,8 @@ def get_solver(args):
 
 
 def scene_frame_time(fps):
-    """Seconds per frame of a scene set to ``fps`` (:func:`set_scene_fps`; ``fps_base`` is single precision)."""
-    import numpy as np
-
-    whole = int(math.ceil(fps - 1e-6))
-    base = float(np.float32(whole / float(fps)))
+    """Seconds per frame of a scene set to ``fps`` (:func:`set_scene_fps`), as Blender's exporters read it."""
+    whole, base = _scene_rate(fps)
     return 1.0 / (whole / base)
 
 

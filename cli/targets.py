@@ -317,8 +317,10 @@ def enable_rigify():
 _BVH_AXES = {"Y": ("-Z", "Y"), "Z": ("Y", "Z"), "-Y": ("Z", "-Y"), "-Z": ("-Y", "-Z")}
 
 
-def bvh_target_frame(path, units=None, up_axis=None):
+def bvh_target_frame(path, units=None, up_axis=None, bvh=None):
     """Units and up axis of a BVH target: given, or read from its skeleton as a source's are.
+
+    ``bvh``: the file already parsed (not read again).
 
     Returns
     -------
@@ -333,11 +335,15 @@ def bvh_target_frame(path, units=None, up_axis=None):
     """
     from ..readers import KeypointReadError, read_keypoints
     from ..readers.base import UNIT_NAMES
+    from ..readers.bvh import read_bvh_keypoints
 
     if units is not None and up_axis is not None:
         return units, up_axis, []
     try:
-        clip = read_keypoints(path, units=units, up_axis=up_axis, ground=False)
+        if bvh is not None:
+            clip = read_bvh_keypoints(path, units=units, up_axis=up_axis, ground=False, bvh=bvh)
+        else:
+            clip = read_keypoints(path, units=units, up_axis=up_axis, ground=False)
     except KeypointReadError as ex:
         problem = str(getattr(ex, "problem", ex)).replace(str(path) + ", ", "")
         raise CliError("--target {}: cannot be loaded ({})".format(path, problem)) from None
@@ -396,11 +402,11 @@ def direct_target(spec, armature=None, *, units=None, up_axis=None):
 
     check_target(spec)
     path = os.path.abspath(spec)
-    units, up_axis, notes = bvh_target_frame(path, units, up_axis)
     try:
         bvh = read_bvh(path)
     except (BVHError, OSError, ValueError) as ex:
         raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
+    units, up_axis, notes = bvh_target_frame(path, units, up_axis, bvh=bvh)
     # Blender names the armature after the file (bpy.path.display_name_from_filepath)
     name = os.path.splitext(os.path.basename(path))[0]
     arm = bvh_armature(bvh, up_axis, UNITS[units], name, blender_version=blender_version())

@@ -29,12 +29,15 @@ from .source_rig import bvh_motion, describe_mapping_problem, layout_from_mappin
 __all__ = ["read_bvh_keypoints"]
 
 
-def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
-    """Read a BVH file as keypoints (joint origins and End Sites) and its source rig."""
+def read_bvh_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True, bvh=None):
+    """Read a BVH file as keypoints (joint origins and End Sites) and its source rig.
+
+    ``bvh``: the file already parsed (:func:`..model.bvh.read_bvh`), so it is not read again.
+    """
     from ..retarget.mapping import humanoid_check
 
     try:
-        bvh = _read_bvh_file(path)
+        bvh = _read_bvh_file(path) if bvh is None else bvh
     except BVHError as ex:
         raise KeypointReadError(path, f"bad BVH ({ex})") from None
     except UnicodeDecodeError:
