@@ -464,13 +464,7 @@ def _worker_bake(index):
 def _remove_partials(job):
     """Temporary files of ``job``'s exports that a killed worker left behind."""
     for path in job.exports:
-        folder = os.path.dirname(path)
-        stem, ext = os.path.splitext(os.path.basename(path))
-        for left in glob.glob(os.path.join(glob.escape(folder), ".{}.*.partial{}".format(glob.escape(stem), ext))):
-            try:
-                os.unlink(left)
-            except OSError:
-                pass
+        common.remove_partials(path)
 
 
 def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, mapping, progress, interrupt):
@@ -519,10 +513,10 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
                 label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel)
                 try:
                     _index, status, payload = futures[i].result()
-                except BrokenProcessPool:   # a worker was killed (out of memory?): its clips fail, named
+                except BrokenProcessPool:   # a worker was killed (out of memory?): the clips left fail, named
                     _remove_partials(job)
                     status, payload = "failed", _failed_row(job, CliError(
-                        "{}: the worker process baking it ended abruptly (out of memory? try --jobs 1)".format(
+                        "{}: not baked: a worker process ended abruptly (out of memory? try --jobs 1)".format(
                             job.source)), args)
                 if status == "done":
                     job.row = payload

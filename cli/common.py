@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import math
 import os
@@ -615,6 +616,8 @@ def check_output_paths(outputs, inputs=()):
 # atomic outputs
 
 _PENDING = set()
+#: Temporary names of :func:`atomic_output` (``.walk.x8k2.partial.bvh`` for ``walk.bvh``).
+_PARTIAL_PREFIX, _PARTIAL_SUFFIX = ".{}.", ".partial{}"
 
 
 @contextlib.contextmanager
@@ -634,7 +637,8 @@ def atomic_output(path):
     stem, ext = os.path.splitext(os.path.basename(path))
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".{}.".format(stem), suffix=".partial" + ext, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=_PARTIAL_PREFIX.format(stem), suffix=_PARTIAL_SUFFIX.format(ext),
+                                   dir=folder)
     except OSError as ex:
         raise CliError("{}: cannot write ({})".format(path, ex.strerror or ex)) from None
     os.close(fd)
@@ -714,6 +718,18 @@ def remove_pending():
             with contextlib.suppress(OSError):
                 os.unlink(leftover)
         _PENDING.discard(tmp)
+
+
+def remove_partials(path):
+    """Remove the temporary files :func:`atomic_output` made for ``path`` in another process (one killed
+    before it could remove them: ``remove_pending`` only knows this process's)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    stem, ext = os.path.splitext(os.path.basename(path))
+    pattern = glob.escape(_PARTIAL_PREFIX.format(stem)) + "*" + glob.escape(_PARTIAL_SUFFIX.format(ext))
+    for left in glob.glob(os.path.join(glob.escape(folder), pattern)):
+        for leftover in (left, left + "1", left + "@"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
 
 
 def write_json(path, data):

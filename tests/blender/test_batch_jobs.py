@@ -10,6 +10,7 @@
 """
 
 import json
+import os
 import sys
 
 
@@ -105,3 +106,22 @@ def test_fewer_workers_where_memory_is_short(ext, tmp_path, monkeypatch):
     assert batch.worker_count(args, target, jobs, in_blender=False) == 1
     monkeypatch.setattr(batch, "_available_memory", lambda: None)
     assert batch.worker_count(argparse.Namespace(jobs=9), target, jobs[:3], in_blender=False) == 3
+
+
+def test_a_killed_workers_temporary_files_are_found_by_name(ext, tmp_path):
+    """What a killed worker leaves (atomic_output's temporary file, Blender's backup of it) goes; the
+    outputs themselves and other clips' files stay."""
+    import importlib
+
+    common = importlib.import_module(ext.__name__ + ".cli.common")
+    out = tmp_path / "walk [1].bvh"          # glob characters in the name
+    keep = [tmp_path / "walk [1].bvh", tmp_path / "walk.bvh", tmp_path / ".walk.x.partial.fbx"]
+    for p in keep:
+        p.write_text("x")
+    with common.atomic_output(str(out)) as tmp:
+        for left in (tmp, tmp + "1"):
+            open(left, "w").write("half")
+        common.remove_partials(str(out))
+        assert not any(os.path.exists(p) for p in (tmp, tmp + "1"))
+        open(tmp, "w").write("whole")           # (the writer finishes: renamed as usual)
+    assert all(p.exists() for p in keep) and out.read_text() == "whole"
