@@ -107,15 +107,11 @@ def bone_rest_matrices(head, tail) -> np.ndarray:
     return m
 
 
-def _euler_order(path, name, channels):
-    rot = [c for c in channels if c.endswith("rotation")]
-    if not rot:
-        return "XYZ"
-    key = tuple("XYZ".index(c[0]) for c in rot)
-    mode = _EULER_ORDERS.get(key)
-    if mode is None:
-        return None
-    return mode
+def _euler_order(channels):
+    """The importer's ``NATIVE`` rotation mode of a joint: its rotation channels' order (``XYZ`` without
+    any), ``None`` for one or two rotation channels (the importer fails on them)."""
+    rot = tuple("XYZ".index(c[0]) for c in channels if c.endswith("rotation"))
+    return _EULER_ORDERS.get(rot) if rot else "XYZ"
 
 
 def _tails(bvh, parents, has_loc, legacy):
@@ -143,21 +139,18 @@ def _tails(bvh, parents, has_loc, legacy):
         if parents[j] >= 0:
             children[parents[j]].append(j)
     for j in range(n):
-        if np.isfinite(tail_world[j]).all():
+        kids = children[j]
+        if np.isfinite(tail_world[j]).all():   # an End Site
             pass
-        elif not children[j]:
+        elif not kids:
             tail_world[j], tail_local[j] = head_world[j], head_local[j]
-        elif len(children[j]) == 1:
-            c = children[j][0]
-            tail_world[j] = head_world[c]
-            tail_local[j] = head_local[j] + head_local[c]
-        else:
-            k = f32(1.0 / len(children[j]))
-            sw = np.zeros(3, f32)
-            sl = np.zeros(3, f32)
-            for c in children[j]:
-                sw = sw + head_world[c]
-                sl = sl + head_local[c]
+        elif len(kids) == 1:
+            tail_world[j], tail_local[j] = head_world[kids[0]], head_local[j] + head_local[kids[0]]
+        else:   # the children's mean, summed in single precision in the importer's order
+            k = f32(1.0 / len(kids))
+            sw, sl = np.zeros(3, f32), np.zeros(3, f32)
+            for c in kids:
+                sw, sl = sw + head_world[c], sl + head_local[c]
             tail_world[j] = sw * k
             tail_local[j] = sl * k if legacy else head_local[j] + sl * k
         if np.linalg.norm((tail_local[j] - head_local[j]).astype(np.float64)) <= 0.001:
@@ -226,8 +219,8 @@ def bvh_armature(bvh, up_axis: str, unit_scale: float, name: str = "",
     has_loc = np.zeros(n, dtype=bool)
     for j in range(n):
         ch = bvh.channels[j]
-        mode = _euler_order(bvh.path, names[j], ch)
-        if mode is None or 0 < sum(c.endswith("rotation") for c in ch) < 3:
+        mode = _euler_order(ch)
+        if mode is None:
             return "joint {!r} has {} rotation channels".format(names[j], sum(c.endswith("rotation") for c in ch))
         modes.append(mode)
         has_loc[j] = any(c.endswith("position") for c in ch)
