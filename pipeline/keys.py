@@ -26,10 +26,11 @@ def axis_angle_continuous(q):
     axis[ok] = v[ok] / sin_half[ok][:, None]
     axis[~ok] = (0.0, 1.0, 0.0)
     out = np.concatenate([angle[..., None], axis], axis=-1)
-    # keep the axis from flipping between frames: (a, n) == (-a, -n)
-    for t in range(1, out.shape[0]):
-        flip = np.einsum("bi,bi->b", out[t, :, 1:], out[t - 1, :, 1:]) < 0
-        out[t, flip] *= -1.0
+    # keep the axis from flipping between frames: (a, n) == (-a, -n); a frame turns round when
+    # its axis points away from the previous frame's as kept, so the signs multiply along the clip
+    if out.shape[0] > 1:
+        step = np.where(np.einsum("tbi,tbi->tb", axis[1:], axis[:-1]) < 0, -1.0, 1.0)
+        out[1:] *= np.cumprod(step, axis=0)[..., None]
     return out
 
 
