@@ -655,9 +655,7 @@ def atomic_output(path):
                 path, ex.strerror or ex)) from None
     finally:
         _PENDING.discard(tmp)
-        for leftover in (tmp, tmp + "1", tmp + "@"):  # Blender's backup / save-in-progress names
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
+        _unlink_temporary(tmp)
 
 
 def check_saved_blend(tmp, path):
@@ -714,9 +712,7 @@ def check_saved_blend(tmp, path):
 def remove_pending():
     """Remove temporary output files not renamed yet (on an interrupted run)."""
     for tmp in list(_PENDING):
-        for leftover in (tmp, tmp + "1", tmp + "@"):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
+        _unlink_temporary(tmp)
         _PENDING.discard(tmp)
 
 
@@ -727,9 +723,14 @@ def remove_partials(path):
     stem, ext = os.path.splitext(os.path.basename(path))
     pattern = glob.escape(_PARTIAL_PREFIX.format(stem)) + "*" + glob.escape(_PARTIAL_SUFFIX.format(ext))
     for left in glob.glob(os.path.join(glob.escape(folder), pattern)):
-        for leftover in (left, left + "1", left + "@"):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
+        _unlink_temporary(left)
+
+
+def _unlink_temporary(tmp):
+    """Remove a temporary output and Blender's backup / save-in-progress names of it, where they exist."""
+    for leftover in (tmp, tmp + "1", tmp + "@"):
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
 
 
 def write_json(path, data):

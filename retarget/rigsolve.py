@@ -202,8 +202,8 @@ SMALL_BATCH = 32
 #: Frames per chunk of the numpy path on long clips (two run at once): small
 #: chunks keep its arrays in cache (3,000 frames: 1.4 s in chunks of 64, 1.6 s in 512).
 NUMPY_CHUNK = 128
-#: Threads the numpy path solves chunks of one clip on (a batch baking clips in worker
-#: processes sets 1: its processes share the cores).
+#: Threads the numpy path may solve chunks of one clip on (a batch's worker processes raise it
+#: to the cores and let THREADS_ALLOWED say how many are free).
 MAX_THREADS = 2
 #: How many of those threads may run now (called as each chunk finishes), or ``None``: all.
 #: A batch's worker processes share the cores: one left alone at the end of a batch takes
