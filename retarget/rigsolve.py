@@ -41,9 +41,12 @@ small problem: 3 unknowns per free bone + 3). The Jacobian of a point ``p``
 on bone ``b`` with respect to ``eta_k`` (``k`` an ancestor of ``b`` or ``b``
 itself) is ``-[p - X_k]_x W_k`` (``X_k``, ``W_k``: the posed head and
 rotation of ``k``); with respect to the root translation it is the identity.
-Normal equations are formed and solved with torch (batched Cholesky), in
-chunks of frames; a step that does not lower a frame's cost is rejected for
-that frame and its damping raised.
+Only the (row, bone) blocks a row's points hang below are computed (a dense
+bake: a fifth of them), and a free bone that moves no target point (the
+hand whose only point is its own head) is no unknown at all. Normal
+equations are formed and solved per frame (torch's batched Cholesky, or
+numpy), in chunks of frames; a step that does not lower a frame's cost is
+rejected for that frame and its damping raised.
 """
 
 from __future__ import annotations
@@ -326,6 +329,16 @@ class _Problem:
     def __init__(self, rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype):
         free = [int(b) for b in free]
         point_bones = [b for b, _ in targets.points]
+        # the bones that move each point when they turn: its bone's ancestors, and its bone
+        # unless the point is that bone's head (a bone turns about its head)
+        movers = [set(rig.ancestors(b)) | ({b} if np.any(o) else set()) for b, o in targets.points]
+        # a free bone that moves no target point never moves (no row pulls it, its prior holds
+        # it where it starts: its step is zero): it is left out of the unknowns (a dense bake's
+        # problem: 5 of 23 bones, a third of the normal equations' work)
+        moving = set().union(*movers)
+        keep = [i for i, b in enumerate(free) if b in moving]
+        pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (len(free),))[keep]
+        free = [free[i] for i in keep]
         need = set(free) | set(point_bones) | ({root} if root >= 0 else set())
         posed = set()
         for b in need:
@@ -344,13 +357,9 @@ class _Problem:
         self.R = R
         self.pslot = np.array([slot[b] for b in point_bones], dtype=np.int64)
         self.poff = np.array([o for _, o in targets.points], dtype=np.float64).reshape(P, 3)
-        # which free bones move each point: A[p, f] = 1 if free[f] is bone(p) or its ancestor
-        A = np.zeros((P, nF))
-        for p_i, b in enumerate(point_bones):
-            chain = {b, *rig.ancestors(b)}
-            for f_i, f in enumerate(free):
-                if f in chain:
-                    A[p_i, f_i] = 1.0
+        # which free bones move each point: A[p, f] = 1 if free[f] is bone(p)'s ancestor, or bone(p)
+        # itself where p is not its head
+        A = np.array([[1.0 if f in m else 0.0 for f in free] for m in movers]).reshape(P, nF)
         moved_by_root = np.array([1.0 if (root >= 0 and (b == root or rig.is_ancestor(root, b))) else 0.0
                                   for b in point_bones])
         C = np.zeros((R, P))
@@ -358,8 +367,16 @@ class _Problem:
             for p_i, c in row["coef"].items():
                 C[r_i, p_i] += c
         # CA[r, p, k] = C[r, p] A[p, k]; M = C A; Mroot = C moved_by_root
-        self.C, self.CA, self.M, self.Mroot = C, C[:, :, None] * A[None], C @ A, C @ moved_by_root
-        self.CA2 = np.ascontiguousarray(self.CA.transpose(0, 2, 1).reshape(R * nF, P))   # (R F, P)
+        CA = C[:, :, None] * A[None]
+        self.C, self.M, self.Mroot = C, C @ A, C @ moved_by_root
+        # the Jacobian's (row, free bone) blocks that can be non-zero: a row moves with a bone
+        # when one of its points hangs below it (most rows reach a few bones: a fifth of the
+        # blocks of a dense bake's problem); the Jacobian is computed for these pairs only
+        pair_r, pair_k = np.nonzero((np.abs(CA).sum(1) > 0) | (self.M != 0))
+        self.pair_r, self.pair_k = pair_r, pair_k
+        self.pair_fslot = self.fslot[pair_k]
+        self.pair_CA = np.ascontiguousarray(CA[pair_r, :, pair_k]).reshape(len(pair_r), P)   # (S, P)
+        self.pair_M = self.M[pair_r, pair_k]                                                  # (S,)
         self.per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
         if self.per_frame:   # stacked per chunk (a (T, R, 3, 3) array is large for long clips)
             self.diag_only = False
@@ -367,7 +384,6 @@ class _Problem:
         else:
             self.proj = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
             self.diag_only = bool(np.allclose(self.proj, self.proj * np.eye(3)))
-        pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (nF,))
         prior = np.repeat(pr, 3)
         if root >= 0:
             prior = np.concatenate([prior, np.full(3, float(prior_translation))])
@@ -394,8 +410,10 @@ class _Problem:
 
         if self._t is None:
             t = lambda a: torch.as_tensor(a, dtype=_torch_dtype(self.dtype))  # noqa: E731
-            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C), CA2=t(self.CA2),
-                           M=t(self.M), Mroot=t(self.Mroot), prior=t(self.prior),
+            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C),
+                           pair_CA=t(self.pair_CA), pair_M=t(self.pair_M), Mroot=t(self.Mroot), prior=t(self.prior),
+                           pair_r=torch.as_tensor(self.pair_r), pair_k=torch.as_tensor(self.pair_k),
+                           pair_fslot=torch.as_tensor(self.pair_fslot),
                            root_fixed=None if self.root_fixed is None else t(self.root_fixed),
                            lock_f=torch.as_tensor(self.lock_f, dtype=torch.long), lock_e=t(self.lock_e))
         return self._t
@@ -427,30 +445,51 @@ def _problem(rig, targets, free, root, prior_rotation, prior_translation, locked
     return pb
 
 
-def _jacobian(pb, wproj, pts, X, xp):
+def _jacobian(pb, wproj, pts, X, xp, out=None):
     """The weighted Jacobian ``(n, 3R, 3F [+ 3])`` of every target row (numpy or torch, as ``xp``).
 
     Row ``r``'s block for a world-axis increment ``d_k`` of free bone ``k``
     (the subtree of ``k`` turns about its head ``X_k``) is
     ``sum_p C[r,p] A[p,k] d_k x (p - X_k) = -[v_rk]_x d_k`` with
     ``v_rk = q_rk - M_rk X_k``, weighted by the row's projection ``a_r``:
-    column ``j`` of ``a_r (-[v]_x)`` is ``a_r (e_j x v)``, written out
-    (three products of (n, R, F, 3) arrays instead of a (3 x 3) matrix per
-    row and bone). The root translation's block is ``Mroot_r a_r``.
+    column ``j`` of ``a_r (-[v]_x)`` is ``a_r (e_j x v)``, written out.
+    Only the blocks of :attr:`_Problem.pair_r` / ``pair_k`` (the bones a
+    row can move with) are computed, in a ``(pairs, n, ...)`` layout, and
+    written into a zeroed matrix; ``out``, a matrix this function returned
+    before for the same problem and frame count, is written again in place
+    (the zeros stay where they were). The root translation's block is
+    ``Mroot_r a_r``.
     """
     n, R, nF = pts.shape[0], pb.R, pb.nF
+    P = pts.shape[1]
     rs = pb.root_slot
-    CA2, M, Mroot = (pb.CA2, pb.M, pb.Mroot) if xp is np else (pb.torch()[k] for k in ("CA2", "M", "Mroot"))
-    q = (CA2 @ pts).reshape(n, R, nF, 3)        # q[t, r, k] = sum_p CA[r, p, k] pts[t, p]
-    v = q - M[None, :, :, None] * X[:, None, pb.fslot]
-    vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]     # (n, R, F, 1)
-    a0, a1, a2 = (wproj[:, :, None, :, c] for c in range(3))  # columns of a_r: (n, R, 1, 3)
+    if xp is np:
+        pair_CA, pair_M, pair_r, pair_k, pair_fslot, Mroot = (
+            pb.pair_CA, pb.pair_M, pb.pair_r, pb.pair_k, pb.pair_fslot, pb.Mroot)
+        swap = lambda a, i, j: np.swapaxes(a, i, j)   # noqa: E731
+    else:
+        tt = pb.torch()
+        pair_CA, pair_M, pair_r, pair_k, pair_fslot, Mroot = (
+            tt[k] for k in ("pair_CA", "pair_M", "pair_r", "pair_k", "pair_fslot", "Mroot"))
+        swap = lambda a, i, j: a.transpose(i, j)      # noqa: E731
+    S = pair_M.shape[0]
     width = 3 * nF + (3 if rs >= 0 else 0)
-    Jd = xp.empty((n, R, 3, width), dtype=v.dtype)
-    J5 = Jd[..., :3 * nF].reshape(n, R, 3, nF, 3)   # a view: splitting one axis never copies
-    J5[..., 0] = (a2 * vy - a1 * vz).swapaxes(-1, -2)
-    J5[..., 1] = (a0 * vz - a2 * vx).swapaxes(-1, -2)
-    J5[..., 2] = (a1 * vx - a0 * vy).swapaxes(-1, -2)
+    if out is None:
+        Jd = xp.zeros((n, R, 3, width), dtype=pts.dtype)
+    else:
+        Jd = out.reshape(n, R, 3, width)
+    if S:
+        # q[s, t] = sum_p CA[r_s, p, k_s] pts[t, p]: one (S, P) x (P, 3n) product
+        q = (pair_CA @ swap(pts, 0, 1).reshape(P, n * 3)).reshape(S, n, 3)
+        v = q - pair_M[:, None, None] * swap(X, 0, 1)[pair_fslot]           # (S, n, 3)
+        a = swap(wproj, 0, 1)[pair_r]                                          # (S, n, 3, 3)
+        vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]                    # (S, n, 1)
+        a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]                          # columns of a_r: (S, n, 3)
+        J5 = Jd[..., :3 * nF].reshape(n, R, 3, nF, 3)   # a view: splitting one axis never copies
+        # (two index arrays apart: the pairs' axis comes first, then frames and the block's rows)
+        J5[:, pair_r, :, pair_k, 0] = a2 * vy - a1 * vz
+        J5[:, pair_r, :, pair_k, 1] = a0 * vz - a2 * vx
+        J5[:, pair_r, :, pair_k, 2] = a1 * vx - a0 * vy
     if rs >= 0:
         Jd[..., 3 * nF:] = Mroot[None, :, None, None] * wproj
     return Jd.reshape(n, 3 * R, width)
@@ -680,8 +719,8 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     pw = prior
     state = {"pw": prior}
 
-    def evaluate(basis, loc):
-        W, X, Bm = pb.fk.numpy(basis, loc)
+    def evaluate(basis, loc, fk=None):
+        W, X, Bm = pb.fk.numpy(basis, loc) if fk is None else fk
         pts = X[:, pb.pslot] + (W[:, pb.pslot] @ pb.poff[None, :, :, None])[..., 0]
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
         if pb.diag_only:
@@ -696,10 +735,11 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
         return W, X, Bm, pts, r_t, r_prior, cost
 
-    root_head0 = pb.fk.numpy(basis, loc)[1][:, rs].copy() if rs >= 0 else None
-    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
+    fk0 = pb.fk.numpy(basis, loc)
+    root_head0 = fk0[1][:, rs].copy() if rs >= 0 else None
+    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc, fk0)
     done = 0
-    JtJ = Jtr = None
+    JtJ = Jtr = Jbuf = None
     eye_idx = np.arange(3 * nF + (3 if rs >= 0 else 0))
     for it in range(int(iterations)):
         if it and prior_decay < 1.0:
@@ -709,7 +749,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             r_prior = r_prior * ratio
             pw = state["pw"] = new_pw
         if JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
-            Jd = _jacobian(pb, wproj, pts, X, np)
+            Jd = Jbuf = _jacobian(pb, wproj, pts, X, np, out=Jbuf)
             rt = r_t.reshape(n, 3 * R)
             JdT = np.swapaxes(Jd, 1, 2)
             JtJ = JdT @ Jd
@@ -741,11 +781,14 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             nloc[:, rs] = loc[:, rs] + (np.swapaxes(Bm[:, rs], -1, -2) @ step[:, 3 * nF:, None])[..., 0]
         cand = evaluate(nb_basis, nloc)
         better = cand[-1] <= cost
-        basis = np.where(better[:, None, None, None], nb_basis, basis)
-        loc = np.where(better[:, None, None], nloc, loc)
-        W, X, Bm, pts, r_t, r_prior = (np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
-                                       for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-        cost = np.where(better, cand[-1], cost)
+        if better.all():   # (the usual case: the candidate as it is, no per-frame choice)
+            basis, loc, (W, X, Bm, pts, r_t, r_prior, cost) = nb_basis, nloc, cand
+        elif better.any():
+            basis = np.where(better[:, None, None, None], nb_basis, basis)
+            loc = np.where(better[:, None, None], nloc, loc)
+            W, X, Bm, pts, r_t, r_prior = (np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+                                           for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
+            cost = np.where(better, cand[-1], cost)
         lam = np.where(better, np.maximum(lam / 3.0, 1e-7), lam * 10.0)
         if better.any():
             JtJ = None

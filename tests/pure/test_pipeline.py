@@ -146,6 +146,103 @@ def test_solve_rig_reaches_positions_and_keeps_locked_axes():
     assert res.residual[:, ent.index(rig.index(mapping.entries["hand_l"]))].max() > 1e-3
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_rig_solve_jacobian_matches_finite_differences(backend):
+    """The Jacobian the rig solve steps with, computed only for the (row, bone) blocks that can be
+    non-zero, equals the residuals' numerical derivatives in every entry (the zero blocks too).
+
+    Rows of every kind: a point on a bone's head, one along a bone (an offset), a difference of
+    two (a direction), a per-frame perpendicular projection, a height-only row, the root's
+    translation. The free bone that moves no target point (the hand, whose only point is its
+    own head: a bone turns about its head) is left out of the unknowns and keeps its rotation.
+    """
+    import torch
+
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, quat_to_matrix
+    from neural_ik.retarget import rigsolve
+
+    rig = _rig("A_random_rolls")
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    rng = np.random.default_rng(5)
+    T, B = 6, len(rig)
+    from neural_ik.model.rotations_np import matrix_to_quat
+    q = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.4, size=(T, B, 3))))
+    loc = np.zeros((T, B, 3))
+    loc[:, plan.root] = rng.normal(scale=0.05, size=(T, 3))
+    idx = {j: rig.index(mapping.entries[j]) for j in ("pelvis", "spine1", "upperarm_l", "forearm_l", "hand_l",
+                                                       "thigh_r", "calf_r", "foot_r", "head")}
+    tg = Targets()
+    tg.add({tg.point(idx["hand_l"]): 1.0}, rng.normal(size=(T, 3)), 1.0)                  # a head
+    tg.add({tg.point(idx["foot_r"], (0.0, 0.1, 0.02)): 1.0}, rng.normal(size=(T, 3)),    # along a bone
+           rng.uniform(0.5, 2.0, T))
+    tg.add({tg.point(idx["forearm_l"]): 1.0, tg.point(idx["upperarm_l"]): -1.0},         # a direction
+           rng.normal(size=(T, 3)), 0.7, perpendicular=True)
+    tg.add({tg.point(idx["calf_r"]): 1.0, tg.point(idx["thigh_r"]): -1.0}, rng.normal(size=(T, 3)), 1.3)
+    tg.add({tg.point(idx["head"]): 1.0}, rng.normal(size=(T, 3)), 0.4, axes=(0.0, 0.0, 1.0))
+    tg.add({tg.point(idx["pelvis"]): 1.0}, rng.normal(size=(T, 3)), 2.0)
+    free = free_bones(rig, [idx[j] for j in idx], plan.root)
+    assert idx["hand_l"] in free
+    pb = rigsolve._problem(rig, tg, free, plan.root, 0.02, 0.02, None, None, torch.float64)
+    kept = [int(b) for b in np.asarray(pb.posed)[pb.fslot]]
+    # a bone moves a point below it, or one along itself (the foot's); not its own head (hand, head)
+    point_bones = [b for b, _ in tg.points]
+    assert kept == [b for b in free if b == idx["foot_r"] or any(rig.is_ancestor(b, c) for c in point_bones)]
+    assert idx["hand_l"] not in kept and idx["head"] not in kept and idx["forearm_l"] in kept
+    posed = np.asarray(pb.posed)
+    basis = quat_to_matrix(q[:, posed])
+    locp = loc[:, posed]
+    proj = pb.projections(tg, 0, T, T)
+    wts = np.stack([r["weight"] for r in tg.rows], 1)
+    tgt = np.stack([r["target"] for r in tg.rows], 1)
+    wproj = wts[..., None, None] * (proj if proj.ndim == 4 else proj[None])
+
+    def residual(basis, locp):
+        W, X, _ = pb.fk.numpy(basis, locp)
+        pts = rigsolve.posed_points(W, X, pb.pslot, pb.poff)
+        comb = np.einsum("rp,tpi->tri", pb.C, pts)
+        return (wproj @ (comb - tgt)[..., None])[..., 0].reshape(T, -1)
+
+    W, X, Bm = pb.fk.numpy(basis, locp)
+    pts = rigsolve.posed_points(W, X, pb.pslot, pb.poff)
+    if backend == "numpy":
+        J = rigsolve._jacobian(pb, wproj, pts, X, np)
+    else:
+        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+        saved = pb.dtype, pb._t
+        pb.dtype, pb._t = torch.float64, None
+        try:
+            J = rigsolve._jacobian(pb, t(wproj), t(pts), t(X), torch).numpy()
+        finally:
+            pb.dtype, pb._t = saved
+    eps = 1e-6
+    num = np.zeros_like(J)
+    for f, s in enumerate(pb.fslot):
+        for a in range(3):
+            d = np.zeros(3)
+            d[a] = eps
+            cols = []
+            for sign in (1.0, -1.0):   # a world-axis turn d of bone f: its basis times exp(W_f^T d)
+                b2 = basis.copy()
+                b2[:, s] = basis[:, s] @ axis_angle_to_matrix(np.swapaxes(W[:, s], -1, -2) @ (sign * d))
+                cols.append(residual(b2, locp))
+            num[:, :, 3 * f + a] = (cols[0] - cols[1]) / (2 * eps)
+    rs = pb.root_slot
+    for a in range(3):   # the root's translation, in world axes: its location moves by Bm^T tau
+        cols = []
+        for sign in (1.0, -1.0):
+            l2 = locp.copy()
+            l2[:, rs] = locp[:, rs] + np.swapaxes(Bm[:, rs], -1, -2)[:, :, a] * sign * eps
+            cols.append(residual(basis, l2))
+        num[:, :, 3 * pb.nF + a] = (cols[0] - cols[1]) / (2 * eps)
+    np.testing.assert_allclose(J, num, atol=1e-6 * max(1.0, np.abs(num).max()))
+    assert (np.abs(num) > 1e-3).mean() > 0.1      # (not a matrix of zeros)
+    # the solve leaves the bone it does not move where it was
+    res = solve_rig(rig, q, loc, tg, free, plan.root, iterations=4)
+    np.testing.assert_allclose(res.quaternions[:, idx["hand_l"]] * np.sign(res.quaternions[:, idx["hand_l"], :1]),
+                               q[:, idx["hand_l"]] * np.sign(q[:, idx["hand_l"], :1]), atol=1e-12)
+
+
 def test_floor_on_a_rig_with_other_feet():
     """A walk made on one rig, baked onto a rig with longer limbs: the feet stand on its floor."""
     plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
