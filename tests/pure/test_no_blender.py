@@ -53,3 +53,21 @@ def test_blender_is_unimportable_in_pure_tests():
     for name in ("bpy", "mathutils", "bmesh"):
         with pytest.raises(ImportError):
             __import__(name)
+
+
+def test_blender_version_read_without_importing_bpy(tmp_path, monkeypatch):
+    """The Blender a BVH armature is built for: the installed ``bpy`` package's version, read from its
+    ``dist-info`` folder on the path (as ``importlib.metadata`` reads it), the first on the path winning."""
+    from importlib.metadata import version
+
+    from _pkg import pkg
+
+    pkg()
+    from neural_ik.cli.targets import blender_version
+
+    installed = tuple(int(x) for x in version("bpy").split(".")[:2])
+    assert blender_version() == installed
+    (tmp_path / "bpy-4.2.23.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert blender_version() == (4, 2)
+    assert "bpy" not in sys.modules or sys.modules["bpy"] is None
