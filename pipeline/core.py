@@ -505,7 +505,7 @@ class RigBake:
         """
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
-        from .targets import dense_targets, floor_normal, foot_points, sparse_targets
+        from .targets import dense_targets, floor_normal, foot_points, rest_floor_gap, sparse_targets
 
         if self.solved is None or getattr(self.solved, "local_rot", 0) is None:
             raise RuntimeError("solve() first (once per fit: the fit releases the solve's rotations)")
@@ -575,7 +575,8 @@ class RigBake:
                 heights = None
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
-                                          source_rest=self._source_lengths() if heights is not None else None)
+                                          source_rest=self._source_lengths() if heights is not None else None,
+                                          rest_floor_gap=rest_floor_gap(plan, self.object_matrix))
             prior = 0.01
         self.targets, self.target_info = targets, info
         if len(targets) and self.mode != "sparse":   # the start pose's heads served the targets (60 MB a
@@ -887,6 +888,8 @@ class RigBake:
             W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
             pts = np.stack([X[:, k] + W[:, k] @ off for side in fp.values() for _n, k, off, _h in side], 1)
             low[a:b] = self._world_heights(pts).min(axis=1)
+        # (above the rig's floor: the sole under its lowest foot point, where the bake put one)
+        low -= getattr(info, "sole", 0.0) * float(np.linalg.norm(self.object_matrix[2, :3]))
         c = info.contacts.any(1)
         return float(np.median(low[c]) * 100.0)
 

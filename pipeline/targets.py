@@ -41,7 +41,8 @@ import numpy as np
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..retarget.rigsolve import Targets
 
-__all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height", "WEIGHTS"]
+__all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
+           "rig_sole", "rest_floor_gap", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -88,6 +89,9 @@ class TargetInfo:
     rigid : dict
         Row index -> length (armature units) of the direction rows whose two
         heads keep their distance (their whole error counts).
+    sole : float
+        How far (armature units) the rig's floor lies below its lowest rest
+        foot point (:func:`rig_sole`; 0 where the source is a skeleton).
     """
 
     effectors: dict = field(default_factory=dict)
@@ -98,6 +102,7 @@ class TargetInfo:
     reach: dict = field(default_factory=dict)
     clamped: dict = field(default_factory=dict)
     rigid: dict = field(default_factory=dict)
+    sole: float = 0.0
 
 
 def floor_normal(object_matrix) -> np.ndarray:
@@ -114,6 +119,37 @@ def _bone(plan, joint):
     return plan.rig.index(b)
 
 
+def _foot_rest_points(plan) -> list:
+    """Rest heads and tails (armature space) of the feet's bones: the foot's, and the toe's where mapped."""
+    rig = plan.rig
+    pts = []
+    for s in "lr":
+        f, t = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        if f is None:
+            continue
+        pts += [rig.head[f], rig.tail[f]]
+        if t is not None:
+            pts += [rig.head[t], rig.tail[t]]
+    return pts
+
+
+def rest_floor_gap(plan, object_matrix) -> float | None:
+    """Height of the rig's lowest rest foot point above its object's floor (world z = 0), in armature units.
+
+    ``None`` without feet. Armature units along the world up (the object's
+    scale taken out), as :func:`foot_points` measures heights.
+    """
+    pts = _foot_rest_points(plan)
+    if not pts:
+        return None
+    m = np.asarray(object_matrix, dtype=np.float64)
+    up = m[2, :3]
+    size = float(np.linalg.norm(up))
+    if size <= 0:
+        return None
+    return min(float(up @ p + m[2, 3]) for p in pts) / size
+
+
 def foot_points(plan, n) -> dict:
     """Rig foot points per side: ``{side: [(name, bone, offset, rest height)]}``.
 
@@ -125,7 +161,6 @@ def foot_points(plan, n) -> dict:
     rig = plan.rig
     Q = rig.rest_rotation()
     out = {}
-    pts = []
     for s in "lr":
         f, t = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
         if f is None:
@@ -133,11 +168,10 @@ def foot_points(plan, n) -> dict:
         side = [("ankle", f, np.zeros(3), rig.head[f])]
         if t is not None:
             side.append(("ball", t, np.zeros(3), rig.head[t]))
-            pts += [rig.head[t], rig.tail[t]]
         else:
             side.append(("ball", f, Q[f].T @ (rig.tail[f] - rig.head[f]), rig.tail[f]))
-        pts += [rig.head[f], rig.tail[f]]
         out[s] = side
+    pts = _foot_rest_points(plan)
     if not pts:
         return {}
     floor = min(float(np.dot(n, p)) for p in pts)
@@ -149,6 +183,51 @@ def foot_points(plan, n) -> dict:
         entries.append(("heel", f, Q[f].T @ (heel - rig.head[f]), 0.0))
         res[s] = entries
     return res
+
+
+#: A rig whose lowest rest foot point is this close to its object's floor (world z = 0), as a
+#: share of its leg length, stands on that floor at rest (below: a skeleton hanging from its
+#: hips at the origin, as Blender's BVH import makes one): (below, above).
+STANDING_GAP = (-0.02, 0.1)
+
+
+def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
+    """How far (armature units) the rig's floor lies below its lowest rest foot point, for keypoint sources.
+
+    :func:`foot_points` measures heights from the rig's lowest rest foot
+    point, the keypoints' heights are above the floor they were captured
+    on, and a mocap skeleton's joints sit above that floor by the sole of
+    the foot: taking the lowest joint for the floor, a clip of keypoints
+    baked back onto its own skeleton sank by the sole (1-2.5 cm on every
+    frame of the held-out studios' clips). So:
+
+    - a rig standing on its object's floor at rest (``rest_floor_gap``
+      within :data:`STANDING_GAP` of the leg length, as a character modelled
+      on the ground): that floor, the lowest point's height above it;
+    - otherwise the floor is unknown (a skeleton whose rest hangs from its
+      hips at the origin, as Blender's BVH import makes one): the rig's
+      ankles are taken to stand as high above it as the source's, at the
+      rig's scale, where the source's foot is seen planted flat
+      (:func:`planted_height`; the mean of the two sides), never with the
+      lowest rest point under the floor (a source with lower ankles than
+      the rig: that point on the floor, as before) nor more than a tenth of
+      the leg above it;
+    - 0 when neither applies.
+    """
+    leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
+    if rest_floor_gap is not None and leg > 0 and STANDING_GAP[0] * leg <= rest_floor_gap <= STANDING_GAP[1] * leg:
+        return max(float(rest_floor_gap), 0.0)
+    out = []
+    for sd, pts in fp.items():
+        k = _K[f"foot_{sd}"]
+        if not mask[:, k].any():
+            continue
+        h_src, known = planted_height(src, mask, sd, n, fps, k, with_flag=True)
+        if known:
+            out.append(scale * h_src - pts[0][3])       # (pts[0]: the ankle)
+    if not out:
+        return 0.0
+    return float(np.clip(np.mean(out), 0.0, 0.1 * leg))
 
 
 def _smoothstep(x):
@@ -178,7 +257,7 @@ def _median_length(src, a, b, mask):
 
 
 def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True, source_heights=None,
-                  source_rest=None, weights=WEIGHTS):
+                  source_rest=None, rest_floor_gap=None, weights=WEIGHTS):
     """Targets for a dense source (see the module docstring).
 
     Parameters
@@ -203,6 +282,10 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     source_rest : dict, optional
         Joint name -> rest position (metres) of the source skeleton, when
         known: chain lengths come from it instead of the motion.
+    rest_floor_gap : float, optional
+        Height (armature units, along ``n``) of the rig's lowest rest foot
+        point above the object's floor (world z = 0); with keypoint sources
+        it decides where the rig's floor is (:func:`rig_sole`).
 
     Returns
     -------
@@ -304,6 +387,9 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     # contacts: ankle and ball of each foot
     if foot_lock and T >= 3:
         fp = foot_points(plan, n)
+        if source_heights is None:   # keypoints: their heights are above a real floor; so are the rig's
+            info.sole = rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap)
+            fp = {sd: [(nm, b, o, h + info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         names = {"ankle": "foot", "ball": "toe"}
         contacts = np.zeros((T, 4), dtype=bool)
         offsets, heights = [], []

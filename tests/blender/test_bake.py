@@ -304,13 +304,17 @@ def test_round_trip_real_solver(ext, bake, sk, rnp, capsys):
     mapping = mapping_mod.auto_map(rig)
     plan = solve_mod.plan_retarget(rig, mapping)
     truth = solve_mod.retarget(plan, local, root, scale=1.0)
-    # the truth stands on the rig's floor: its planted ankles at the rig's rest ankle height
+    # the truth stands on the rig's floor: its planted ankles at the rig's rest ankle height (the rig
+    # stands on its object's floor at rest, its lowest foot point 3 cm above it: foot_points' heights
+    # are above that point)
     targets_mod = importlib.import_module(ext.__name__ + ".pipeline.targets")
     up = np.array([0.0, 0.0, 1.0])
     kp0 = solve_mod.target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
     fp = targets_mod.foot_points(plan, up)
-    shift = np.mean([fp[s][0][3] - targets_mod.planted_height(kp0, np.isfinite(kp0).all(-1), s, up, 30.0,
-                                                              sk.keypoint_index(f"foot_{s}")) for s in "lr"])
+    gap = targets_mod.rest_floor_gap(plan, np.asarray(obj.matrix_world))
+    assert 0.0 < gap < 0.05
+    shift = np.mean([gap + fp[s][0][3] - targets_mod.planted_height(kp0, np.isfinite(kp0).all(-1), s, up, 30.0,
+                                                                    sk.keypoint_index(f"foot_{s}")) for s in "lr"])
     truth.locations[:, plan.root] += np.linalg.inv(rig.rest_rotation()[plan.root]) @ (up * shift)
     _, truth.heads = solve_mod.pose_rig(rig, truth.quaternions, truth.locations)
     kp_rig = solve_mod.target_keypoints(plan, truth.quaternions, truth.locations)

@@ -259,6 +259,54 @@ def test_floor_on_a_rig_with_other_feet():
     assert on.figures.bone_direction_error_deg < 2.0, on.figures
 
 
+@pytest.mark.parametrize("sole", [0.01, 0.03])
+def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
+    """Mocap joints stand a sole above the floor they were captured on. Baked back as keypoints onto
+    their own skeleton:
+
+    - hanging from its hips (a BVH import: where its floor is, its rest does not say), the joints
+      stay where they were (before: its lowest rest foot point was taken for the floor and the
+      body sank by the sole on every frame), and the floor figure reads the feet on the floor
+      as it does on the rig below;
+    - standing on its floor at rest, its lowest foot point 3 cm above it (a character's sole), the
+      feet stand as high as at rest: where the capture's sole was 3 cm too the joints stay, where
+      it was 1 cm the body is 2 cm higher than the capture's.
+    """
+    from neural_ik.pipeline.targets import rest_floor_gap
+
+    plan, mapping, truth = _walk_on(_rig("T_default"))   # (its lowest foot points on z = 0 when planted)
+    rest_sole = rest_floor_gap(plan, np.eye(4))
+    assert abs(rest_sole - 0.03) < 1e-6                     # this rig stands 3 cm above its floor at rest
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    kp[..., 2] += sole
+    truth_world = truth.heads + np.array([0.0, 0.0, sole])
+    body = [plan.rig.index(b) for j, b in mapping.entries.items() if plan.rig.has(b)]
+    # the same skeleton, its rest hanging from its hips at the origin (as Blender's BVH import makes it)
+    import dataclasses
+
+    drop = plan.rig.head[plan.root].copy()
+    ml = plan.rig.matrix_local.copy()
+    ml[:, :3, 3] -= drop
+    hanging = dataclasses.replace(plan.rig, head=plan.rig.head - drop, tail=plan.rig.tail - drop, matrix_local=ml)
+    assert rest_floor_gap(plan_retarget(hanging, mapping), np.eye(4)) < -0.5 * plan.leg_length
+    job = RigBake(hanging, mapping, kp, None, 30.0, BakeOptions())
+    world = job.run().heads
+    err = np.linalg.norm(world[:, body] - truth_world[:, body], axis=-1)
+    assert np.median(err) < 3e-3 and abs(np.median((world - truth_world)[:, body, 2])) < 2e-3, np.median(err)
+    assert abs(job.target_info.sole - sole) < 3e-3, job.target_info.sole
+    floor_hanging = job.figures.floor_error_cm
+    # standing on its floor at rest: the floor is known
+    stand = RigBake(plan.rig, mapping, kp, None, 30.0, BakeOptions())
+    heads = stand.run().heads
+    assert abs(stand.target_info.sole - rest_sole) < 1e-9
+    dz = np.median((heads - truth_world)[:, body, 2])
+    assert abs(dz - (rest_sole - sole)) < 3e-3, dz
+    # the floor figure reads the feet on the floor the same on both (this walk's lowest foot point is
+    # 0.7 cm up over its contacts, heel and toe rolling)
+    assert abs(stand.figures.floor_error_cm) < 1.0 and abs(floor_hanging - stand.figures.floor_error_cm) < 0.1, (
+        floor_hanging, stand.figures)
+
+
 def test_bad_rigs_are_refused():
     rig = _rig("T_default")
     mapping = auto_map(rig)
