@@ -134,20 +134,20 @@ def _foot_rest_points(plan) -> list:
 
 
 def rest_floor_gap(plan, object_matrix) -> float | None:
-    """Height of the rig's lowest rest foot point above its object's floor (world z = 0), in armature units.
+    """Height of the rig's lowest rest foot point above its object's floor, in armature units.
 
-    ``None`` without feet. Armature units along the world up (the object's
-    scale taken out), as :func:`foot_points` measures heights.
+    The object's floor: the plane through the armature's origin across the
+    world up (where a character modelled on the ground has its origin; the
+    plane the targets measure the source's heights from, the source's floor
+    brought into armature space). ``None`` without feet. Armature units
+    along the world up (the object's scale taken out), as
+    :func:`foot_points` measures heights.
     """
     pts = _foot_rest_points(plan)
     if not pts:
         return None
-    m = np.asarray(object_matrix, dtype=np.float64)
-    up = m[2, :3]
-    size = float(np.linalg.norm(up))
-    if size <= 0:
-        return None
-    return min(float(up @ p + m[2, 3]) for p in pts) / size
+    n = floor_normal(object_matrix)
+    return min(float(n @ p) for p in pts)
 
 
 def foot_points(plan, n) -> dict:
@@ -203,7 +203,8 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
 
     - a rig standing on its object's floor at rest (``rest_floor_gap``
       within :data:`STANDING_GAP` of the leg length, as a character modelled
-      on the ground): that floor, the lowest point's height above it;
+      on the ground, its origin at its feet): that floor, the lowest point's
+      height above it;
     - otherwise the floor is unknown (a skeleton whose rest hangs from its
       hips at the origin, as Blender's BVH import makes one): the rig's
       ankles are taken to stand as high above it as the source's, at the

@@ -277,6 +277,9 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     plan, mapping, truth = _walk_on(_rig("T_default"))   # (its lowest foot points on z = 0 when planted)
     rest_sole = rest_floor_gap(plan, np.eye(4))
     assert abs(rest_sole - 0.03) < 1e-6                     # this rig stands 3 cm above its floor at rest
+    up_a_metre = np.eye(4)
+    up_a_metre[2, 3] = 1.0                                  # (its object's floor: where the object is)
+    assert abs(rest_floor_gap(plan, up_a_metre) - rest_sole) < 1e-9
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
     kp[..., 2] += sole
     truth_world = truth.heads + np.array([0.0, 0.0, sole])
