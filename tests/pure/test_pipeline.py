@@ -118,14 +118,22 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
         assert worst > 100.0, worst
 
 
-def test_solve_rig_reaches_positions_and_keeps_locked_axes():
+def _random_poses(seed, T, scale):
+    """The random-roll A-pose rig, its mapping and plan, a random generator, T random poses (quaternions)."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+
     rig = _rig("A_random_rolls")
     mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    rng = np.random.default_rng(0)
-    T, B = 40, len(rig)
+    rng = np.random.default_rng(seed)
+    q = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=scale, size=(T, len(rig), 3))))
+    return rig, mapping, plan_retarget(rig, mapping), rng, q
+
+
+def test_solve_rig_reaches_positions_and_keeps_locked_axes():
+    T = 40
+    rig, mapping, plan, rng, q_true = _random_poses(0, T, 0.3)
+    B = len(rig)
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
-    q_true = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
     loc = np.zeros((T, B, 3))
     _, X = pose_rig(rig, q_true, loc)
     q0 = matrix_to_quat(quat_to_matrix(q_true) @ axis_angle_to_matrix(rng.normal(scale=0.2, size=(T, B, 3))))
@@ -161,14 +169,9 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
     from neural_ik.model.rotations_np import axis_angle_to_matrix, quat_to_matrix
     from neural_ik.retarget import rigsolve
 
-    rig = _rig("A_random_rolls")
-    mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    rng = np.random.default_rng(5)
-    T, B = 6, len(rig)
-    from neural_ik.model.rotations_np import matrix_to_quat
-    q = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.4, size=(T, B, 3))))
-    loc = np.zeros((T, B, 3))
+    T = 6
+    rig, mapping, plan, rng, q = _random_poses(5, T, 0.4)
+    loc = np.zeros((T, len(rig), 3))
     loc[:, plan.root] = rng.normal(scale=0.05, size=(T, 3))
     idx = {j: rig.index(mapping.entries[j]) for j in ("pelvis", "spine1", "upperarm_l", "forearm_l", "hand_l",
                                                        "thigh_r", "calf_r", "foot_r", "head")}
