@@ -395,7 +395,7 @@ class RigBake:
 
     def _from_source_rig(self, kp):
         from ..model.result import SolveResult
-        from ..retarget.solve import frame_chunks, pose_rig
+        from ..retarget.solve import frame_chunks
         from .source import source_world_rotations
 
         src = self.source_rig
@@ -408,7 +408,7 @@ class RigBake:
         # the source's pose a chunk of frames at a time (a whole clip's (T, B, 3, 3) would
         # take gigabytes): the canonical joints' rotations
         for a, b in frame_chunks(T, self.chunk):
-            W, _ = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
+            W, _ = _source_pose(src, a, b)
             rot, given, _ = source_world_rotations(src, W, splan)
             rb = M @ rot @ M.T
             local[a:b, 0] = rb[:, 0]
@@ -428,7 +428,7 @@ class RigBake:
                 """The copied bones' world rotations in frames a:b, from the source's pose there (the
                 carry onto the rig asks a chunk at a time: a whole clip's would take 72 bytes per frame
                 and bone)."""
-                W, _ = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
+                W, _ = _source_pose(src, a, b)
                 # the source bone's turn from rest (source world), in the rig's axes, from the rig bone's rest
                 return {tb: R @ (W[:, sb] @ Qs[sb].T) @ R.T @ Qt[tb] for tb, sb in copied}
 
@@ -1001,6 +1001,25 @@ def _motionless(source_rig):
                             np.zeros((0, B, 3), np.float32), list(source_rig.notes))
 
 
+def _source_pose(src, a, b):
+    """``(W, X)``: the source skeleton posed at frames ``a:b`` (every bone; :func:`..retarget.solve.pose_rig`).
+
+    The last chunk posed is kept on the source: a clip of one chunk (up to
+    :data:`..retarget.solve.CHUNK_FRAMES` frames, most clips) is posed once,
+    not three times (its joints, its canonical rotations, the bones whose
+    turn the rig copies), 30 ms of a 3,000-frame clip each.
+    """
+    from ..retarget.solve import pose_rig
+
+    key = (a, b, id(src.quaternions), id(src.locations))
+    cached = src.__dict__.get("_pose_cache")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    out = pose_rig(src.rig, src.quaternions[a:b], src.locations[a:b], chunk=b - a)
+    src.__dict__["_pose_cache"] = (key, out)
+    return out
+
+
 def _joints_from_source_rig(kp, source_rig, chunk):
     """Keypoints whose joints are the source skeleton's mapped bone heads (the same mapper as the rig's).
 
@@ -1019,8 +1038,12 @@ def _joints_from_source_rig(kp, source_rig, chunk):
     if not pairs:
         return out
     need = sorted({b for _, b in pairs} | {a for _, b in pairs for a in rig.ancestors(b)})
-    for a, b in frame_chunks(len(kp), chunk):
-        _, X = pose_rig(rig, source_rig.quaternions[a:b], source_rig.locations[a:b], bones=need, chunk=b - a)
+    chunks = list(frame_chunks(len(kp), chunk))
+    for a, b in chunks:
+        if len(chunks) == 1:   # (posed whole once, for the stages after this one too)
+            _, X = _source_pose(source_rig, a, b)
+        else:
+            _, X = pose_rig(rig, source_rig.quaternions[a:b], source_rig.locations[a:b], bones=need, chunk=b - a)
         for j, sb in pairs:
             part = out[a:b, j]
             given = np.isfinite(part).all(-1)         # a masked joint stays masked
