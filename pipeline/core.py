@@ -505,7 +505,7 @@ class RigBake:
         """
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
-        from .targets import dense_targets, floor_normal, foot_points, rest_floor_gap, sparse_targets
+        from .targets import dense_targets, floor_normal, foot_points, rest_floor_gap, settle_knees, sparse_targets
 
         if self.solved is None or getattr(self.solved, "local_rot", 0) is None:
             raise RuntimeError("solve() first (once per fit: the fit releases the solve's rotations)")
@@ -622,6 +622,12 @@ class RigBake:
                 fit = self._dense_second_pass(fit, targets, info, free, kw)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
+            if self.mode == "dense" and self.source_rig is None and iterations > 0:
+                # keypoints leave the thighs' turn about themselves open (the solve met the joints
+                # with a knee turned any way): the knees as hinges settle it, every joint unmoved
+                # (a source skeleton's rotations carry their own)
+                settle_knees(plan, quats, locs, chunk=self.chunk)
+                quat_continuity(quats, out=quats)
         else:
             quats, locs, heads = init.quaternions, init.locations, init.heads
             self.residual = np.zeros((self.n_frames, 0))

@@ -42,7 +42,7 @@ from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFE
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
-           "rig_sole", "rest_floor_gap", "WEIGHTS"]
+           "rig_sole", "rest_floor_gap", "knee_axes", "settle_knees", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -229,6 +229,109 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     if not out:
         return 0.0
     return float(np.clip(np.mean(out), 0.0, 0.1 * leg))
+
+
+def knee_axes(plan) -> dict:
+    """The knees' hinge axes: ``{calf bone: axis in its rest frame}``.
+
+    A knee bends about the axis across its shin and the body's forward
+    direction (the canonical -Y in the rig's axes, ``plan.K``), whatever the
+    rig's bone rolls. A calf that is not its thigh's child, or a shin that
+    points forward at rest, gives none.
+    """
+    rig = plan.rig
+    Q = rig.rest_rotation()
+    forward = plan.K @ np.array([0.0, -1.0, 0.0])
+    out = {}
+    for s in "lr":
+        t, c, f = _bone(plan, f"thigh_{s}"), _bone(plan, f"calf_{s}"), _bone(plan, f"foot_{s}")
+        if t is None or c is None or int(rig.parents[c]) != t:
+            continue
+        d = (rig.head[f] if f is not None else rig.tail[c]) - rig.head[c]   # the shin
+        nd = float(np.linalg.norm(d))
+        if nd < 1e-9:
+            continue
+        h = np.cross(d / nd, forward)
+        if np.linalg.norm(h) < 0.5:    # the shin points forward (or back) at rest: no plane
+            continue
+        out[c] = Q[c].T @ (h / np.linalg.norm(h))
+    return out
+
+
+#: Knee bends (degrees) over which :func:`settle_knees` fades in: a straight leg shows no plane.
+KNEE_BEND = (5.0, 20.0)
+#: Cosines of the angle between a knee's axis and its leg's plane normal over which
+#: :func:`settle_knees` fades out (30 to 60 degrees off).
+KNEE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
+
+
+def settle_knees(plan, quats, locations, axes=None, chunk=None) -> None:
+    """Turn each thigh and calf about themselves so that the knee bends about its hinge axis (``quats`` in place).
+
+    Joint positions leave a thigh's turn about itself open where the knee
+    may turn any way (the calf makes up for it, and the foot for the calf):
+    the held-out studios' keypoints came back with thighs and calves turned
+    10-20 degrees about themselves, and the rig-space solve meets the joints
+    with whatever turn its steps left. A knee is a hinge: its axis
+    (:func:`knee_axes`) is the normal of the plane of hip, knee and ankle.
+    Per frame, the thigh turns about the hip-knee line until its knee axis
+    lies along that normal, the calf about the knee-ankle line likewise, and
+    the foot keeps its turn in the world: every joint stays where it was,
+    only the thigh's, calf's and foot's rotations change. Faded in over
+    knee bends of :data:`KNEE_BEND` (a straight leg has no plane), and out
+    where the knee's axis is :data:`KNEE_OFF` off the plane already.
+    """
+    from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+    from ..retarget.solve import frame_chunks, pose_rig
+
+    rig = plan.rig
+    Q = rig.rest_rotation()
+    axes = knee_axes(plan) if axes is None else axes
+    if not axes:
+        return
+
+    def turn(u, onto, about):
+        """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
+        u_p = u - (u * about).sum(-1, keepdims=True) * about
+        return np.arctan2((np.cross(u_p, onto) * about).sum(-1), (u_p * onto).sum(-1))
+
+    for a0, b0 in frame_chunks(len(quats), chunk):
+        W, X = pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0])
+        for c, a in axes.items():
+            t = int(rig.parents[c])
+            kids = [k for k in range(len(rig)) if int(rig.parents[k]) == c]
+            f = _bone(plan, "foot_" + ("l" if c == _bone(plan, "calf_l") else "r"))
+            if f is None or f not in kids:
+                continue
+            thigh = X[:, c] - X[:, t]
+            shin = X[:, f] - X[:, c]
+            n = np.cross(thigh, shin)
+            nn = np.linalg.norm(n, axis=-1)
+            lt, ls = np.linalg.norm(thigh, axis=-1), np.linalg.norm(shin, axis=-1)
+            bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lt * ls, 1e-12), 0.0, 1.0)))
+            w = np.clip((bend - KNEE_BEND[0]) / (KNEE_BEND[1] - KNEE_BEND[0]), 0.0, 1.0)
+            if not w.any():
+                continue
+            n = n / np.maximum(nn, 1e-12)[:, None]
+            tw = thigh / np.maximum(lt, 1e-12)[:, None]
+            sw = shin / np.maximum(ls, 1e-12)[:, None]
+            ha = W[:, c] @ a                                      # the calf's knee axis now
+            cos = (n * ha).sum(-1)
+            n = np.where((cos < 0)[:, None], -n, n)              # (the normal's sign nearest it)
+            # a knee turned far from any hinge (its axis 30-60 degrees or more off the leg's plane:
+            # no human pose; which way to turn it is unclear) is left as the solve made it
+            w = w * np.clip((np.abs(cos) - KNEE_OFF[1]) / (KNEE_OFF[0] - KNEE_OFF[1]), 0.0, 1.0)
+            R_rel = Q[t].T @ Q[c]
+            Wt, Wc, Wf = W[:, t], W[:, c], W[:, f]
+            g = w * turn(Wt @ (R_rel @ a), n, tw)                 # the thigh about the hip-knee line
+            b = w * turn(ha, n, sw)                               # the calf about the knee-ankle line
+            Wt2 = axis_angle_to_matrix(g[:, None] * tw) @ Wt
+            Wc2 = axis_angle_to_matrix(b[:, None] * sw) @ Wc
+            Bt = quat_to_matrix(np.asarray(quats[a0:b0, t], dtype=np.float64))
+            quats[a0:b0, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
+            quats[a0:b0, c] = matrix_to_quat(R_rel.T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
+            R_f = Q[c].T @ Q[f]
+            quats[a0:b0, f] = matrix_to_quat(R_f.T @ np.swapaxes(Wc2, -1, -2) @ Wf)
 
 
 def _smoothstep(x):

@@ -246,6 +246,52 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
                                q[:, idx["hand_l"]] * np.sign(q[:, idx["hand_l"], :1]), atol=1e-12)
 
 
+def test_settle_knees_finds_the_thighs_turn_and_moves_no_joint():
+    """A pose whose thigh is turned about itself and whose calf makes up for it (the same joints, a
+    knee bent sideways): :func:`settle_knees` brings back the truth where the knee is bent (a walk's
+    calves turn about their hinge axis only) and moves no joint; a straight knee is left alone."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+    from neural_ik.pipeline.targets import knee_axes, settle_knees
+
+    T = 40
+    rig, mapping, plan, rng, q_true = _random_poses(11, T, 0.25)
+    axes = knee_axes(plan)
+    assert len(axes) == 2
+    bends = rng.uniform(0.5, 1.4, T)
+    bends[:5] = 0.0                                         # straight knees on the first frames
+    for c, a in axes.items():
+        q_true[:, c] = matrix_to_quat(axis_angle_to_matrix(np.outer(bends, a)))
+    loc = np.zeros((T, len(rig), 3))
+    W_true, X_true = pose_rig(rig, q_true, loc)
+    Q = rig.rest_rotation()
+    q0 = q_true.copy()
+    for c in axes:                # the thigh turned 25 degrees about the hip-knee line, the calf turned back
+        t = int(rig.parents[c])
+        k = Q[t].T @ (rig.head[c] - rig.head[t])
+        k /= np.linalg.norm(k)
+        R_rel = Q[t].T @ Q[c]
+        turn = axis_angle_to_matrix(np.radians(25.0) * k)
+        q0[:, t] = matrix_to_quat(quat_to_matrix(q_true[:, t]) @ turn)
+        q0[:, c] = matrix_to_quat(R_rel.T @ turn.T @ R_rel @ quat_to_matrix(q_true[:, c]))
+    _, X0 = pose_rig(rig, q0, loc)
+    np.testing.assert_allclose(X0, X_true, atol=1e-9)       # the same joints: positions cannot tell
+
+    def error(q, bones):
+        W, _ = pose_rig(rig, q, loc)
+        rel = np.swapaxes(W_true[:, bones], -1, -2) @ W[:, bones]
+        return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
+
+    thighs = sorted({int(rig.parents[c]) for c in axes})
+    legs = thighs + sorted(axes)
+    assert error(q0, thighs)[5:].min() > 20.0
+    q = q0.copy()
+    settle_knees(plan, q, loc)
+    _, X = pose_rig(rig, q, loc)
+    np.testing.assert_allclose(X, X_true, atol=1e-9)        # no joint moved
+    assert error(q, legs)[5:].max() < 0.01, error(q, legs)[5:].max()
+    np.testing.assert_allclose(q[:5], q0[:5], atol=1e-12)   # straight knees: nothing to go by
+
+
 def test_floor_on_a_rig_with_other_feet():
     """A walk made on one rig, baked onto a rig with longer limbs: the feet stand on its floor."""
     plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
