@@ -140,8 +140,10 @@ class BakeFigures:
         dragged empties in sparse mode) from their targets.
     floor_error_cm : float
         Median height of the rig's lowest foot point (heel under the ankle,
-        ankle, ball of the foot) above the floor (world z = 0) over the
-        frames where the source has a foot planted (positive: floats).
+        ankle, ball of the foot) above the rig's floor (its object's floor,
+        the plane through its origin, less the sole where a keypoint bake
+        put one: ``pipeline.targets.rig_sole``) over the frames where the
+        source has a foot planted (positive: floats).
     joint_error_mm : tuple
         Mean and max distance of the rig's mapped joints from the source's
         joints at the rig's scale (includes proportion differences; on the
@@ -893,7 +895,9 @@ class RigBake:
         for a, b in frame_chunks(self.n_frames, self.chunk):
             W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
             pts = np.stack([X[:, k] + W[:, k] @ off for side in fp.values() for _n, k, off, _h in side], 1)
-            low[a:b] = self._world_heights(pts).min(axis=1)
+            # (above the object's floor: the plane through its origin, where the targets put the
+            # rig's floor; a rig placed above the world's origin stands on its own)
+            low[a:b] = (self._world_heights(pts) - self.object_matrix[2, 3]).min(axis=1)
         # (above the rig's floor: the sole under its lowest foot point, where the bake put one)
         low -= getattr(info, "sole", 0.0) * float(np.linalg.norm(self.object_matrix[2, :3]))
         c = info.contacts.any(1)

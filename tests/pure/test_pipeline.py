@@ -349,6 +349,11 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     floor_hanging = job.figures.floor_error_cm
     # standing on its floor at rest: the floor is known
     stand = RigBake(plan.rig, mapping, kp, None, 30.0, BakeOptions())
+    # (the same rig placed a metre up, the keypoints with it: the same bake and figures)
+    up = np.eye(4)
+    up[2, 3] = 1.0
+    raised = RigBake(plan.rig, mapping, kp + np.array([0.0, 0.0, 1.0]), None, 30.0, BakeOptions(), object_matrix=up)
+    raised_heads = raised.run().heads
     heads = stand.run().heads
     assert abs(stand.target_info.sole - rest_sole) < 1e-9
     dz = np.median((heads - truth_world)[:, body, 2])
@@ -357,6 +362,8 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     # 0.7 cm up over its contacts, heel and toe rolling)
     assert abs(stand.figures.floor_error_cm) < 1.0 and abs(floor_hanging - stand.figures.floor_error_cm) < 0.1, (
         floor_hanging, stand.figures)
+    np.testing.assert_allclose(raised_heads, heads, atol=1e-4)   # (float32 network inputs: micrometres)
+    assert abs(raised.figures.floor_error_cm - stand.figures.floor_error_cm) < 1e-3, raised.figures
 
 
 def test_bad_rigs_are_refused():
