@@ -895,9 +895,9 @@ class RigBake:
         for a, b in frame_chunks(self.n_frames, self.chunk):
             W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
             pts = np.stack([X[:, k] + W[:, k] @ off for side in fp.values() for _n, k, off, _h in side], 1)
-            # (above the object's floor: the plane through its origin, where the targets put the
-            # rig's floor; a rig placed above the world's origin stands on its own)
-            low[a:b] = (self._world_heights(pts) - self.object_matrix[2, 3]).min(axis=1)
+            # (world units above the object's floor, the plane through its origin: where the targets
+            # put the rig's floor; a rig placed above the world's origin stands on its own)
+            low[a:b] = (pts @ self.object_matrix[2, :3]).min(axis=1)
         # (above the rig's floor: the sole under its lowest foot point, where the bake put one)
         low -= getattr(info, "sole", 0.0) * float(np.linalg.norm(self.object_matrix[2, :3]))
         c = info.contacts.any(1)

@@ -185,7 +185,8 @@ def foot_points(plan, n) -> dict:
     return res
 
 
-#: A rig whose lowest rest foot point is this close to its object's floor (world z = 0), as a
+#: A rig whose lowest rest foot point is this close to its object's floor (the plane through
+#: its origin, :func:`rest_floor_gap`), as a
 #: share of its leg length, stands on that floor at rest (below: a skeleton hanging from its
 #: hips at the origin, as Blender's BVH import makes one): (below, above).
 STANDING_GAP = (-0.02, 0.1)
@@ -231,30 +232,30 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     return float(np.clip(np.mean(out), 0.0, 0.1 * leg))
 
 
-def knee_axes(plan) -> dict:
-    """The knees' hinge axes: ``{calf bone: axis in its rest frame}``.
+def knee_axes(plan) -> list:
+    """The knees' hinge axes: ``[(thigh, calf, foot, axis in the calf's rest frame)]``.
 
     A knee bends about the axis across its shin and the body's forward
     direction (the canonical -Y in the rig's axes, ``plan.K``), whatever the
-    rig's bone rolls. A calf that is not its thigh's child, or a shin that
-    points forward at rest, gives none.
+    rig's bone rolls. A leg whose calf is not its thigh's child or whose foot
+    is not its calf's child, or whose shin points forward at rest, gives none.
     """
     rig = plan.rig
     Q = rig.rest_rotation()
     forward = plan.K @ np.array([0.0, -1.0, 0.0])
-    out = {}
+    out = []
     for s in "lr":
         t, c, f = _bone(plan, f"thigh_{s}"), _bone(plan, f"calf_{s}"), _bone(plan, f"foot_{s}")
-        if t is None or c is None or int(rig.parents[c]) != t:
+        if t is None or c is None or f is None or int(rig.parents[c]) != t or int(rig.parents[f]) != c:
             continue
-        d = (rig.head[f] if f is not None else rig.tail[c]) - rig.head[c]   # the shin
+        d = rig.head[f] - rig.head[c]   # the shin
         nd = float(np.linalg.norm(d))
         if nd < 1e-9:
             continue
         h = np.cross(d / nd, forward)
         if np.linalg.norm(h) < 0.5:    # the shin points forward (or back) at rest: no plane
             continue
-        out[c] = Q[c].T @ (h / np.linalg.norm(h))
+        out.append((t, c, f, Q[c].T @ (h / np.linalg.norm(h))))
     return out
 
 
@@ -265,7 +266,7 @@ KNEE_BEND = (5.0, 20.0)
 KNEE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
 
 
-def settle_knees(plan, quats, locations, axes=None, chunk=None) -> None:
+def settle_knees(plan, quats, locations, chunk=None) -> None:
     """Turn each thigh and calf about themselves so that the knee bends about its hinge axis (``quats`` in place).
 
     Joint positions leave a thigh's turn about itself open where the knee
@@ -286,9 +287,10 @@ def settle_knees(plan, quats, locations, axes=None, chunk=None) -> None:
 
     rig = plan.rig
     Q = rig.rest_rotation()
-    axes = knee_axes(plan) if axes is None else axes
-    if not axes:
+    legs = knee_axes(plan)
+    if not legs:
         return
+    bones = sorted({b for t, c, f, _a in legs for b in (t, c, f, *rig.ancestors(t))})
 
     def turn(u, onto, about):
         """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
@@ -296,13 +298,9 @@ def settle_knees(plan, quats, locations, axes=None, chunk=None) -> None:
         return np.arctan2((np.cross(u_p, onto) * about).sum(-1), (u_p * onto).sum(-1))
 
     for a0, b0 in frame_chunks(len(quats), chunk):
-        W, X = pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0])
-        for c, a in axes.items():
-            t = int(rig.parents[c])
-            kids = [k for k in range(len(rig)) if int(rig.parents[k]) == c]
-            f = _bone(plan, "foot_" + ("l" if c == _bone(plan, "calf_l") else "r"))
-            if f is None or f not in kids:
-                continue
+        W, X = pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
+                        chunk=b0 - a0)
+        for t, c, f, a in legs:
             thigh = X[:, c] - X[:, t]
             shin = X[:, f] - X[:, c]
             n = np.cross(thigh, shin)
@@ -388,7 +386,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         known: chain lengths come from it instead of the motion.
     rest_floor_gap : float, optional
         Height (armature units, along ``n``) of the rig's lowest rest foot
-        point above the object's floor (world z = 0); with keypoint sources
+        point above the object's floor (:func:`rest_floor_gap`); with keypoint sources
         it decides where the rig's floor is (:func:`rig_sole`).
 
     Returns

@@ -366,17 +366,17 @@ class _Problem:
         for r_i, row in enumerate(targets.rows):
             for p_i, c in row["coef"].items():
                 C[r_i, p_i] += c
-        # CA[r, p, k] = C[r, p] A[p, k]; M = C A; Mroot = C moved_by_root
+        # CA[r, p, k] = C[r, p] A[p, k]; M = C A (per pair below); Mroot = C moved_by_root
         CA = C[:, :, None] * A[None]
-        self.C, self.M, self.Mroot = C, C @ A, C @ moved_by_root
+        self.C, self.Mroot = C, C @ moved_by_root
         # the Jacobian's (row, free bone) blocks that can be non-zero: a row moves with a bone
         # when one of its points hangs below it (most rows reach a few bones: a fifth of the
         # blocks of a dense bake's problem); the Jacobian is computed for these pairs only
-        pair_r, pair_k = np.nonzero((np.abs(CA).sum(1) > 0) | (self.M != 0))
+        pair_r, pair_k = np.nonzero(np.abs(CA).sum(1) > 0)
         self.pair_r, self.pair_k = pair_r, pair_k
         self.pair_fslot = self.fslot[pair_k]
         self.pair_CA = np.ascontiguousarray(CA[pair_r, :, pair_k]).reshape(len(pair_r), P)   # (S, P)
-        self.pair_M = self.M[pair_r, pair_k]                                                  # (S,)
+        self.pair_M = self.pair_CA.sum(1)                                                     # M = C A, (S,)
         self.per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
         if self.per_frame:   # stacked per chunk (a (T, R, 3, 3) array is large for long clips)
             self.diag_only = False

@@ -259,14 +259,13 @@ def test_settle_knees_finds_the_thighs_turn_and_moves_no_joint():
     assert len(axes) == 2
     bends = rng.uniform(0.5, 1.4, T)
     bends[:5] = 0.0                                         # straight knees on the first frames
-    for c, a in axes.items():
+    for _t, c, _f, a in axes:
         q_true[:, c] = matrix_to_quat(axis_angle_to_matrix(np.outer(bends, a)))
     loc = np.zeros((T, len(rig), 3))
     W_true, X_true = pose_rig(rig, q_true, loc)
     Q = rig.rest_rotation()
     q0 = q_true.copy()
-    for c in axes:                # the thigh turned 25 degrees about the hip-knee line, the calf turned back
-        t = int(rig.parents[c])
+    for t, c, _f, _a in axes:     # the thigh turned 25 degrees about the hip-knee line, the calf turned back
         k = Q[t].T @ (rig.head[c] - rig.head[t])
         k /= np.linalg.norm(k)
         R_rel = Q[t].T @ Q[c]
@@ -281,8 +280,8 @@ def test_settle_knees_finds_the_thighs_turn_and_moves_no_joint():
         rel = np.swapaxes(W_true[:, bones], -1, -2) @ W[:, bones]
         return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
 
-    thighs = sorted({int(rig.parents[c]) for c in axes})
-    legs = thighs + sorted(axes)
+    thighs = sorted(t for t, _c, _f, _a in axes)
+    legs = thighs + sorted(c for _t, c, _f, _a in axes)
     assert error(q0, thighs)[5:].min() > 20.0
     q = q0.copy()
     settle_knees(plan, q, loc)
