@@ -56,6 +56,14 @@ FLOOR_WARN_CM = 3.0
 REACH_WARN_MM = 5.0
 #: An effector within this of its target counts as reached (mm).
 REACH_OK_MM = 1.0
+#: Rig-solve iterations of a dense bake (:attr:`.options.BakeOptions.rig_iterations` unset),
+#: by where the start pose comes from: a source skeleton's own rotations (BVH, FBX, an
+#: armature) are one Gauss-Newton step from the solve's answer (bench_foreign --quick, BVH
+#: sources onto the meta-rig, one step against two: joints 111.4 / 111.9 mm, floor -0.8 /
+#: -0.9 cm, the same knees and jitter; a 3,000-frame clip of another body size: 33.03 /
+#: 33.01 mm, bone directions 1.34 / 1.33 deg, its fit 0.58 / 0.87 s), the network's answer
+#: to keypoints is further off and takes two.
+RIG_ITERATIONS = {"source": 1, "network": 2}
 #: Rig-solve iterations at least, in sparse mode (effectors met to the millimetre) ...
 SPARSE_ITERATIONS = 20
 #: ... and the factor by which the prior on the start pose fades per iteration.
@@ -277,6 +285,9 @@ class RigBake:
             mode = detect_mode(self.mask)
         self.mode = mode
         self.solved = None
+        #: Where :meth:`solve` took the start pose from: ``"source"`` (the source skeleton's own
+        #: rotations) or ``"network"``.
+        self.start = "network"
         self.initial = None
         self.result = None
         self.figures = None
@@ -328,9 +339,11 @@ class RigBake:
             self.kp_body = None
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
+        self.start = "network"
         if self.source_rig is not None and self.mode == "dense":
             if self._shared_bones()[1] or self._source_rest_is_human():
                 self.solved = self._from_source_rig(kp)
+                self.start = "source"
             else:
                 self.warnings.append("the source skeleton's rest is not a standing human pose: its joint "
                                      "rotations are not used, the network solves its joints")
@@ -615,7 +628,7 @@ class RigBake:
             if progress is not None and total:
                 progress(span[0] + (span[1] - span[0]) * min(done / total, 1.0), "fit")
 
-        iterations = int(o.rig_iterations)
+        iterations = int(o.rig_iterations if o.rig_iterations is not None else RIG_ITERATIONS[self.start])
         if self.mode == "sparse" and iterations > 0:
             # effectors must be met to the millimetre: the prior fades over more steps
             # (more for clips, whose every frame must converge, straight limbs included)

@@ -71,9 +71,10 @@ class BakeOptions:
         ``"auto"``, ``"dense"`` or ``"sparse"``.
     action_name : str or None
         Default: the source name; made unique, never overwrites.
-    rig_iterations : int
+    rig_iterations : int or None
         Levenberg-Marquardt iterations of the rig-space solve
-        (:func:`..retarget.rigsolve.solve_rig`).
+        (:func:`..retarget.rigsolve.solve_rig`); ``None``: as the start pose
+        needs (``pipeline.core.RIG_ITERATIONS``).
     """
 
     frame_start: int | None = None
@@ -91,7 +92,7 @@ class BakeOptions:
     device: str = "auto"
     mode: str = "auto"
     action_name: str | None = None
-    rig_iterations: int = 2
+    rig_iterations: int | None = None
 
 
 def check_options(options: BakeOptions):
@@ -112,5 +113,5 @@ def check_options(options: BakeOptions):
         raise BakeError(f"scale must be a positive number, got {options.scale}")
     if options.action_name is not None and not str(options.action_name).strip():
         raise BakeError("the action name is empty")
-    if not 0 <= int(options.rig_iterations) <= 100:
+    if options.rig_iterations is not None and not 0 <= int(options.rig_iterations) <= 100:
         raise BakeError(f"rig iterations must be in 0..100, got {options.rig_iterations}")

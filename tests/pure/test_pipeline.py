@@ -601,3 +601,42 @@ def test_six_effectors_settle_what_they_leave_open_over_time(shape, monkeypatch)
     bar = [f for stage, f in settled[0].bar if stage == "fit"]
     assert bar[-1] == pytest.approx(1.0) and np.all(np.diff(bar) >= 0.0), bar
     assert 0.2 < bar[len(bar) // 2] < 0.8, bar
+
+
+def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
+    """A file's own rotations onto a rig of other proportions: one Gauss-Newton step lands where two do.
+
+    The start pose is then the source skeleton's (not the network's), and
+    the solve that meets its joints on the rig's proportions takes
+    ``RIG_ITERATIONS["source"]`` steps: within half a millimetre of two
+    steps on average, where the start pose is 24 mm away, and as close to
+    the targets; keypoints (the network's start) take two.
+    """
+    from neural_ik.pipeline.core import RIG_ITERATIONS
+
+    plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
+    kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
+    src = SourceRig(plan_src.rig, mapping_src, truth.quaternions, truth.locations)
+    target = _rig("four_spine_long_limbs")
+    mapping = auto_map(target)
+    jobs = {}
+    for steps in (None, 2):
+        jobs[steps] = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu", rig_iterations=steps),
+                              source_rig=src)
+        jobs[steps].run()
+    one, two = jobs[None], jobs[2]
+    assert one.start == "source" and RIG_ITERATIONS["source"] == 1
+    b = _mapped(target, mapping)
+    moved = np.linalg.norm(one.result.heads[:, b] - two.result.heads[:, b], axis=-1) * 1000.0
+    # the two-step answer is not the start pose: the step does the work (bones of other lengths)
+    start = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu", rig_iterations=0), source_rig=src)
+    start.run()
+    off = np.linalg.norm(start.result.heads[:, b] - two.result.heads[:, b], axis=-1) * 1000.0
+    assert off.mean() > 10.0, off.mean()                       # (24 mm)
+    assert moved.mean() < 0.05 * off.mean(), (moved.mean(), off.mean())   # (0.44 mm)
+    assert moved.max() < 0.1 * off.max(), (moved.max(), off.max())        # (2.4 of 34 mm)
+    # and as close to the targets
+    assert one.residual.mean() < 1.05 * two.residual.mean(), (one.residual.mean(), two.residual.mean())
+    keypoints = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu"))
+    keypoints.solve()
+    assert keypoints.start == "network" and RIG_ITERATIONS["network"] == 2
