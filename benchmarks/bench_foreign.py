@@ -86,6 +86,9 @@ CONTACT_HEIGHT = 0.05
 CONTACT_SPEED = 0.5
 UPRIGHT_DEG = 45.0
 KNEE_BACK = 0.02
+#: ... judged only where the foot is at least this far (degrees) from the hip-ankle line:
+#: a foot pointed along the shin gives no front (the bakes' own figure does the same).
+FOOT_ALONG_LEG_DEG = 20.0
 
 
 # ---------------------------------------------------------------------------
@@ -199,18 +202,22 @@ def knees_backwards(hip, knee, ankle, toe, *, tol=KNEE_BACK):
 
     All arrays (T, 3). The knee's offset from the hip-ankle line is compared
     with the foot's direction (ankle -> toe) across that line; a knee more
-    than ``tol`` times the leg's length behind counts.
+    than ``tol`` times the leg's length behind counts. A foot within
+    ``FOOT_ALONG_LEG_DEG`` of the hip-ankle line (pointed along the shin)
+    says nothing of the knee's front: such frames never count.
     """
     hip, knee, ankle, toe = (np.asarray(a, dtype=np.float64) for a in (hip, knee, ankle, toe))
     axis = ankle - hip
     length = np.linalg.norm(axis, axis=-1, keepdims=True)
     u = axis / np.maximum(length, 1e-12)
     off = (knee - hip) - np.einsum("ti,ti->t", knee - hip, u)[:, None] * u
-    f = toe - ankle
-    f = f - np.einsum("ti,ti->t", f, u)[:, None] * u
-    f /= np.maximum(np.linalg.norm(f, axis=-1, keepdims=True), 1e-12)
+    f0 = toe - ankle
+    f = f0 - np.einsum("ti,ti->t", f0, u)[:, None] * u
+    nf = np.linalg.norm(f, axis=-1)
+    across = nf > np.sin(np.radians(FOOT_ALONG_LEG_DEG)) * np.linalg.norm(f0, axis=-1)
+    f /= np.maximum(nf, 1e-12)[:, None]
     leg = np.linalg.norm(knee - hip, axis=-1) + np.linalg.norm(ankle - knee, axis=-1)
-    return int(np.sum(np.einsum("ti,ti->t", off, f) < -tol * leg))
+    return int(np.sum(across & (np.einsum("ti,ti->t", off, f) < -tol * leg)))
 
 
 # ---------------------------------------------------------------------------

@@ -176,6 +176,12 @@ def test_knee_backwards_upright_skate_jitter_can_fail():
                                   / np.einsum("ti,ti->t", ankle - hip, ankle - hip))[:, None]
     back = 2.0 * line - knee   # the knee mirrored through the hip-ankle line
     assert bf.knees_backwards(hip, back, ankle, toe) == len(hip)
+    # a foot pointed along the shin (4 degrees off the hip-ankle line) gives no front: never counted
+    u = (ankle - hip) / np.linalg.norm(ankle - hip, axis=-1, keepdims=True)
+    across = (toe - ankle) - np.einsum("ti,ti->t", toe - ankle, u)[:, None] * u
+    across /= np.linalg.norm(across, axis=-1, keepdims=True)
+    pointed = ankle + 0.15 * (np.cos(np.radians(4.0)) * u + np.sin(np.radians(4.0)) * across)
+    assert bf.knees_backwards(hip, back, ankle, pointed) == 0
 
     pelvis, head = ref.heads(r["pelvis"]), ref.heads(r["head"])
     assert bf.upright_share(pelvis, head) == 100.0

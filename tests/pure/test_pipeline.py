@@ -640,3 +640,23 @@ def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
     keypoints = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu"))
     keypoints.solve()
     assert keypoints.start == "network" and RIG_ITERATIONS["network"] == 2
+
+
+def test_a_knee_is_backwards_only_where_the_foot_shows_the_front():
+    """The bake's knees-backwards figure: a knee behind the hip-ankle line against the foot counts;
+    a foot pointed along the shin (within 20 degrees of that line) shows no front and never counts."""
+    from neural_ik.pipeline.core import FOOT_ALONG_LEG_DEG, _backwards
+
+    T = 4
+    hip = np.zeros((T, 3))
+    ankle = np.tile([0.0, 0.0, -0.8], (T, 1))
+    knee = np.tile([0.0, -0.15, -0.4], (T, 1))          # bent forward (-Y is the front here)
+    back = knee * [1.0, -1.0, 1.0]                      # the same knee mirrored behind the line
+    foot = np.tile([0.0, -0.15, -0.05], (T, 1))         # pointing forward
+    assert not _backwards(hip, knee, ankle, foot, UP).any()
+    assert _backwards(hip, back, ankle, foot, UP).all()
+    for deg, counted in ((4.0, False), (FOOT_ALONG_LEG_DEG - 1.0, False), (FOOT_ALONG_LEG_DEG + 1.0, True)):
+        a = np.radians(deg)
+        pointed = np.tile([0.0, -0.15 * np.sin(a), -0.15 * np.cos(a)], (T, 1))   # deg off the shin's line
+        assert _backwards(hip, back, ankle, pointed, UP).all() == counted, deg
+    assert not _backwards(hip, back, ankle, None, UP).any()
