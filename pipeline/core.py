@@ -616,23 +616,22 @@ class RigBake:
         if isinstance(prior, dict):
             prior = np.array([prior.get(b, 0.05) for b in free])
 
+        iterations = int(o.rig_iterations if o.rig_iterations is not None else RIG_ITERATIONS[self.start])
+        if self.mode == "sparse" and iterations > 0:
+            # effectors must be met to the millimetre: the prior fades over more steps
+            # (more for clips, whose every frame must converge, straight limbs included)
+            iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
         # the share of the fit stage's bar the solve under way fills: the first pass, then the
         # settling rounds of a sparse clip (about as many steps again)
-        settles = self.mode == "sparse" and self.n_frames > 4
-        first = SPARSE_ITERATIONS / (SPARSE_ITERATIONS + SPARSE_SETTLE_ROUNDS * SPARSE_SETTLE_ITERATIONS)
-        span = [0.0, first if settles else 1.0]
+        settles = self.mode == "sparse" and self.n_frames > 4 and iterations > 0
+        first = iterations / (iterations + SPARSE_SETTLE_ROUNDS * SPARSE_SETTLE_ITERATIONS) if settles else 1.0
+        span = [0.0, first]
 
         def _progress(done, total):
             if cancel is not None and cancel():
                 raise BakeCancelled("bake cancelled")
             if progress is not None and total:
                 progress(span[0] + (span[1] - span[0]) * min(done / total, 1.0), "fit")
-
-        iterations = int(o.rig_iterations if o.rig_iterations is not None else RIG_ITERATIONS[self.start])
-        if self.mode == "sparse" and iterations > 0:
-            # effectors must be met to the millimetre: the prior fades over more steps
-            # (more for clips, whose every frame must converge, straight limbs included)
-            iterations = max(iterations, SPARSE_ITERATIONS if self.n_frames > 1 else SPARSE_POSE_ITERATIONS)
         if self.mode == "dense" and getattr(self, "same_skeleton", False) and all(b in copied for b in free):
             # the source's own skeleton: every solved bone already turns exactly as the
             # source's (its joints are met); the solve would only measure
@@ -704,7 +703,8 @@ class RigBake:
         :data:`SPARSE_SETTLE_ITERATIONS` steps of the rig-space solve from
         there, its prior on that smoothed pose, which meet the effectors
         again. Each round leaves less of the frame-to-frame wander in the
-        directions no effector decides. ``span``: the [start, end] of the fit
+        directions no effector decides. Bones with a locked rotation axis are
+        not low-passed. ``span``: the [start, end] of the fit
         stage's bar that ``kw["progress"]`` fills (set per round, from where
         the first pass ended). Returns the new fit.
         """
@@ -714,10 +714,13 @@ class RigBake:
         r = self.plan.root
         kw = dict(kw, iterations=SPARSE_SETTLE_ITERATIONS)
         rounds = int(SPARSE_SETTLE_ROUNDS)
+        # (a bone with a locked axis keeps the solve's rotation: a low-pass of its whole rotation
+        # would move it about the locked axes too, and the solve keeps locked axes where they start)
+        cols = [b for b in free if not np.any(self.locked.get(int(b), False))]
         lo = span[1]
         for k in range(rounds):
             span[:] = [lo + (1.0 - lo) * k / rounds, lo + (1.0 - lo) * (k + 1) / rounds]
-            q = _smooth_columns("smooth_rotations", fit.quaternions, free, "butter", SPARSE_SETTLE_STRENGTH,
+            q = _smooth_columns("smooth_rotations", fit.quaternions, cols, "butter", SPARSE_SETTLE_STRENGTH,
                                 self.fps, unit=True, inplace=True)
             quat_continuity(q, out=q)
             loc = fit.locations

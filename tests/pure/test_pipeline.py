@@ -660,3 +660,29 @@ def test_a_knee_is_backwards_only_where_the_foot_shows_the_front():
         pointed = np.tile([0.0, -0.15 * np.sin(a), -0.15 * np.cos(a)], (T, 1))   # deg off the shin's line
         assert _backwards(hip, back, ankle, pointed, UP).all() == counted, deg
     assert not _backwards(hip, back, ankle, None, UP).any()
+
+
+def test_settling_keeps_a_locked_axis_where_the_solve_left_it(monkeypatch):
+    """A sparse clip's settling over time never turns a bone about a locked axis."""
+    from neural_ik.model.skeleton import SPARSE_EFFECTORS
+    from neural_ik.pipeline import core
+
+    plan, mapping, truth = _walk_on(_rig("T_default"))
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    mask = np.broadcast_to(np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS), kp.shape[:2]).copy()
+    kp = np.where(mask[..., None], kp, np.nan)
+    fore = plan.rig.index(mapping.entries["forearm_l"])
+    locked = {fore: np.array([True, False, True])}   # a hinge about the bone's own Y
+    quats = {}
+    for rounds in (0, core.SPARSE_SETTLE_ROUNDS):
+        monkeypatch.setattr(core, "SPARSE_SETTLE_ROUNDS", rounds)
+        job = RigBake(plan.rig, mapping, kp, mask, 30.0, BakeOptions(device="cpu", mode="sparse", smooth="none"),
+                      locked=locked)
+        job.run()
+        quats[rounds] = job.result.quaternions[:, fore]
+    q0, q1 = quats[0], quats[core.SPARSE_SETTLE_ROUNDS]
+    # the relative turn between the two bakes has no X or Z part: about Y only
+    w0, v0 = q0[:, :1], q0[:, 1:]
+    w1, v1 = q1[:, :1], q1[:, 1:]
+    rel_v = w0 * v1 - w1 * v0 - np.cross(v0, v1)     # vector part of conj(q0) * q1
+    assert np.abs(rel_v[:, [0, 2]]).max() < 1e-6, np.abs(rel_v[:, [0, 2]]).max()
