@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.skeleton import BONE_CHILD, CANONICAL, JOINTS, KEYPOINTS, PARENTS, Skeleton
+from ..model.skeleton import BONE_CHILD, CANONICAL, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, Skeleton
 from .options import BakeCancelled, BakeError, BakeOptions, check_options
 from .prepare import prepare_source
 
@@ -112,6 +112,11 @@ SPARSE_POSE_PRIOR_FLOOR = 1e-2
 SPARSE_SETTLE_ROUNDS = 3
 SPARSE_SETTLE_STRENGTH = 0.7
 SPARSE_SETTLE_ITERATIONS = 8
+#: ... never across a cut: a frame to which an effector jumps faster than this (m/s; a
+#: punch's fist moves at 10-15) starts a new stretch of the settling's low-pass. Many mocap
+#: files open on a T-pose frame (CMU's `01_01`: hands 55-64 cm away at 120 fps, 77 m/s), and
+#: the low-pass spread that jump over the next frames.
+SPARSE_CUT_SPEED = 20.0
 
 
 def leg_length(skel) -> float:
@@ -571,8 +576,12 @@ class RigBake:
             # smooth that guess (the start pose and prior); the effectors are met anyway
             from ..retarget.solve import pose_rig
 
-            q = _smooth_columns("smooth_rotations", init.quaternions, range(init.quaternions.shape[1]), "butter", 0.5,
-                                self.fps, unit=True)
+            q = np.array(init.quaternions, dtype=np.float64)
+            cuts = [0, *self._cuts(), self.n_frames]
+            for a, b in zip(cuts[:-1], cuts[1:]):   # (never across a cut: see SPARSE_CUT_SPEED)
+                if b - a > 4:
+                    _smooth_columns("smooth_rotations", q[a:b], range(q.shape[1]), "butter", 0.5, self.fps,
+                                    unit=True, inplace=True)
             init.quaternions = quat_continuity(q, out=q)
             _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
         self.initial = init
@@ -718,17 +727,28 @@ class RigBake:
         # would move it about the locked axes too, and the solve keeps locked axes where they start)
         cols = [b for b in free if not np.any(self.locked.get(int(b), False))]
         lo = span[1]
+        cuts = [0, *self._cuts(), self.n_frames]
         for k in range(rounds):
             span[:] = [lo + (1.0 - lo) * k / rounds, lo + (1.0 - lo) * (k + 1) / rounds]
-            q = _smooth_columns("smooth_rotations", fit.quaternions, cols, "butter", SPARSE_SETTLE_STRENGTH,
-                                self.fps, unit=True, inplace=True)
+            q, loc = fit.quaternions, fit.locations
+            for a, b in zip(cuts[:-1], cuts[1:]):   # (each stretch between cuts on its own, in place)
+                if b - a > 4:
+                    _smooth_columns("smooth_rotations", q[a:b], cols, "butter", SPARSE_SETTLE_STRENGTH, self.fps,
+                                    unit=True, inplace=True)
+                    loc[a:b, r] = np.asarray(_smooth("smooth_keypoints", loc[a:b, r:r + 1], "butter",
+                                                     SPARSE_SETTLE_STRENGTH, self.fps))[:, 0]
             quat_continuity(q, out=q)
-            loc = fit.locations
-            loc[:, r] = np.asarray(_smooth("smooth_keypoints", loc[:, r:r + 1], "butter", SPARSE_SETTLE_STRENGTH,
-                                           self.fps))[:, 0]
             fit = solve_rig(self.plan.rig, q, loc, targets, free, r, overwrite=True, **kw)
         span[:] = [1.0, 1.0]
         return fit
+
+    def _cuts(self):
+        """Frames (sorted) to which a given effector jumped faster than :data:`SPARSE_CUT_SPEED`."""
+        eff = [_K[e] for e in SPARSE_EFFECTORS]
+        p = self.src_m[:, eff]
+        with np.errstate(invalid="ignore"):
+            speed = np.linalg.norm(np.diff(p, axis=0), axis=-1) * self.fps
+        return [int(t) + 1 for t in np.flatnonzero(np.nan_to_num(speed, nan=0.0).max(axis=1) > SPARSE_CUT_SPEED)]
 
     def _second_pass(self, fit, targets, info, src, scale, free, prior, kw):
         """Sparse mode: the frames in which an effector is still over 1 mm off, solved once more.

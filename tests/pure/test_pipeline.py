@@ -686,3 +686,38 @@ def test_settling_keeps_a_locked_axis_where_the_solve_left_it(monkeypatch):
     w1, v1 = q1[:, :1], q1[:, 1:]
     rel_v = w0 * v1 - w1 * v0 - np.cross(v0, v1)     # vector part of conj(q0) * q1
     assert np.abs(rel_v[:, [0, 2]]).max() < 1e-6, np.abs(rel_v[:, [0, 2]]).max()
+
+
+def test_six_effectors_settle_never_across_a_cut(monkeypatch):
+    """A clip that opens on a frame its effectors jump from (a T-pose frame, as many mocap files have):
+    the low-passes of a sparse clip stop at the jump, and the frames after it bake nearly as the clip
+    without that frame does (the toes are given too, so that no stance, which reads percentiles of the
+    whole clip, differs between the two)."""
+    from neural_ik.model.skeleton import SPARSE_EFFECTORS
+    from neural_ik.pipeline import core
+
+    plan, mapping, truth = _walk_on(_rig("T_default"), seconds=2.0)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    given = np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS + ("toe_l", "toe_r"))
+    kp = np.where(given[None, :, None], kp, np.nan)
+    first = kp[:1].copy()
+    for side, sign in (("l", 1.0), ("r", -1.0)):    # arms out and up, 89 cm from where they are (27 m/s)
+        first[0, KEYPOINTS.index(f"hand_{side}")] += [sign * 0.8, 0.0, 0.4]
+    jumped = np.concatenate([first, kp])
+    b = _mapped(plan.rig, mapping)
+
+    def bake(clip):
+        job = RigBake(plan.rig, mapping, clip, np.isfinite(clip).all(-1), 30.0,
+                      BakeOptions(device="cpu", mode="sparse", smooth="none"))
+        job.run()
+        return job, job.result.heads[:, b]
+
+    job, alone = bake(kp)
+    assert job._cuts() == []
+    job, cut = bake(jumped)
+    assert job._cuts() == [1]
+    monkeypatch.setattr(core, "SPARSE_CUT_SPEED", float("inf"))
+    _, across = bake(jumped)
+    leak = np.linalg.norm(cut[1:] - alone, axis=-1).max(axis=1) * 1000.0
+    spread = np.linalg.norm(across[1:] - alone, axis=-1).max(axis=1) * 1000.0
+    assert leak[:5].max() < 15.0 and spread[:3].min() > 50.0, (leak[:5], spread[:5])   # (7.7 / 125 mm)
