@@ -85,6 +85,7 @@ def _segment_table():
 #: Body segment of each keypoint's offset for :meth:`Augmenter._skeleton_variety` (-1: none).
 _SEGMENT_OF_KP, _PLACEMENT_SIGMA = _segment_table()
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
+_PELVIS_KP = _K["pelvis"]
 #: Keypoint groups whole sources lack, with the probability of hiding each (at ``p_missing`` 0.5).
 _MISSING_GROUPS = (
     ([_K["head_top"]], 0.3), ([_K["nose"]], 0.5), ([_K["hand_tip_l"], _K["hand_tip_r"]], 0.35),
@@ -127,6 +128,9 @@ class TrainConfig:
         self.video_jitter_m = 0.015
         self.video_depth_m = 0.03
         self.p_fit_skeleton = 0.0
+        # keypoint noise leaves the pelvis keypoint exact (the whole noisy set shifted onto it): the
+        # network places the root from the given pelvis, not from the other keypoints
+        self.exact_pelvis = 0
         # temporal context: windows of `window` frames (batch = frames per step), a temporal block reading
         # `temporal` frames (0: none); per step the block is off / centred / causal
         self.window = 1
@@ -374,6 +378,8 @@ class Augmenter:
             kp_in = kp + self._randn(*kp.shape) * cfg.noise_m * self._rw(N, 1, 1)
         if augment and cfg.p_video > 0:
             kp_in = self._video_noise(kp_in, ~sparse)
+        if augment and cfg.exact_pelvis and kp_in is not kp:
+            kp_in = kp_in - (kp_in[:, _PELVIS_KP] - kp[:, _PELVIS_KP])[:, None]
         off_in, eo_in = off, eo
         if augment and cfg.p_fit_skeleton > 0:
             off_in, eo_in = self._input_skeleton(off, eo, mask, sparse)

@@ -60,6 +60,20 @@ def test_video_noise_only_on_the_input():
     assert err.mean() > 0.005 and err.max() < 0.5
 
 
+def test_exact_pelvis_keeps_the_pelvis_and_the_noise_between_points():
+    """``exact_pelvis``: the noisy keypoints shifted so the pelvis is exact; how they lie relative to
+    one another is the same noise."""
+    noisy, _ = _aug(p_video=1.0, noise_m=0.004, p_sparse=0.0)
+    exact, _ = _aug(p_video=1.0, noise_m=0.004, p_sparse=0.0, exact_pelvis=1)
+    a, b = noisy.sample(256), exact.sample(256)
+    p = _K["pelvis"]
+    assert (a["kp_in"][:, p] - a["kp"][:, p]).norm(dim=-1).mean() > 0.005
+    assert (b["kp_in"][:, p] - b["kp"][:, p]).norm(dim=-1).max() < 1e-6
+    rel_a = a["kp_in"] - a["kp_in"][:, p:p + 1]
+    rel_b = b["kp_in"] - b["kp_in"][:, p:p + 1]
+    torch.testing.assert_close(rel_a, rel_b)
+
+
 def test_input_skeleton_is_what_fit_skeleton_measures():
     aug, _ = _aug(p_fit_skeleton=1.0, p_variety=1.0, p_sparse=0.0, max_drop=0.0, p_missing=1.0)
     b = aug.sample(64)
