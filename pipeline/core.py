@@ -577,11 +577,9 @@ class RigBake:
             from ..retarget.solve import pose_rig
 
             q = np.array(init.quaternions, dtype=np.float64)
-            cuts = [0, *self._cuts(), self.n_frames]
-            for a, b in zip(cuts[:-1], cuts[1:]):   # (never across a cut: see SPARSE_CUT_SPEED)
-                if b - a > 4:
-                    _smooth_columns("smooth_rotations", q[a:b], range(q.shape[1]), "butter", 0.5, self.fps,
-                                    unit=True, inplace=True)
+            for a, b in self._stretches():   # (never across a cut: see SPARSE_CUT_SPEED)
+                _smooth_columns("smooth_rotations", q[a:b], range(q.shape[1]), "butter", 0.5, self.fps,
+                                unit=True, inplace=True)
             init.quaternions = quat_continuity(q, out=q)
             _, init.heads = pose_rig(plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
         self.initial = init
@@ -727,16 +725,15 @@ class RigBake:
         # would move it about the locked axes too, and the solve keeps locked axes where they start)
         cols = [b for b in free if not np.any(self.locked.get(int(b), False))]
         lo = span[1]
-        cuts = [0, *self._cuts(), self.n_frames]
+        stretches = self._stretches()
         for k in range(rounds):
             span[:] = [lo + (1.0 - lo) * k / rounds, lo + (1.0 - lo) * (k + 1) / rounds]
             q, loc = fit.quaternions, fit.locations
-            for a, b in zip(cuts[:-1], cuts[1:]):   # (each stretch between cuts on its own, in place)
-                if b - a > 4:
-                    _smooth_columns("smooth_rotations", q[a:b], cols, "butter", SPARSE_SETTLE_STRENGTH, self.fps,
-                                    unit=True, inplace=True)
-                    loc[a:b, r] = np.asarray(_smooth("smooth_keypoints", loc[a:b, r:r + 1], "butter",
-                                                     SPARSE_SETTLE_STRENGTH, self.fps))[:, 0]
+            for a, b in stretches:   # (each stretch between cuts on its own, in place)
+                _smooth_columns("smooth_rotations", q[a:b], cols, "butter", SPARSE_SETTLE_STRENGTH, self.fps,
+                                unit=True, inplace=True)
+                loc[a:b, r] = np.asarray(_smooth("smooth_keypoints", loc[a:b, r:r + 1], "butter",
+                                                 SPARSE_SETTLE_STRENGTH, self.fps))[:, 0]
             quat_continuity(q, out=q)
             fit = solve_rig(self.plan.rig, q, loc, targets, free, r, overwrite=True, **kw)
         span[:] = [1.0, 1.0]
@@ -749,6 +746,11 @@ class RigBake:
         with np.errstate(invalid="ignore"):
             speed = np.linalg.norm(np.diff(p, axis=0), axis=-1) * self.fps
         return [int(t) + 1 for t in np.flatnonzero(np.nan_to_num(speed, nan=0.0).max(axis=1) > SPARSE_CUT_SPEED)]
+
+    def _stretches(self):
+        """``[(a, b)]``: the runs of frames between cuts (:meth:`_cuts`) long enough to low-pass (over 4)."""
+        edges = [0, *self._cuts(), self.n_frames]
+        return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b - a > 4]
 
     def _second_pass(self, fit, targets, info, src, scale, free, prior, kw):
         """Sparse mode: the frames in which an effector is still over 1 mm off, solved once more.
