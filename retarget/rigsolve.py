@@ -699,6 +699,10 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
               min_iterations, tol, progress=None):
     """:func:`_lm_torch` in float64 numpy: a few frames (a pose being dragged), or any chunk where torch is not loaded.
 
+    Returns ``(basis, loc, iterations, (X, pts))``: the last accepted pose's
+    bone heads and target points come along, so the caller need not pose the
+    chunk again.
+
     ``bench_live.py``: a torch call costs several microseconds whatever its
     size, a numpy call on small matrices about one; the ~200 calls of an
     iteration make that the difference between a live solve of 25 ms and one
@@ -797,7 +801,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             break
         if progress is not None:
             progress()
-    return basis, loc, done
+    return basis, loc, done, (X, pts)
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
@@ -904,22 +908,27 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         tgt, w = stacked("target", c0, c1), stacked("weight", c0, c1)
         kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
                   min_iterations=min_iterations, tol=tol, progress=tick)
+        posed = None
         if int(iterations) <= 0:   # only the residuals of the start pose
             it = 0
         elif use_torch and n > SMALL_BATCH:
             basis, loc, it = _lm_torch(pb, basis, loc, tgt, w, proj, **kw)
         else:
             with _threads(1):
-                basis, loc, it = _lm_numpy(pb, basis, loc, tgt, w, proj, **kw)
-        if it:   # rotations again (products of float32 steps drift): through unit quaternions
+                basis, loc, it, posed = _lm_numpy(pb, basis, loc, tgt, w, proj, **kw)
+        if it:   # rotations through unit quaternions
             q = matrix_to_quat(basis)
             q /= np.linalg.norm(q, axis=-1, keepdims=True)
-            basis = quat_to_matrix(q)
+            if posed is None:   # (products of float32 steps drift: the pose of the unit quaternions)
+                basis = quat_to_matrix(q)
         else:
             q = quats[c0:c1][:, posed_idx]
-        W, X, _ = pb.fk.numpy(basis, loc)
+        if posed is None:
+            W, X, _ = pb.fk.numpy(basis, loc)
+            pts = posed_points(W, X, pb.pslot, pb.poff)
+        else:   # float64 steps: the pose the solve ended on is the unit quaternions' to 1e-15
+            X, pts = posed
         # unweighted residual lengths
-        pts = posed_points(W, X, pb.pslot, pb.poff)
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
         res = np.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], axis=-1)
         return c0, c1, q, loc, X, res, it
