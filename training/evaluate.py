@@ -326,7 +326,9 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
       (``Solver.solve(skeleton=None)``); ``mpjpe_mm``: distance of the FK
       joints to the source's joints (over the joints it has); ``rot_deg``:
       angle between the network's world rotations and the source skeleton's
-      own (over the joints it has a bone for).
+      own (over the joints it has a bone for). The root is placed on the
+      given keypoints as the solver does (``Solver.place_root``); the row
+      *the network's own root* leaves it where the network put it.
     - *rig-space solve*: the keypoints alone (the source skeleton's
       rotations withheld, so the network is the start and prior) baked onto
       the source's own skeleton by :class:`neural_ik.pipeline.core.RigBake`,
@@ -360,16 +362,21 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         n = len(fc)
         mj = fc.mask[:, :NUM_JOINTS]
         line = f"{fc.name:44s} {n:5d} frames "
-        for row, mode in (("network alone, dense, fitted skeleton", "auto"),
-                          ("network alone, dense, fitted skeleton, per frame", "off")):
+        for row, mode, place in (("network alone, dense, fitted skeleton", "auto", True),
+                                 ("network alone, dense, fitted skeleton, per frame", "off", True),
+                                 ("network alone, dense, fitted skeleton, the network's own root", "auto", False)):
             if mode == "off" and not temporal:
                 continue
-            res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False, temporal=mode)
+            was, solver.place_root = solver.place_root, place
+            try:
+                res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False, temporal=mode)
+            finally:
+                solver.place_root = was
             d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
             ang = _angle_deg(world_rotations(res.local_rot), fc.world_rot)[:, fc.given]
             add(row, None, n, mpjpe_mm=float(d[mj].mean() * 1000.0), rot_deg=float(ang.mean()),
                 seconds=res.seconds["network"] / n)
-            line += f" network alone ({mode}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
+            line += f" network alone ({mode}{'' if place else ', own root'}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
         if bakes:
             for mode, row in (("dense", "rig-space solve, dense"), ("sparse", "rig-space solve, six effectors")):
                 b = _bake_own(fc, solver, mode, device)

@@ -164,3 +164,33 @@ def test_single_frame_numpy_path_matches_torch(weights, poses):
         ref2 = s.solve(x[:2], skeleton=sk, refine_steps=3, orientations=None if o is None else o[:2])
         np.testing.assert_allclose(ref1.keypoints[0], ref2.keypoints[0], atol=2e-4)
         assert np.isfinite(ref1.error_mm).all()
+
+
+def test_the_networks_root_is_placed_on_the_given_keypoints(poses):
+    # the network's rotations kept, its root moved so the pose's keypoints sit on the given ones
+    # as a whole: the mean difference over the given keypoints is zero, in the batched (torch) and
+    # the single-frame (numpy) path alike, dense and sparse; off, the root is the network's own
+    kp, sk = poses
+    s = I.Solver(device="cpu")
+    sp = np.full_like(kp, np.nan)
+    eff = [KEYPOINTS.index(n) for n in ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")]
+    sp[:, eff] = kp[:, eff] + np.array([0.0, 0.0, 0.03])   # a body 3 cm off its own skeleton's pelvis height
+    for x in (kp, sp):
+        given = np.isfinite(x).all(-1)
+        for r in (s.solve(x, skeleton=sk, refine=False), s.solve(x[0], skeleton=sk, refine=False)):
+            n = len(r.keypoints)
+            mean = np.nanmean(np.where(given[:n, :, None], x[:n] - r.keypoints, np.nan), axis=1)
+            np.testing.assert_allclose(mean, 0.0, atol=1e-5)
+    placed = s.solve(sp, skeleton=sk, refine=False)
+    s.place_root = False
+    try:
+        own = s.solve(sp, skeleton=sk, refine=False)
+        one = s.solve(sp[0], skeleton=sk, refine=False)
+    finally:
+        s.place_root = True
+    np.testing.assert_allclose(own.local_rot, placed.local_rot, atol=1e-6)      # the rotations are the network's
+    np.testing.assert_allclose(one.root_pos[0], own.root_pos[0], atol=2e-5)
+    mean_own = np.nanmean(np.where(np.isfinite(sp).all(-1)[..., None], sp - own.keypoints, np.nan), axis=1)
+    assert np.linalg.norm(mean_own, axis=-1).mean() > 5e-3     # the network alone leaves its root off
+    # (and that is what the placement moved: the whole pose, by that mean)
+    np.testing.assert_allclose(placed.root_pos - own.root_pos, mean_own, atol=1e-5)
