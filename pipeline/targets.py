@@ -42,7 +42,7 @@ from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFE
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
-           "rig_sole", "rest_floor_gap", "knee_axes", "settle_knees", "WEIGHTS"]
+           "rig_sole", "rest_floor_gap", "hinge_axes", "settle_hinges", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -232,65 +232,85 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     return float(np.clip(np.mean(out), 0.0, 0.1 * leg))
 
 
-def knee_axes(plan) -> list:
-    """The knees' hinge axes: ``[(thigh, calf, foot, axis in the calf's rest frame)]``.
+#: The limbs that bend as hinges: (upper, lower, end) canonical joints; knees, then elbows.
+HINGE_LIMBS = (("thigh", "calf", "foot"), ("upperarm", "forearm", "hand"))
+#: A limb bent at least this much at rest (degrees) bends in that plane (the rig's author put it so,
+#: as IK chains need); a straighter one about the axis across it and the body's forward direction.
+HINGE_REST_BEND = 5.0
 
-    A knee bends about the axis across its shin and the body's forward
-    direction (the canonical -Y in the rig's axes, ``plan.K``), whatever the
-    rig's bone rolls. A leg whose calf is not its thigh's child or whose foot
-    is not its calf's child, or whose shin points forward at rest, gives none.
+
+def hinge_axes(plan) -> list:
+    """The knees' and elbows' hinge axes: ``[(upper, lower, end, axis in the lower bone's rest frame)]``.
+
+    A limb bent at rest (:data:`HINGE_REST_BEND` or more: the meta-rig's
+    elbows and knees) bends in that plane: its axis is the plane's normal.
+    A straight one bends about the axis across its lower bone (shin,
+    forearm) and the body's forward direction (the canonical -Y in the
+    rig's axes, ``plan.K``), whatever the rig's bone rolls: a knee forward,
+    an elbow of a T or A pose forward too (held-out studios' skeletons
+    bend exactly so; CMU's converted skeletons turn the elbow's axis some
+    30 degrees from it). A limb whose lower bone is not its upper bone's
+    child, or whose end is not its lower bone's child, or a straight one
+    pointing forward at rest gives none.
     """
     rig = plan.rig
     Q = rig.rest_rotation()
     forward = plan.K @ np.array([0.0, -1.0, 0.0])
     out = []
-    for s in "lr":
-        t, c, f = _bone(plan, f"thigh_{s}"), _bone(plan, f"calf_{s}"), _bone(plan, f"foot_{s}")
-        if t is None or c is None or f is None or int(rig.parents[c]) != t or int(rig.parents[f]) != c:
-            continue
-        d = rig.head[f] - rig.head[c]   # the shin
-        nd = float(np.linalg.norm(d))
-        if nd < 1e-9:
-            continue
-        h = np.cross(d / nd, forward)
-        if np.linalg.norm(h) < 0.5:    # the shin points forward (or back) at rest: no plane
-            continue
-        out.append((t, c, f, Q[c].T @ (h / np.linalg.norm(h))))
+    for upper, lower, end in HINGE_LIMBS:
+        for s in "lr":
+            t, c, f = _bone(plan, f"{upper}_{s}"), _bone(plan, f"{lower}_{s}"), _bone(plan, f"{end}_{s}")
+            if t is None or c is None or f is None or int(rig.parents[c]) != t or int(rig.parents[f]) != c:
+                continue
+            u = rig.head[c] - rig.head[t]
+            d = rig.head[f] - rig.head[c]     # the shin, the forearm
+            nu, nd = float(np.linalg.norm(u)), float(np.linalg.norm(d))
+            if nu < 1e-9 or nd < 1e-9:
+                continue
+            h = np.cross(u / nu, d / nd)
+            if np.linalg.norm(h) < np.sin(np.radians(HINGE_REST_BEND)):
+                h = np.cross(d / nd, forward)
+                if np.linalg.norm(h) < 0.5:    # the lower bone points forward (or back) at rest: no plane
+                    continue
+            out.append((t, c, f, Q[c].T @ (h / np.linalg.norm(h))))
     return out
 
 
-#: Knee bends (degrees) over which :func:`settle_knees` fades in: a straight leg shows no plane.
-KNEE_BEND = (5.0, 20.0)
-#: Cosines of the angle between a knee's axis and its leg's plane normal over which
-#: :func:`settle_knees` fades out (30 to 60 degrees off).
-KNEE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
+#: Bends (degrees) over which :func:`settle_hinges` fades in: a straight limb shows no plane.
+HINGE_BEND = (5.0, 20.0)
+#: Cosines of the angle between a hinge's axis and its limb's plane normal over which
+#: :func:`settle_hinges` fades out (30 to 60 degrees off).
+HINGE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
 
 
-def settle_knees(plan, quats, locations, chunk=None) -> None:
-    """Turn each thigh and calf about themselves so that the knee bends about its hinge axis (``quats`` in place).
+def settle_hinges(plan, quats, locations, chunk=None) -> None:
+    """Turn the upper and lower bone of each knee and elbow about themselves so that it bends about its hinge axis.
 
-    Joint positions leave a thigh's turn about itself open where the knee
-    may turn any way (the calf makes up for it, and the foot for the calf):
-    the held-out studios' keypoints came back with thighs and calves turned
-    10-20 degrees about themselves, and the rig-space solve meets the joints
-    with whatever turn its steps left. A knee is a hinge: its axis
-    (:func:`knee_axes`) is the normal of the plane of hip, knee and ankle.
-    Per frame, the thigh turns about the hip-knee line until its knee axis
-    lies along that normal, the calf about the knee-ankle line likewise, and
-    the foot keeps its turn in the world: every joint stays where it was,
-    only the thigh's, calf's and foot's rotations change. Faded in over
-    knee bends of :data:`KNEE_BEND` (a straight leg has no plane), and out
-    where the knee's axis is :data:`KNEE_OFF` off the plane already.
+    ``quats`` in place. Joint positions leave a thigh's (an upper arm's)
+    turn about itself open where the knee (elbow) may turn any way (the
+    lower bone makes up for it, and the end bone for that): the held-out
+    studios' keypoints came back with thighs and calves turned 10-20
+    degrees about themselves and forearms whose bend axis wandered 2-17
+    degrees from frame to frame, some 25 degrees from their skeletons' own,
+    and the rig-space solve meets the joints with whatever turn its steps
+    left. A knee or an elbow is a hinge: its axis (:func:`hinge_axes`) is
+    the normal of the plane of its three joints. Per frame, the upper bone
+    turns about its line until the hinge axis lies along that normal, the
+    lower bone about its own line likewise, and the end bone (foot, hand)
+    keeps its turn in the world: every joint stays where it was, only the
+    three rotations change. Faded in over bends of :data:`HINGE_BEND` (a
+    straight limb has no plane), and out where the axis is
+    :data:`HINGE_OFF` off the plane already.
     """
     from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from ..retarget.solve import frame_chunks, pose_rig
 
     rig = plan.rig
     Q = rig.rest_rotation()
-    legs = knee_axes(plan)
-    if not legs:
+    limbs = hinge_axes(plan)
+    if not limbs:
         return
-    bones = sorted({b for t, c, f, _a in legs for b in (t, c, f, *rig.ancestors(t))})
+    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))})
 
     def turn(u, onto, about):
         """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
@@ -300,31 +320,31 @@ def settle_knees(plan, quats, locations, chunk=None) -> None:
     for a0, b0 in frame_chunks(len(quats), chunk):
         W, X = pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
                         chunk=b0 - a0)
-        for t, c, f, a in legs:
-            thigh = X[:, c] - X[:, t]
-            shin = X[:, f] - X[:, c]
-            n = np.cross(thigh, shin)
+        for t, c, f, a in limbs:
+            upper = X[:, c] - X[:, t]     # thigh, upper arm
+            lower = X[:, f] - X[:, c]     # shin, forearm
+            n = np.cross(upper, lower)
             nn = np.linalg.norm(n, axis=-1)
-            lt, ls = np.linalg.norm(thigh, axis=-1), np.linalg.norm(shin, axis=-1)
-            bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lt * ls, 1e-12), 0.0, 1.0)))
-            w = np.clip((bend - KNEE_BEND[0]) / (KNEE_BEND[1] - KNEE_BEND[0]), 0.0, 1.0)
+            lu, ll = np.linalg.norm(upper, axis=-1), np.linalg.norm(lower, axis=-1)
+            bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lu * ll, 1e-12), 0.0, 1.0)))
+            w = np.clip((bend - HINGE_BEND[0]) / (HINGE_BEND[1] - HINGE_BEND[0]), 0.0, 1.0)
             if not w.any():
                 continue
             n = n / np.maximum(nn, 1e-12)[:, None]
-            tw = thigh / np.maximum(lt, 1e-12)[:, None]
-            sw = shin / np.maximum(ls, 1e-12)[:, None]
-            ha = W[:, c] @ a                                      # the calf's knee axis now
+            uw = upper / np.maximum(lu, 1e-12)[:, None]
+            lw = lower / np.maximum(ll, 1e-12)[:, None]
+            ha = W[:, c] @ a                                      # the lower bone's hinge axis now
             cos = (n * ha).sum(-1)
             n = np.where((cos < 0)[:, None], -n, n)              # (the normal's sign nearest it)
-            # a knee turned far from any hinge (its axis 30-60 degrees or more off the leg's plane:
+            # a joint turned far from any hinge (its axis 30-60 degrees or more off the limb's plane:
             # no human pose; which way to turn it is unclear) is left as the solve made it
-            w = w * np.clip((np.abs(cos) - KNEE_OFF[1]) / (KNEE_OFF[0] - KNEE_OFF[1]), 0.0, 1.0)
+            w = w * np.clip((np.abs(cos) - HINGE_OFF[1]) / (HINGE_OFF[0] - HINGE_OFF[1]), 0.0, 1.0)
             R_rel = Q[t].T @ Q[c]
             Wt, Wc, Wf = W[:, t], W[:, c], W[:, f]
-            g = w * turn(Wt @ (R_rel @ a), n, tw)                 # the thigh about the hip-knee line
-            b = w * turn(ha, n, sw)                               # the calf about the knee-ankle line
-            Wt2 = axis_angle_to_matrix(g[:, None] * tw) @ Wt
-            Wc2 = axis_angle_to_matrix(b[:, None] * sw) @ Wc
+            g = w * turn(Wt @ (R_rel @ a), n, uw)                 # the upper bone about its own line
+            b = w * turn(ha, n, lw)                               # the lower bone about its own line
+            Wt2 = axis_angle_to_matrix(g[:, None] * uw) @ Wt
+            Wc2 = axis_angle_to_matrix(b[:, None] * lw) @ Wc
             Bt = quat_to_matrix(np.asarray(quats[a0:b0, t], dtype=np.float64))
             quats[a0:b0, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
             quats[a0:b0, c] = matrix_to_quat(R_rel.T @ np.swapaxes(Wt2, -1, -2) @ Wc2)

@@ -246,26 +246,30 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
                                q[:, idx["hand_l"]] * np.sign(q[:, idx["hand_l"], :1]), atol=1e-12)
 
 
-def test_settle_knees_finds_the_thighs_turn_and_moves_no_joint():
-    """A pose whose thigh is turned about itself and whose calf makes up for it (the same joints, a
-    knee bent sideways): :func:`settle_knees` brings back the truth where the knee is bent (a walk's
-    calves turn about their hinge axis only) and moves no joint; a straight knee is left alone."""
+def test_settle_hinges_finds_the_upper_bones_turn_and_moves_no_joint():
+    """A pose whose thighs and upper arms are turned about themselves and whose calves and forearms make
+    up for it (the same joints, knees and elbows bent sideways): :func:`settle_hinges` brings back the
+    truth where the limb is bent (a walk's calves and forearms turn about their hinge axis only) and moves
+    no joint; a straight limb is left alone."""
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
-    from neural_ik.pipeline.targets import knee_axes, settle_knees
+    from neural_ik.pipeline.targets import hinge_axes, settle_hinges
 
     T = 40
     rig, mapping, plan, rng, q_true = _random_poses(11, T, 0.25)
-    axes = knee_axes(plan)
-    assert len(axes) == 2
+    axes = hinge_axes(plan)
+    names = sorted(rig.names[c] for _t, c, _f, _a in axes)
+    assert names == sorted(mapping.entries[f"{j}_{s}"] for j in ("calf", "forearm") for s in "lr"), names
+    Q = rig.rest_rotation()
     bends = rng.uniform(0.5, 1.4, T)
-    bends[:5] = 0.0                                         # straight knees on the first frames
-    for _t, c, _f, a in axes:
-        q_true[:, c] = matrix_to_quat(axis_angle_to_matrix(np.outer(bends, a)))
+    for t, c, f, a in axes:
+        b = bends.copy()
+        u, d, n = rig.head[c] - rig.head[t], rig.head[f] - rig.head[c], Q[c] @ a
+        b[:5] = -np.arctan2(np.cross(u, d) @ n, u @ d)      # straight limbs on the first frames (the A
+        q_true[:, c] = matrix_to_quat(axis_angle_to_matrix(np.outer(b, a)))   # pose's elbows: 15 deg at rest)
     loc = np.zeros((T, len(rig), 3))
     W_true, X_true = pose_rig(rig, q_true, loc)
-    Q = rig.rest_rotation()
     q0 = q_true.copy()
-    for t, c, _f, _a in axes:     # the thigh turned 25 degrees about the hip-knee line, the calf turned back
+    for t, c, _f, _a in axes:     # the upper bone turned 25 degrees about its line, the lower turned back
         k = Q[t].T @ (rig.head[c] - rig.head[t])
         k /= np.linalg.norm(k)
         R_rel = Q[t].T @ Q[c]
@@ -280,15 +284,40 @@ def test_settle_knees_finds_the_thighs_turn_and_moves_no_joint():
         rel = np.swapaxes(W_true[:, bones], -1, -2) @ W[:, bones]
         return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
 
-    thighs = sorted(t for t, _c, _f, _a in axes)
-    legs = thighs + sorted(c for _t, c, _f, _a in axes)
-    assert error(q0, thighs)[5:].min() > 20.0
+    uppers = sorted(t for t, _c, _f, _a in axes)
+    limbs = uppers + sorted(c for _t, c, _f, _a in axes)
+    assert error(q0, uppers)[5:].min() > 20.0
     q = q0.copy()
-    settle_knees(plan, q, loc)
+    settle_hinges(plan, q, loc)
     _, X = pose_rig(rig, q, loc)
     np.testing.assert_allclose(X, X_true, atol=1e-9)        # no joint moved
-    assert error(q, legs)[5:].max() < 0.01, error(q, legs)[5:].max()
-    np.testing.assert_allclose(q[:5], q0[:5], atol=1e-12)   # straight knees: nothing to go by
+    assert error(q, limbs)[5:].max() < 0.01, error(q, limbs)[5:].max()
+    np.testing.assert_allclose(q[:5], q0[:5], atol=1e-12)   # straight limbs: nothing to go by
+
+
+def test_a_limb_bent_at_rest_bends_in_that_plane():
+    """The meta-rig's elbows are bent 21.5 degrees at rest, 12.5 degrees out of the plane a straight
+    arm is given (across the forearm and forward): their hinge is the rest plane's normal; its knees
+    (bent 10 degrees, forward) agree with the straight rule."""
+    from neural_ik.pipeline.targets import hinge_axes
+
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    Q = rig.rest_rotation()
+    forward = plan.K @ np.array([0.0, -1.0, 0.0])
+    axes = {rig.names[c]: (t, c, f, a) for t, c, f, a in hinge_axes(plan)}
+    assert len(axes) == 4
+    for t, c, f, a in axes.values():
+        u, d = rig.head[c] - rig.head[t], rig.head[f] - rig.head[c]
+        n = np.cross(u, d)
+        n /= np.linalg.norm(n)
+        np.testing.assert_allclose(abs(float((Q[c] @ a) @ n)), 1.0, atol=1e-9)
+        g = np.cross(d, forward)
+        g /= np.linalg.norm(g)
+        off = np.degrees(np.arccos(min(abs(float(n @ g)), 1.0)))
+        is_arm = rig.names[c] == mapping.entries["forearm_l"] or rig.names[c] == mapping.entries["forearm_r"]
+        assert (10.0 < off < 15.0) if is_arm else off < 1.0, (rig.names[c], off)
 
 
 def test_floor_on_a_rig_with_other_feet():
