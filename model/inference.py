@@ -431,11 +431,15 @@ def _placed_root(L, root, kt, mt, off, eo):
 
     Returns
     -------
-    Tensor (B, 3)
+    root : Tensor (B, 3)
+    keypoints : Tensor (B, 32, 3)
+        The pose's keypoints at that root (the forward kinematics once: a
+        translation moves them all alike).
     """
     kpo = fk_keypoints(L, root, off, eo)
     w = mt.to(kpo.dtype)[..., None]
-    return root + ((kt - kpo) * w).sum(1) / w.sum(1).clamp_min(1.0)
+    shift = ((kt - kpo) * w).sum(1) / w.sum(1).clamp_min(1.0)
+    return root + shift, kpo + shift[:, None]
 
 
 class Solver:
@@ -739,15 +743,18 @@ class Solver:
         sequence, and ``crop`` ``(start, count)`` the rows whose keypoints and
         pose are returned (the others are the temporal context around them).
         The root is placed on the given keypoints (:attr:`place_root`).
+        Returns ``(kt, L, root, keypoints)``: the pose's keypoints where the
+        placement computed them, else ``None``.
         """
         kt = torch.where(mt[..., None], kt, torch.zeros((), dtype=kt.dtype, device=kt.device))
         L, root, _ = net.predict(kt, mt, off, eo, ot, omt, window=kt.shape[0], temporal=temporal)
         if crop is not None:
             o, k = crop
             kt, L, root, mt = kt[o:o + k], L[o:o + k], root[o:o + k], mt[o:o + k]
+        kpo = None
         if self.place_root:
-            root = _placed_root(L, root, kt, mt, off, eo)
-        return kt, L, root
+            root, kpo = _placed_root(L, root, kt, mt, off, eo)
+        return kt, L, root, kpo
 
     @staticmethod
     def _batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits, active):
@@ -756,9 +763,10 @@ class Solver:
                        orient_joints=EFFECTOR_JOINTS, limits=limits, active=active)
 
     @staticmethod
-    def _batch_output(L, root, kt, mt, off, eo):
-        """Keypoints of the pose and the mean distance (mm) to the given ones, per frame."""
-        kpo = fk_keypoints(L, root, off, eo)
+    def _batch_output(L, root, kt, mt, off, eo, kpo=None):
+        """Keypoints of the pose (``kpo`` where already known) and the mean distance (mm) to the given ones, per frame."""
+        if kpo is None:
+            kpo = fk_keypoints(L, root, off, eo)
         w = mt.to(kpo.dtype)
         cnt = w.sum(1)
         err = ((kpo - kt).norm(dim=-1) * w).sum(1) / cnt.clamp_min(1.0) * 1000.0
@@ -794,7 +802,7 @@ class Solver:
                 if ori is not None:
                     ot = torch.from_numpy(np.ascontiguousarray(ori[a0:b0])).float()
                     omt = torch.from_numpy(np.ascontiguousarray(omask[a0:b0]))
-                kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (a - a0, b - a))
+                kt, L, root, kpo = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (a - a0, b - a))
                 mt = mt[a - a0:b - a0]
                 if ot is not None:
                     ot, omt = ot[a - a0:b - a0], omt[a - a0:b - a0]
@@ -803,8 +811,9 @@ class Solver:
                 if refine and refine_steps > 0:
                     L, root = self._batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits,
                                                  self._active(m, ori, omask, a, b))
+                    kpo = None
                 seconds[1] += time.perf_counter() - t1
-                kpo, err = self._batch_output(L, root, kt, mt, off, eo)
+                kpo, err = self._batch_output(L, root, kt, mt, off, eo, kpo)
                 out["L"][a:b] = L.numpy()
                 out["root"][a:b] = root.numpy()
                 out["kp"][a:b] = kpo.numpy()
@@ -883,7 +892,7 @@ class Solver:
             buf["done"].record()
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
             ev[0].record()
-            kt, L, root = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (o, k))
+            kt, L, root, kpo = self._batch_network(net, kt, mt, ot, omt, off, eo, temporal, (o, k))
             mt = mt[o:o + k]
             if has_ori:
                 ot, omt = ot[o:o + k], omt[o:o + k]
@@ -891,8 +900,9 @@ class Solver:
             if refine and refine_steps > 0:
                 L, root = self._batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits,
                                              self._active(m, ori, omask, a, b))
+                kpo = None
             ev[2].record()
-            kpo, err = self._batch_output(L, root, kt, mt, off, eo)
+            kpo, err = self._batch_output(L, root, kt, mt, off, eo, kpo)
             timing.append(ev)
             if direct:
                 dst = {key: views[key][a:b] for key in ("L", "root", "kp", "err")}
