@@ -283,7 +283,8 @@ def _set_mode(obj, mode):
     import bpy
 
     for o in bpy.context.view_layer.objects:
-        o.select_set(False)
+        if o is not None:     # (a source deleted a moment ago can still be listed, as None)
+            o.select_set(False)
     obj.select_set(True)
     bpy.context.view_layer.objects.active = obj
     if obj.mode != mode:
