@@ -610,7 +610,8 @@ class RigBake:
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
                                           source_rest=self._source_lengths() if heights is not None else None,
-                                          rest_floor_gap=rest_floor_gap(plan, self.object_matrix))
+                                          rest_floor_gap=rest_floor_gap(plan, self.object_matrix),
+                                          hands=self.source_rig is None)
             prior = 0.01
         self.targets, self.target_info = targets, info
         if len(targets) and self.mode != "sparse":   # the start pose's heads served the targets (60 MB a

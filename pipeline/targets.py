@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
+from ..model.skeleton import (BONE_CHILD, CANONICAL, END_OFFSETS, END_POINTS, JOINTS, KEYPOINTS, PARENTS,
+                              SPARSE_EFFECTORS, SPARSE_HINTS)
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
@@ -110,6 +111,36 @@ def floor_normal(object_matrix) -> np.ndarray:
     m = np.asarray(object_matrix, dtype=np.float64)[:3, :3]
     n = m[2].copy()          # world z of an armature point p is m[2] . p + const
     return n / np.linalg.norm(n)
+
+
+def _rig_thumb(plan, hand):
+    """The tip of the rig's thumb at rest, in the hand bone's frame, or None.
+
+    A hand's one child whose name says ``thumb``, followed one bone after
+    another to its last; the tip is that bone's tail (a BVH's End Site).
+    """
+    from ..retarget.mapping import parse_name
+
+    rig = plan.rig
+    thumbs = [c for c in rig.children(hand) if "thumb" in parse_name(rig.names[c]).tokens]
+    if len(thumbs) != 1:
+        return None
+    c = thumbs[0]
+    while len(rig.children(c)) == 1:
+        c = rig.children(c)[0]
+    if rig.children(c):
+        return None
+    d = rig.tail[c] - rig.head[hand]
+    if float(np.linalg.norm(d)) < 1e-9:
+        return None
+    return rig.rest_rotation()[hand].T @ d
+
+
+def _canonical_leg() -> float:
+    """The canonical skeleton's leg length, as :attr:`RetargetPlan.leg_length` measures a rig's."""
+    from ..retarget.solve import _leg_length
+
+    return float(_leg_length(CANONICAL))
 
 
 def _bone(plan, joint):
@@ -379,7 +410,7 @@ def _median_length(src, a, b, mask):
 
 
 def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True, source_heights=None,
-                  source_rest=None, rest_floor_gap=None, weights=WEIGHTS):
+                  source_rest=None, rest_floor_gap=None, hands=True, weights=WEIGHTS):
     """Targets for a dense source (see the module docstring).
 
     Parameters
@@ -408,6 +439,9 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         Height (armature units, along ``n``) of the rig's lowest rest foot
         point above the object's floor (:func:`rest_floor_gap`); with keypoint sources
         it decides where the rig's floor is (:func:`rig_sole`).
+    hands : bool
+        Rows for the hands' direction and turn from the hand tips and thumbs
+        (keypoints; a source skeleton's rotations carry its hands' turn).
 
     Returns
     -------
@@ -467,6 +501,48 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             k = PARENTS[k]
         if a >= 0 and a != PARENTS[j] and rig.is_ancestor(_bone(plan, JOINTS[a]), _bone(plan, name)):
             direction(a, j, w["direction"], "direction")
+    # the hands: where the source gives a hand tip, the hand points along it; where it gives a thumb,
+    # the hand turns about its own line until its thumb is on the source's side of it (the direction
+    # across the hand only: where a thumb point sits along the hand differs between skeletons). Joint
+    # positions alone leave a hand's turn to the network (fair1: the thumb 21-98 deg off). On the rig,
+    # the hand tip is the canonical end offset carried by the hand's alignment (as target_keypoints
+    # places it), the thumb the tip of the rig's own thumb at rest where it has one, else the canonical
+    # thumb carried so.
+    s_end = plan.leg_length / _canonical_leg() if plan.leg_length > 0 else 1.0
+    for s in (("l", "r") if hands else ()):
+        b, jh = _bone(plan, f"hand_{s}"), _J[f"hand_{s}"]
+        if b is None or b not in plan.align:
+            continue
+        off = {k: s_end * (plan.align[b].T @ (plan.K @ END_OFFSETS[END_POINTS.index(k)]))
+               for k in (f"hand_tip_{s}", f"thumb_{s}")}
+        kt, kb = _K[f"hand_tip_{s}"], _K[f"thumb_{s}"]
+        # the hand's line: to its tip where given, else along the forearm
+        ja = kt if mask[:, kt].any() else _J[f"forearm_{s}"]
+        along = src[:, ja] - src[:, jh] if ja == kt else src[:, jh] - src[:, ja]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            h = along / np.linalg.norm(along, axis=-1, keepdims=True)
+        h_ok = mask[:, jh] & mask[:, ja] & np.isfinite(h).all(-1)
+        h = np.where(h_ok[:, None], h, 0.0)
+        if mask[:, kt].any():
+            L = float(np.linalg.norm(off[f"hand_tip_{s}"]))
+            info.rigid[len(tg.rows)] = L
+            tg.add({tg.point(b, off[f"hand_tip_{s}"]): 1.0, tg.point(b): -1.0}, L * h, w["direction"] * h_ok,
+                   name=f"hand_{s}>hand_tip_{s}", kind="direction")
+        if mask[:, kb].any():
+            o = _rig_thumb(plan, b)
+            o = off[f"thumb_{s}"] if o is None else o
+            t_ax = plan.align[b].T @ (plan.K @ END_OFFSETS[END_POINTS.index(f"hand_tip_{s}")])
+            t_ax = t_ax / np.linalg.norm(t_ax)
+            L = float(np.linalg.norm(o - (o @ t_ax) * t_ax))      # the thumb's reach across the hand
+            d = src[:, kb] - src[:, jh]
+            d = d - (d * h).sum(-1, keepdims=True) * h
+            with np.errstate(invalid="ignore", divide="ignore"):
+                u = d / np.linalg.norm(d, axis=-1, keepdims=True)
+            ok = h_ok & mask[:, kb] & np.isfinite(u).all(-1)
+            if L > 1e-9 and ok.any():
+                P = np.eye(3)[None] - h[:, :, None] * h[:, None, :]      # across the hand's line
+                tg.add({tg.point(b, o): 1.0, tg.point(b): -1.0}, L * np.where(ok[:, None], u, 0.0),
+                       w["direction"] * ok, axes=P, name=f"hand_{s}>thumb_{s}", kind="direction")
     # left-right directions of hips and shoulders
     # (joints fixed on the pelvis and on the chest: the clavicles, not the upper
     # arms, whose distance changes when the clavicles turn)

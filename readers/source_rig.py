@@ -258,7 +258,9 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
         bone) or hands' End Site, or a child joint whose
         name says it is an end (``HeadTop_End``, ``LeftHandEnd``) and that
         has no children of its own but an End Site. A hand with finger
-        joints gives no hand tip.
+        joints gives no hand tip. A hand's one thumb chain (a child whose
+        name says ``thumb``, one joint after another) gives the thumb: its
+        End Site, else its last joint.
     """
     from ..retarget.mapping import parse_name
 
@@ -279,6 +281,19 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
         ends = [c for c in kids if _END_TOKENS & set(parse_name(rig.names[c]).tokens)]
         if len(ends) == 1 and not rig.children(ends[0]) and (len(kids) == 1 or joint.startswith("hand")):
             out[rig.names[ends[0]]] = end
+    for s in "lr":   # a hand's thumb: the tip of its one thumb chain (its End Site, else its last joint)
+        bone = mapping.entries.get(f"hand_{s}")
+        if bone is None or not rig.has(bone):
+            continue
+        thumbs = [c for c in rig.children(rig.index(bone)) if "thumb" in parse_name(rig.names[c]).tokens]
+        if len(thumbs) != 1:
+            continue
+        c = thumbs[0]
+        while len(rig.children(c)) == 1:
+            c = rig.children(c)[0]
+        if rig.children(c):
+            continue
+        out[end_of.get(rig.names[c], rig.names[c])] = f"thumb_{s}"
     return out
 
 

@@ -76,7 +76,7 @@ class Targets:
         tail of a bone of length ``L``).
     rows : list of dict
         One per target: ``coef`` {point index: coefficient}, ``target`` (T, 3)
-        armature units, ``weight`` (T,), ``proj`` (3, 3) (from ``axes``),
+        armature units, ``weight`` (T,), ``proj`` (3, 3) or per frame (T, 3, 3) (from ``axes``),
         ``name``, ``kind``.
     """
 
@@ -109,7 +109,7 @@ class Targets:
         weight[bad] = 0.0
         target = np.where(bad[:, None], 0.0, target)
         axes = np.asarray(axes, dtype=np.float64)
-        proj = np.diag(axes) if axes.shape == (3,) else axes.reshape(3, 3)
+        proj = np.diag(axes) if axes.shape == (3,) else axes if axes.ndim == 3 else axes.reshape(3, 3)
         if perpendicular:
             n = np.linalg.norm(target, axis=-1, keepdims=True)
             u = np.where(n > 1e-12, target / np.where(n > 1e-12, n, 1.0), 0.0)

@@ -752,3 +752,53 @@ def test_six_effectors_settle_never_across_a_cut(monkeypatch):
     # (leak 8.1, 4.0, 2.6 mm; spread 103, 72, 47 mm)
     assert leak[:5].max() < 15.0 and spread[:2].min() > 50.0 and (spread[:3] > 5 * leak[:3]).all(), \
         (leak[:5], spread[:5])
+
+
+def test_a_hands_turn_follows_its_thumb():
+    """Keypoints of a walk whose hands are turned 50 degrees about themselves (the palms facing back):
+    the hand tips show nothing of it, the thumbs do; with the thumbs given the dense bake turns the hands
+    as the source's, without them it cannot."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+
+    rig = _rig("T_default")
+    plan, mapping, truth = _walk_on(rig, seconds=1.0)
+    hands = [rig.index(mapping.entries[f"hand_{s}"]) for s in "lr"]
+    turn = axis_angle_to_matrix(np.array([0.0, np.radians(50.0), 0.0]))     # about the hand's own line (Y)
+    for b in hands:
+        truth.quaternions[:, b] = matrix_to_quat(quat_to_matrix(truth.quaternions[:, b]) @ turn)
+    W_true, _ = pose_rig(rig, truth.quaternions, truth.locations)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+
+    def hand_error(clip):
+        job = RigBake(plan.rig, mapping, clip, np.isfinite(clip).all(-1), 30.0,
+                      BakeOptions(device="cpu", mode="dense", smooth="none"))
+        job.run()
+        W, _ = pose_rig(rig, job.result.quaternions, job.result.locations)
+        rel = np.swapaxes(W_true[:, hands], -1, -2) @ W[:, hands]
+        return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
+
+    no_thumbs = kp.copy()
+    no_thumbs[:, [KEYPOINTS.index("thumb_l"), KEYPOINTS.index("thumb_r")]] = np.nan
+    with_thumbs, without = hand_error(kp), hand_error(no_thumbs)
+    assert with_thumbs.max() < 1.0, with_thumbs.max()
+    assert np.median(without) > 20.0, np.median(without)
+
+
+def test_the_rigs_own_thumb_is_the_hands_turn_target(tmp_path):
+    """A rig with a thumb chain: the thumb row aims the tip of the rig's own thumb (its End Site at rest,
+    in the hand's frame), not the canonical thumb point: a skeleton baked from its own keypoints turns its
+    hands exactly as the source."""
+    from test_readers import THUMB_CHAIN, write_mixamo_bvh
+
+    from neural_ik.pipeline.targets import _rig_thumb
+    from neural_ik.readers import read_keypoints
+
+    clip = read_keypoints(write_mixamo_bvh(tmp_path / "mix.bvh", thumbs=True), ground=False)
+    rig, mapping = clip.source_rig.rig, clip.source_rig.mapping
+    plan = plan_retarget(rig, mapping)
+    Q = rig.rest_rotation()
+    for s, sx in (("l", 1.0), ("r", -1.0)):
+        hand = rig.index(mapping.entries[f"hand_{s}"])
+        tip = np.sum(THUMB_CHAIN, axis=0) * [sx, 1.0, 1.0]            # canonical axes, metres
+        np.testing.assert_allclose(Q[hand] @ _rig_thumb(plan, hand), plan.K @ tip, atol=1e-6)
+    assert _rig_thumb(plan, rig.index(mapping.entries["head"])) is None     # (no thumb there)

@@ -463,8 +463,16 @@ def test_trc_bad(tmp_path):
 # bvh
 
 
-def write_mixamo_bvh(path, frames=3, scale=100.0):
-    """A Mixamo-named BVH (Y up, cm) with the canonical proportions, in rest pose, root moving."""
+#: A thumb chain's two joint offsets and its End Site (canonical axes, metres, the left hand's; x mirrored
+#: for the right): the thumb point is their sum from the wrist.
+THUMB_CHAIN = ((0.03, -0.03, -0.01), (0.02, -0.02, 0.0), (0.01, -0.01, 0.0))
+
+
+def write_mixamo_bvh(path, frames=3, scale=100.0, thumbs=False):
+    """A Mixamo-named BVH (Y up, cm) with the canonical proportions, in rest pose, root moving.
+
+    ``thumbs``: each hand gets a two-joint thumb chain (:data:`THUMB_CHAIN`) ending in an End Site.
+    """
     from neural_ik.model.skeleton import JOINTS, PARENTS, REST_OFFSETS
     mix = {v: k for k, v in LAYOUTS["mixamo"].to_canonical.items() if k in LAYOUTS["mixamo"].joint_names}
     children = {j: [c for c, p in enumerate(PARENTS) if p == j] for j in range(len(JOINTS))}
@@ -490,10 +498,19 @@ def write_mixamo_bvh(path, frames=3, scale=100.0):
             out.append(f"{ind}  {{")
             out.append(f"{ind}    OFFSET {off([0, 0, 0.18])}")
             out.append(f"{ind}  }}")
+        if thumbs and JOINTS[j] in ("hand_l", "hand_r"):
+            sx = 1.0 if JOINTS[j] == "hand_l" else -1.0
+            side = "Left" if sx > 0 else "Right"
+            (a, b, e) = (np.array(v) * [sx, 1.0, 1.0] for v in THUMB_CHAIN)
+            out.extend([f"{ind}  JOINT {side}HandThumb1", f"{ind}  {{", f"{ind}    OFFSET {off(a)}",
+                    f"{ind}    CHANNELS 3 Zrotation Xrotation Yrotation", f"{ind}    JOINT {side}HandThumb2",
+                    f"{ind}    {{", f"{ind}      OFFSET {off(b)}", f"{ind}      CHANNELS 3 Zrotation Xrotation Yrotation",
+                    f"{ind}      End Site", f"{ind}      {{", f"{ind}        OFFSET {off(e)}", f"{ind}      }}",
+                    f"{ind}    }}", f"{ind}  }}"])
         out.append(f"{ind}}}")
 
     emit(0, 0)
-    nch = 6 + 3 * (len(JOINTS) - 1)
+    nch = 6 + 3 * (len(JOINTS) - 1) + (12 if thumbs else 0)
     out += ["MOTION", f"Frames: {frames}", "Frame Time: 0.0333333"]
     for t in range(frames):
         root = zup_to_yup(REST_OFFSETS[0] + [0, -0.1 * t, 0]) * scale
@@ -516,6 +533,20 @@ def test_bvh_mixamo_cm(tmp_path):
         assert mask[:, i].all()
         np.testing.assert_allclose(kp[2, i], REST[i] + [0, -0.2, 0], atol=1e-5, err_msg=k)
     assert not mask[:, KEYPOINTS.index("nose")].any()
+    assert not mask[:, KEYPOINTS.index("thumb_l")].any()      # (no thumb joints: no thumb point)
+
+
+def test_bvh_thumb_chain_gives_the_thumb(tmp_path):
+    """A hand's one thumb chain gives the canonical thumb point: the End Site at its tip (what shows how
+    the hand is turned about itself)."""
+    clip = read_keypoints(write_mixamo_bvh(tmp_path / "mix.bvh", thumbs=True), ground=False)
+    kp, mask = to_canonical(clip)
+    tip = np.sum(THUMB_CHAIN, axis=0)
+    for s, sx in (("l", 1.0), ("r", -1.0)):
+        i, h = KEYPOINTS.index(f"thumb_{s}"), KEYPOINTS.index(f"hand_{s}")
+        assert mask[:, i].all()
+        np.testing.assert_allclose(kp[2, i] - kp[2, h], tip * [sx, 1.0, 1.0], atol=1e-5)
+    assert clip.source_rig.mapping.entries["hand_l"] == "LeftHand"     # (the thumbs map no joint)
 
 
 def test_bvh_metres_and_bad(tmp_path):
