@@ -13,7 +13,8 @@ Dense sources (:func:`dense_targets`)
       so a rig with other proportions, or a segment whose length changes
       with bones in between, still moves like the performer); plus
       the left-right directions of the hips and clavicles (the pelvis and
-      chest orientation);
+      chest orientation); from keypoints, the hands along the hand tips and
+      turned about themselves to the thumbs (:func:`_rig_thumb`);
     - **effectors** relative to their chain roots at the rig's scale: hands
       from the upper arms, feet from the thighs, the head from the pelvis,
       each scaled by the chain's length ratio (rig / source);
