@@ -537,7 +537,8 @@ class RigBake:
         """
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
-        from .targets import dense_targets, floor_normal, foot_points, rest_floor_gap, settle_hinges, sparse_targets
+        from .targets import (dense_targets, floor_normal, foot_points, rest_floor_gap, settle_clavicles,
+                              settle_hinges, sparse_targets)
 
         if self.solved is None or getattr(self.solved, "local_rot", 0) is None:
             raise RuntimeError("solve() first (once per fit: the fit releases the solve's rotations)")
@@ -673,6 +674,7 @@ class RigBake:
                 # effectors: held-out rotations 25.83 -> 26.15 deg, those with a child 27.47 -> 26.76:
                 # not done)
                 settle_hinges(plan, quats, locs, chunk=self.chunk)
+                settle_clavicles(plan, quats, locs, chunk=self.chunk)
                 quat_continuity(quats, out=quats)
         else:
             quats, locs, heads = init.quaternions, init.locations, init.heads

@@ -802,3 +802,48 @@ def test_the_rigs_own_thumb_is_the_hands_turn_target(tmp_path):
         tip = np.sum(THUMB_CHAIN, axis=0) * [sx, 1.0, 1.0]            # canonical axes, metres
         np.testing.assert_allclose(Q[hand] @ _rig_thumb(plan, hand), plan.K @ tip, atol=1e-6)
     assert _rig_thumb(plan, rig.index(mapping.entries["head"])) is None     # (no thumb there)
+
+
+def test_settle_clavicles_takes_out_their_turn_and_moves_no_joint():
+    """Clavicles whose rotations are swings from rest, then turned 30 degrees about their own lines with
+    the upper arms making up for it (the same joints, the upper arms as turned in the world):
+    :func:`settle_clavicles` brings back the swings, keeps the upper arms, and moves no joint."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+    from neural_ik.pipeline.targets import settle_clavicles
+
+    T = 20
+    rig, mapping, plan, rng, q_true = _random_poses(13, T, 0.25)
+    Q = rig.rest_rotation()
+    pairs = []
+    for s in "lr":
+        c, u = rig.index(mapping.entries[f"clavicle_{s}"]), rig.index(mapping.entries[f"upperarm_{s}"])
+        a = Q[c].T @ (rig.head[u] - rig.head[c])
+        a /= np.linalg.norm(a)
+        pairs.append((c, u, a))
+        # a swing: a rotation about an axis across the clavicle's line
+        k = np.cross(a, rng.normal(size=(T, 3)))
+        k /= np.linalg.norm(k, axis=-1, keepdims=True)
+        q_true[:, c] = matrix_to_quat(axis_angle_to_matrix(k * rng.uniform(0.1, 0.4, (T, 1))))
+    loc = np.zeros((T, len(rig), 3))
+    W_true, X_true = pose_rig(rig, q_true, loc)
+    q0 = q_true.copy()
+    for c, u, a in pairs:
+        turn = axis_angle_to_matrix(np.radians(30.0) * a)
+        R_rel = Q[c].T @ Q[u]
+        q0[:, c] = matrix_to_quat(quat_to_matrix(q_true[:, c]) @ turn)
+        q0[:, u] = matrix_to_quat(R_rel.T @ turn.T @ R_rel @ quat_to_matrix(q_true[:, u]))
+    _, X0 = pose_rig(rig, q0, loc)
+    np.testing.assert_allclose(X0, X_true, atol=1e-9)       # the same joints: positions cannot tell
+
+    def error(q):
+        W, _ = pose_rig(rig, q, loc)
+        bones = [b for c, u, _a in pairs for b in (c, u)]
+        rel = np.swapaxes(W_true[:, bones], -1, -2) @ W[:, bones]
+        return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
+
+    assert error(q0)[:, ::2].min() > 25.0                  # the clavicles (the upper arms keep their turn)
+    q = q0.copy()
+    settle_clavicles(plan, q, loc)
+    _, X = pose_rig(rig, q, loc)
+    np.testing.assert_allclose(X, X_true, atol=1e-9)        # no joint moved
+    assert error(q).max() < 0.01, error(q).max()
