@@ -332,7 +332,10 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
     keeps its turn in the world: every joint stays where it was, only the
     three rotations change. Faded in over bends of :data:`HINGE_BEND` (a
     straight limb has no plane), and out where the axis is
-    :data:`HINGE_OFF` off the plane already.
+    :data:`HINGE_OFF` off the plane already. A straight knee whose foot has
+    a toe bone faces where the foot points instead: its axis goes across
+    the leg and the ankle-to-ball line (held-out studios, 200 frames a
+    clip: dense rotations 7.77 -> 7.24 deg).
     """
     from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from ..retarget.solve import frame_chunks, pose_rig
@@ -342,7 +345,13 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
     limbs = hinge_axes(plan)
     if not limbs:
         return
-    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))})
+    # a straight knee shows no plane: its foot says where it faces (the ankle-to-ball line, across the leg)
+    toe_of = {}
+    for s in "lr":
+        f, k = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        if f is not None and k is not None and int(rig.parents[k]) == f:
+            toe_of[f] = k
+    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))} | set(toe_of.values()))
 
     def turn(u, onto, about):
         """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
@@ -360,12 +369,24 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
             lu, ll = np.linalg.norm(upper, axis=-1), np.linalg.norm(lower, axis=-1)
             bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lu * ll, 1e-12), 0.0, 1.0)))
             w = np.clip((bend - HINGE_BEND[0]) / (HINGE_BEND[1] - HINGE_BEND[0]), 0.0, 1.0)
-            if not w.any():
-                continue
             n = n / np.maximum(nn, 1e-12)[:, None]
             uw = upper / np.maximum(lu, 1e-12)[:, None]
             lw = lower / np.maximum(ll, 1e-12)[:, None]
             ha = W[:, c] @ a                                      # the lower bone's hinge axis now
+            if f in toe_of:   # a straight knee: its axis across the leg and the foot's forward line
+                fwd = X[:, toe_of[f]] - X[:, f]
+                nf = np.cross(lw, fwd)
+                nnf = np.linalg.norm(nf, axis=-1)
+                ok = nnf > 0.5 * np.linalg.norm(fwd, axis=-1)     # (a foot along the leg says nothing)
+                nf = nf / np.maximum(nnf, 1e-12)[:, None]
+                nf = np.where(((nf * ha).sum(-1) < 0)[:, None], -nf, nf)
+                n = np.where((((n * ha).sum(-1)) < 0)[:, None], -n, n)
+                mix = np.where(ok, 1.0 - w, 0.0)[:, None]
+                n = (1.0 - mix) * n + mix * nf
+                n = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-12)
+                w = np.maximum(w, ok.astype(np.float64))
+            if not w.any():
+                continue
             cos = (n * ha).sum(-1)
             n = np.where((cos < 0)[:, None], -n, n)              # (the normal's sign nearest it)
             # a joint turned far from any hinge (its axis 30-60 degrees or more off the limb's plane:

@@ -250,7 +250,7 @@ def test_settle_hinges_finds_the_upper_bones_turn_and_moves_no_joint():
     """A pose whose thighs and upper arms are turned about themselves and whose calves and forearms make
     up for it (the same joints, knees and elbows bent sideways): :func:`settle_hinges` brings back the
     truth where the limb is bent (a walk's calves and forearms turn about their hinge axis only) and moves
-    no joint; a straight limb is left alone."""
+    no joint; a straight elbow is left alone, a straight knee faces where its foot points."""
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from neural_ik.pipeline.targets import hinge_axes, settle_hinges
 
@@ -292,7 +292,22 @@ def test_settle_hinges_finds_the_upper_bones_turn_and_moves_no_joint():
     _, X = pose_rig(rig, q, loc)
     np.testing.assert_allclose(X, X_true, atol=1e-9)        # no joint moved
     assert error(q, limbs)[5:].max() < 0.01, error(q, limbs)[5:].max()
-    np.testing.assert_allclose(q[:5], q0[:5], atol=1e-12)   # straight limbs: nothing to go by
+    # straight elbows: nothing to go by; straight knees face where their feet point (the knee's axis
+    # across the leg and the ankle-to-ball line)
+    arms = [b for t, c, _f, _a in axes for b in (t, c) if rig.names[c] in
+            (mapping.entries["forearm_l"], mapping.entries["forearm_r"])]
+    np.testing.assert_allclose(q[:5, arms], q0[:5, arms], atol=1e-12)
+    W, X = pose_rig(rig, q, loc)
+    for t, c, f, a in axes:
+        if rig.names[c] not in (mapping.entries["calf_l"], mapping.entries["calf_r"]):
+            continue
+        toe = rig.index(mapping.entries["toe_l" if rig.names[c] == mapping.entries["calf_l"] else "toe_r"])
+        fwd = X[:5, toe] - X[:5, f]
+        leg = X[:5, f] - X[:5, c]
+        axis = W[:5, c] @ a
+        fwd_across = fwd - (fwd * leg).sum(-1, keepdims=True) / (leg * leg).sum(-1, keepdims=True) * leg
+        cos = np.abs((axis * fwd_across).sum(-1)) / np.linalg.norm(fwd_across, axis=-1)
+        assert cos.max() < 1e-6, cos
 
 
 def test_a_limb_bent_at_rest_bends_in_that_plane():
