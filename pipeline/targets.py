@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.skeleton import (BONE_CHILD, CANONICAL, END_OFFSETS, END_POINTS, JOINTS, KEYPOINTS, PARENTS,
-                              SPARSE_EFFECTORS, SPARSE_HINTS)
+from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
@@ -115,33 +114,17 @@ def floor_normal(object_matrix) -> np.ndarray:
 
 
 def _rig_thumb(plan, hand):
-    """The tip of the rig's thumb at rest, in the hand bone's frame, or None.
-
-    A hand's one child whose name says ``thumb``, followed one bone after
-    another to its last; the tip is that bone's tail (a BVH's End Site).
-    """
-    from ..retarget.mapping import parse_name
+    """The tip of the rig's thumb at rest (its last bone's tail: a BVH's End Site), in the hand bone's frame, or None."""
+    from ..retarget.mapping import thumb_end
 
     rig = plan.rig
-    thumbs = [c for c in rig.children(hand) if "thumb" in parse_name(rig.names[c]).tokens]
-    if len(thumbs) != 1:
-        return None
-    c = thumbs[0]
-    while len(rig.children(c)) == 1:
-        c = rig.children(c)[0]
-    if rig.children(c):
+    c = thumb_end(rig, hand)
+    if c is None:
         return None
     d = rig.tail[c] - rig.head[hand]
     if float(np.linalg.norm(d)) < 1e-9:
         return None
     return rig.rest_rotation()[hand].T @ d
-
-
-def _canonical_leg() -> float:
-    """The canonical skeleton's leg length, as :attr:`RetargetPlan.leg_length` measures a rig's."""
-    from ..retarget.solve import _leg_length
-
-    return float(_leg_length(CANONICAL))
 
 
 def _bone(plan, joint):
@@ -417,7 +400,7 @@ def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:
     the upper arm keeps its rotation in the world: no joint moves.
     """
     from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
-    from ..retarget.solve import frame_chunks, pose_rig
+    from ..retarget.solve import frame_chunks, pose_rig, twist_angle
 
     rig = plan.rig
     Q = rig.rest_rotation()
@@ -438,8 +421,7 @@ def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:
                         chunk=b0 - a0)
         for c, u, a in pairs:
             q = np.asarray(quats[a0:b0, c], dtype=np.float64)
-            theta = 2.0 * np.arctan2(q[:, 1:] @ a, q[:, 0])       # the turn about the line (swing-twist)
-            untwist = axis_angle_to_matrix(-theta[:, None] * a)   # (local frame)
+            untwist = axis_angle_to_matrix(-twist_angle(q, a)[:, None] * a)   # (the turn about its line)
             Wc2 = W[:, c] @ untwist
             quats[a0:b0, c] = matrix_to_quat(quat_to_matrix(q) @ untwist)
             R_rel = Q[c].T @ Q[u]
@@ -510,6 +492,8 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     -------
     Targets, TargetInfo
     """
+    from ..retarget.solve import end_offset_on_rig
+
     tg = Targets()
     info = TargetInfo()
     T = src.shape[0]
@@ -569,15 +553,13 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     # across the hand only: where a thumb point sits along the hand differs between skeletons). Joint
     # positions alone leave a hand's turn to the network (fair1: the thumb 21-98 deg off). On the rig,
     # the hand tip is the canonical end offset carried by the hand's alignment (as target_keypoints
-    # places it), the thumb the tip of the rig's own thumb at rest where it has one, else the canonical
-    # thumb carried so.
-    s_end = plan.leg_length / _canonical_leg() if plan.leg_length > 0 else 1.0
+    # places it: end_offset_on_rig), the thumb the tip of the rig's own thumb at rest where it has one,
+    # else the canonical thumb carried so.
     for s in (("l", "r") if hands else ()):
         b, jh = _bone(plan, f"hand_{s}"), _J[f"hand_{s}"]
-        if b is None or b not in plan.align:
+        tip = end_offset_on_rig(plan, f"hand_tip_{s}")
+        if b is None or tip is None:
             continue
-        off = {k: s_end * (plan.align[b].T @ (plan.K @ END_OFFSETS[END_POINTS.index(k)]))
-               for k in (f"hand_tip_{s}", f"thumb_{s}")}
         kt, kb = _K[f"hand_tip_{s}"], _K[f"thumb_{s}"]
         # the hand's line: to its tip where given, else along the forearm
         ja = kt if mask[:, kt].any() else _J[f"forearm_{s}"]
@@ -586,16 +568,15 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             h = along / np.linalg.norm(along, axis=-1, keepdims=True)
         h_ok = mask[:, jh] & mask[:, ja] & np.isfinite(h).all(-1)
         h = np.where(h_ok[:, None], h, 0.0)
+        L_tip = float(np.linalg.norm(tip))
         if mask[:, kt].any():
-            L = float(np.linalg.norm(off[f"hand_tip_{s}"]))
-            info.rigid[len(tg.rows)] = L
-            tg.add({tg.point(b, off[f"hand_tip_{s}"]): 1.0, tg.point(b): -1.0}, L * h, w["direction"] * h_ok,
+            info.rigid[len(tg.rows)] = L_tip
+            tg.add({tg.point(b, tip): 1.0, tg.point(b): -1.0}, L_tip * h, w["direction"] * h_ok,
                    name=f"hand_{s}>hand_tip_{s}", kind="direction")
         if mask[:, kb].any():
             o = _rig_thumb(plan, b)
-            o = off[f"thumb_{s}"] if o is None else o
-            t_ax = plan.align[b].T @ (plan.K @ END_OFFSETS[END_POINTS.index(f"hand_tip_{s}")])
-            t_ax = t_ax / np.linalg.norm(t_ax)
+            o = end_offset_on_rig(plan, f"thumb_{s}") if o is None else o
+            t_ax = tip / L_tip                                    # the hand's line, in its frame
             L = float(np.linalg.norm(o - (o @ t_ax) * t_ax))      # the thumb's reach across the hand
             d = src[:, kb] - src[:, jh]
             d = d - (d * h).sum(-1, keepdims=True) * h

@@ -262,7 +262,7 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
         name says ``thumb``, one joint after another) gives the thumb: its
         End Site, else its last joint.
     """
-    from ..retarget.mapping import parse_name
+    from ..retarget.mapping import parse_name, thumb_end
 
     out = {}
     pairs = list(_END_POINTS)
@@ -283,17 +283,9 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
             out[rig.names[ends[0]]] = end
     for s in "lr":   # a hand's thumb: the tip of its one thumb chain (its End Site, else its last joint)
         bone = mapping.entries.get(f"hand_{s}")
-        if bone is None or not rig.has(bone):
-            continue
-        thumbs = [c for c in rig.children(rig.index(bone)) if "thumb" in parse_name(rig.names[c]).tokens]
-        if len(thumbs) != 1:
-            continue
-        c = thumbs[0]
-        while len(rig.children(c)) == 1:
-            c = rig.children(c)[0]
-        if rig.children(c):
-            continue
-        out[end_of.get(rig.names[c], rig.names[c])] = f"thumb_{s}"
+        c = thumb_end(rig, rig.index(bone)) if bone is not None and rig.has(bone) else None
+        if c is not None:
+            out[end_of.get(rig.names[c], rig.names[c])] = f"thumb_{s}"
     return out
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from ..model.skeleton import JOINTS, PARENTS
 from . import conventions as C
 
-__all__ = ["BoneMapping", "ParsedName", "parse_name", "auto_map", "humanoid_check",
+__all__ = ["BoneMapping", "ParsedName", "parse_name", "auto_map", "humanoid_check", "thumb_end",
            "REQUIRED_JOINTS", "LIMB_JOINTS"]
 
 #: Joints that must be mapped for the rig to count as a humanoid.
@@ -271,6 +271,22 @@ class BoneMapping:
                     errors.append(f"{j}: bone {b!r} is not below {JOINTS[p]}'s bone "
                                   f"{self.entries[JOINTS[p]]!r}")
         return errors
+
+
+def thumb_end(rig, hand: int):
+    """The last bone of a hand's thumb, or None.
+
+    The hand's one child whose name says ``thumb``, followed one bone after
+    another while each has a single child; None where the hand has no such
+    child or several, or the chain forks (a thumb is not told apart there).
+    """
+    thumbs = [c for c in rig.children(hand) if "thumb" in parse_name(rig.names[c]).tokens]
+    if len(thumbs) != 1:
+        return None
+    c = thumbs[0]
+    while len(rig.children(c)) == 1:
+        c = rig.children(c)[0]
+    return None if rig.children(c) else c
 
 
 def humanoid_check(mapping: BoneMapping) -> list:

@@ -113,7 +113,7 @@ class Targets:
         if perpendicular:
             n = np.linalg.norm(target, axis=-1, keepdims=True)
             u = np.where(n > 1e-12, target / np.where(n > 1e-12, n, 1.0), 0.0)
-            proj = proj[None] @ (np.eye(3) - u[:, :, None] * u[:, None, :])
+            proj = (proj if proj.ndim == 3 else proj[None]) @ (np.eye(3) - u[:, :, None] * u[:, None, :])
             target = np.zeros_like(target)   # the perpendicular part of the target itself is zero
         self.rows.append(dict(coef=dict(coef), target=target, weight=weight, proj=proj, name=name, kind=kind))
 

@@ -88,12 +88,13 @@ import numpy as np
 
 from ..model.rotations_np import axis_angle_to_matrix, euler_to_matrix, matrix_to_quat, quat_slerp, quat_to_matrix, \
     rotation_between
-from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, JOINTS, KEYPOINTS, \
+from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
 
 __all__ = ["RetargetPlan", "RetargetResult", "plan_retarget", "retarget", "pose_rig",
            "target_keypoints", "quats_to_euler_continuous", "continue_eulers", "quat_continuity",
-           "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame", "CHUNK_FRAMES", "frame_chunks"]
+           "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame", "CHUNK_FRAMES", "frame_chunks",
+           "twist_angle", "end_offset_on_rig"]
 
 #: Frames per chunk of the per-frame work (:func:`retarget`, :func:`pose_rig`,
 #: :func:`target_keypoints`, :func:`quats_to_euler_continuous`): whole-clip
@@ -428,11 +429,34 @@ def _leg_length(skel: Skeleton) -> float:
                           for s in "lr"]))
 
 
-def _twist_angle(rot, axis):
-    """Twist angle (T,) of rotations (T,3,3) about a fixed unit axis (swing-twist)."""
-    q = matrix_to_quat(rot)
+def twist_angle(q, axis):
+    """Twist angle (...) of unit quaternions (..., 4) (w, x, y, z) about a fixed unit axis (swing-twist), in [-pi, pi)."""
     a = 2.0 * np.arctan2(q[..., 1:] @ axis, q[..., 0])
     return (a + np.pi) % (2 * np.pi) - np.pi
+
+
+def _twist_angle(rot, axis):
+    """:func:`twist_angle` of rotations (T, 3, 3)."""
+    return twist_angle(matrix_to_quat(rot), axis)
+
+
+def end_offset_on_rig(plan: "RetargetPlan", point: str):
+    """Where the canonical end point ``point`` (``hand_tip_l``...) sits on the rig, in its joint's bone frame.
+
+    The canonical end offset at the rig's scale (leg lengths), carried by the
+    bone's alignment: the point :func:`target_keypoints` reads. None where
+    the joint is not mapped.
+    """
+    e = END_POINTS.index(point)
+    b = plan.mapping.entries.get(JOINTS[END_PARENTS[e]])
+    if b is None or not plan.rig.has(b) or plan.rig.index(b) not in plan.align:
+        return None
+    return _end_scale(plan) * (plan.align[plan.rig.index(b)].T @ (plan.K @ END_OFFSETS[e]))
+
+
+def _end_scale(plan) -> float:
+    """The rig's size per canonical metre, by leg length: the end points' scale."""
+    return plan.leg_length / _leg_length(CANONICAL) if plan.leg_length > 0 else 1.0
 
 
 def quat_continuity(quats: np.ndarray, out=None, *, chunk=None) -> np.ndarray:
@@ -772,7 +796,7 @@ def _target_keypoints_chunk(plan, quats, locations, out):
             w = 0.0 if seg[k] == 0 else (f - cum[k]) / seg[k]
             pa, pb = X[:, plan.path[k]], X[:, plan.path[k + 1]]
             out[:, _J[j]] = ((1 - w) * pa + w * pb) @ K
-    s = plan.leg_length / _leg_length(CANONICAL) if plan.leg_length > 0 else 1.0
+    s = _end_scale(plan)
     for e, j in enumerate(END_PARENTS):
         name = JOINTS[j]
         if name in Rc:
