@@ -427,6 +427,7 @@ class RigBake:
 
     def _from_source_rig(self, kp):
         from ..model.result import SolveResult
+        from ..model.rotations_np import change_basis
         from ..retarget.solve import frame_chunks
         from .source import source_world_rotations
 
@@ -442,7 +443,7 @@ class RigBake:
         for a, b in frame_chunks(T, self.chunk):
             W, _ = _source_pose(src, a, b)
             rot, given, _ = source_world_rotations(src, W, splan)
-            rb = M @ rot @ M.T
+            rb = change_basis(M, rot)
             local[a:b, 0] = rb[:, 0]
             for j in range(1, len(JOINTS)):
                 local[a:b, j] = np.swapaxes(rb[:, PARENTS[j]], -1, -2) @ rb[:, j]

@@ -314,6 +314,54 @@ class _RigFK:
         return W, X, B
 
 
+class _RestFK:
+    """The heads of the bones a solve does not pose (hand ends, fingers), from their posed parents.
+
+    ``solve_rig`` used to pose the whole rig again after the solve for
+    them (36 ms of a 3,000-frame clip); their posed ancestors' rotations and
+    heads are at hand in each chunk, so only these bones are posed, parents
+    first, and only those with an unposed child get a rotation.
+    """
+
+    def __init__(self, rig, posed_slot, unposed):
+        Q, h = rig.rest_rotation(), rig.head
+        order = sorted((int(b) for b in unposed), key=lambda b: (rig.depth[b], b))
+        own = {b: i for i, b in enumerate(order)}
+        parents = {int(rig.parents[b]) for b in order}
+        self.bones = order
+        self.steps = []
+        for b in order:
+            p = int(rig.parents[b])
+            if p < 0:
+                src, rel_rot, rel_pos = None, Q[b], h[b]
+            else:
+                src = ("posed", posed_slot[p]) if p in posed_slot else ("rest", own[p])
+                rel_rot, rel_pos = Q[p].T @ Q[b], Q[p].T @ (h[b] - h[p])
+            self.steps.append((b, src, rel_rot, rel_pos, b in parents))
+
+    def numpy(self, W, X, quats, locs):
+        """Heads ``(n, len(bones), 3)`` of the unposed bones; ``W``, ``X``: the posed subset's pose,
+        ``quats``, ``locs``: the chunk's values of every bone."""
+        from ..model.rotations_np import quat_to_matrix
+
+        n = X.shape[0]
+        out = np.empty((n, len(self.bones), 3))
+        Wr = {}
+        for i, (b, src, rel_rot, rel_pos, needed) in enumerate(self.steps):
+            if src is None:
+                base_rot = np.broadcast_to(rel_rot, (n, 3, 3))
+                base_pos = np.broadcast_to(rel_pos, (n, 3))
+            else:
+                kind, j = src
+                Wp, Xp = (W[:, j], X[:, j]) if kind == "posed" else (Wr[j], out[:, j])
+                base_rot = Wp @ rel_rot
+                base_pos = Xp + Wp @ rel_pos
+            out[:, i] = base_pos + (base_rot @ locs[:, b, :, None])[..., 0]
+            if needed:
+                Wr[i] = base_rot @ quat_to_matrix(quats[:, b])
+        return out
+
+
 def posed_points(W, X, points_bone_slot, points_offset):
     """Positions (T, P, 3) of points attached to posed bones."""
     return X[:, points_bone_slot] + (W[:, points_bone_slot] @ points_offset[None, :, :, None])[..., 0]
@@ -699,9 +747,9 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
               min_iterations, tol, progress=None):
     """:func:`_lm_torch` in float64 numpy: a few frames (a pose being dragged), or any chunk where torch is not loaded.
 
-    Returns ``(basis, loc, iterations, (X, pts))``: the last accepted pose's
-    bone heads and target points come along, so the caller need not pose the
-    chunk again.
+    Returns ``(basis, loc, iterations, (W, X, pts))``: the last accepted
+    pose's bone rotations, heads and target points come along, so the caller
+    need not pose the chunk again.
 
     ``bench_live.py``: a torch call costs several microseconds whatever its
     size, a numpy call on small matrices about one; the ~200 calls of an
@@ -801,7 +849,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             break
         if progress is not None:
             progress()
-    return basis, loc, done, (X, pts)
+    return basis, loc, done, (W, X, pts)
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
@@ -890,6 +938,11 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
     resid = np.zeros((T, R))
     posed_idx = np.array(pb.posed, dtype=np.int64)
+    rest_fk = None
+    if pb.unposed.size and all_heads:   # (once per problem: problems are cached)
+        rest_fk = pb.__dict__.get("rest_fk")
+        if rest_fk is None:
+            rest_fk = pb.rest_fk = _RestFK(rig, {int(b): i for i, b in enumerate(pb.posed)}, pb.unposed)
 
     done_iterations = 0
     # while the prior fades, keep iterating until it is nearly gone
@@ -927,16 +980,19 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             W, X, _ = pb.fk.numpy(basis, loc)
             pts = posed_points(W, X, pb.pslot, pb.poff)
         else:   # float64 steps: the pose the solve ended on is the unit quaternions' to 1e-15
-            X, pts = posed
+            W, X, pts = posed
         # unweighted residual lengths
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
         res = np.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], axis=-1)
-        return c0, c1, q, loc, X, res, it
+        X_rest = rest_fk.numpy(W, X, quats[c0:c1], locations[c0:c1]) if rest_fk is not None else None
+        return c0, c1, q, loc, X, X_rest, res, it
 
-    def store(c0, c1, q, loc, X, res, it):
+    def store(c0, c1, q, loc, X, X_rest, res, it):
         out_quats[c0:c1, posed_idx] = q
         out_locs[c0:c1, posed_idx] = loc
         heads[c0:c1, posed_idx] = X
+        if X_rest is not None:
+            heads[c0:c1, rest_fk.bones] = X_rest
         resid[c0:c1] = res
         if progress is not None:
             progress(c1, T)
@@ -975,12 +1031,5 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
                         done_iterations = max(done_iterations, store(*fut.result()))
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
-    # bones outside the posed subset: their heads by full FK, in chunks (memory stays bounded)
-    rest = pb.unposed
-    if rest.size and all_heads:
-        from .solve import pose_rig
-        for c0 in range(0, T, 4096):
-            _, Xf = pose_rig(rig, out_quats[c0:c0 + 4096], out_locs[c0:c0 + 4096])
-            heads[c0:c0 + 4096, rest] = Xf[:, rest]
     from .solve import quat_continuity
     return RigSolveResult(quat_continuity(out_quats, out=out_quats), out_locs, heads, resid, done_iterations)

@@ -86,8 +86,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix, euler_to_matrix, matrix_to_quat, quat_slerp, quat_to_matrix, \
-    rotation_between
+from ..model.rotations_np import axis_angle_to_matrix, change_basis, euler_to_matrix, matrix_to_quat, quat_slerp, \
+    quat_to_matrix, rotation_between
 from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
 
@@ -566,7 +566,7 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
     T = local_rot.shape[0]
     Rw, _ = forward_kinematics_np(local_rot, np.zeros((T, 3)))
     K = plan.K
-    Rk = np.einsum("ij,tkjl,ml->tkim", K, Rw, K)  # canonical world rotations in armature axes
+    Rk = change_basis(K, Rw)  # canonical world rotations in armature axes
     qk = None
     n = len(plan.bone_names)
     rig = plan.rig

@@ -154,6 +154,35 @@ def test_solve_rig_reaches_positions_and_keeps_locked_axes():
     assert res.residual[:, ent.index(rig.index(mapping.entries["hand_l"]))].max() > 1e-3
 
 
+@pytest.mark.parametrize("backend,iterations", [("numpy", 3), ("torch", 3), ("numpy", 0)])
+def test_rig_solve_heads_of_bones_it_does_not_pose(backend, iterations):
+    """The solve poses only the bones its targets need; every other bone's head (the meta-rig's
+    fingers, three deep, with rolls and locations of their own) is the solved pose's, as posing the
+    whole rig gives it."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+    from neural_ik.retarget import rigsolve
+
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    rng = np.random.default_rng(5)
+    T, B = rigsolve.SMALL_BATCH + 8, len(rig)
+    q0 = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
+    loc = rng.normal(scale=0.01, size=(T, B, 3))
+    ent = _mapped(rig, mapping)
+    _, X = pose_rig(rig, matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3)))), loc)
+    tg = Targets()
+    for b in ent:
+        tg.add({tg.point(b): 1.0}, X[:, b], 1.0)
+    free = free_bones(rig, ent, plan.root)
+    res = solve_rig(rig, q0, loc, tg, free, plan.root, iterations=iterations, backend=backend)
+    pb = rigsolve._problem(rig, tg, free, plan.root, 0.01, 0.0, None, None, None)
+    deep = [b for b in pb.unposed if rig.parents[b] in pb.unposed]
+    assert len(pb.unposed) > 20 and deep    # fingers: chains of bones the solve does not pose
+    _, heads = pose_rig(rig, res.quaternions, res.locations)
+    np.testing.assert_allclose(res.heads, heads, atol=1e-9 if backend == "numpy" else 1e-5)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_rig_solve_jacobian_matches_finite_differences(backend):
     """The Jacobian the rig solve steps with, computed only for the (row, bone) blocks that can be
