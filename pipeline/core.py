@@ -85,13 +85,21 @@ SPARSE_POSE_REFINE_STEPS = 2
 SPARSE_SECOND_PASS_PRIOR = 0.05
 #: Dense mode: frames in which a segment of fixed length (a bone, the two
 #: clavicles' heads) is still off its source direction by this share of its
-#: length (0.09: some 5 degrees; a flipped start pose leaves 1.5-2) are
-#: solved once more with :data:`DENSE_SECOND_PASS_ITERATIONS`. (It was 0.35, some
-#: 20 degrees, with two steps in the first pass; four steps unwind a flipped chest
-#: part of the way, to 0.15-0.3 with joints still 10 cm off. On the held-out
-#: folders, 200 frames a clip, four steps: 195 of 3,565 frames are above 0.35 and
-#: 200 above 0.09; on the CMU-converted and rokoko folders none above 0.06.)
-DENSE_SECOND_PASS_OFF = 0.09
+#: length (0.35: some 20 degrees; a flipped start pose leaves 1.5-2) after the
+#: first pass or, from the network, turned round in the start pose (below), are
+#: solved once more with :data:`DENSE_SECOND_PASS_ITERATIONS`. (Four first-pass steps
+#: unwind a flipped chest part of the way, to 0.15-0.3 with joints still 10 cm off:
+#: the start pose says which frames were flipped. A lower bar after the first pass is no answer:
+#: a skeleton of other proportions never meets every segment, and 0.09 gave a
+#: child's 3,000-frame clip onto an adult's skeleton 40 more steps on many frames.)
+DENSE_SECOND_PASS_OFF = 0.35
+#: ... and the share of a segment's length by which it is off in the network's start
+#: pose for a frame to count as turned round (1.4: a quarter turn or more). The network's
+#: start poses, 200 frames a clip: on the held-out folders 198 of 3,565 frames above 1.4
+#: (the flipped chest of a child's skipping clip), 793 above 0.35; on the CMU-converted
+#: folders 1 of 2,011 above 1.4 but 1,811 above 0.35 (40 more steps for all of them read
+#: 19.6 mm and 15.4 deg there instead of 16.3 mm and 11.7 deg, at 3.7 times the time).
+DENSE_START_FLIPPED = 1.4
 DENSE_SECOND_PASS_ITERATIONS = 40
 DENSE_SECOND_PASS_PRIOR = 0.1
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
@@ -662,6 +670,14 @@ class RigBake:
                       prior_floor=SPARSE_PRIOR_FLOOR if self.n_frames > 1 else SPARSE_POSE_PRIOR_FLOOR,
                       root_fixed=(np.eye(3) - np.outer(n, n)) if o.in_place else None,
                       all_heads=self.n_frames > 1 or not self.light)
+            flipped = None
+            if self.mode == "dense" and self.start == "network" and iterations > 0 and info.rigid:
+                # the frames whose start pose has a segment turned far round (see _dense_second_pass),
+                # read before the first pass unwinds them part of the way (no step taken here)
+                start = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root,
+                                  **dict(kw, iterations=0, progress=None, all_heads=False, overwrite=True))
+                flipped = self._segments_off(start.residual, targets, info, DENSE_START_FLIPPED)
+                del start
             fit = solve_rig(plan.rig, init.quaternions, init.locations, targets, free, plan.root, overwrite=True,
                             **kw)
             self.initial = init = None      # (the fit started from it, in its arrays: not needed any more)
@@ -672,7 +688,7 @@ class RigBake:
                     fit = self._settle_in_time(fit, targets, free, kw, span)
                     fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
             elif iterations > 0:
-                fit = self._dense_second_pass(fit, targets, info, free, kw)
+                fit = self._dense_second_pass(fit, targets, info, free, kw, flipped)
             quats, locs, heads = fit.quaternions, fit.locations, fit.heads
             self.residual = fit.residual
             if self.mode == "dense" and self.source_rig is None and iterations > 0:
@@ -797,24 +813,35 @@ class RigBake:
         again_fit = solve_rig(plan.rig, fit.quaternions[sub], fit.locations[sub], part, free, plan.root, **kw)
         return fit.take_frames(sub, again_fit), targets, info
 
-    def _dense_second_pass(self, fit, targets, info, free, kw):
+    @staticmethod
+    def _segments_off(residual, targets, info, share=None):
+        """Frames (T,) bool in which a segment of fixed length is off by ``share`` of its length
+        (default :data:`DENSE_SECOND_PASS_OFF`)."""
+        rows = list(info.rigid)
+        lengths = np.array([info.rigid[r] for r in rows])
+        weights = np.stack([targets.rows[r]["weight"] for r in rows], 1)
+        share = DENSE_SECOND_PASS_OFF if share is None else share
+        return ((residual[:, rows] > share * lengths) & (weights > 0)).any(axis=1)
+
+    def _dense_second_pass(self, fit, targets, info, free, kw, flipped=None):
         """Dense mode: the frames in which a segment of fixed length still points elsewhere, solved further.
 
         The network's start pose can have a segment turned far from the
         source's (a child's chest twisted 150 degrees about the spine, its
         clavicles with it): a few steps bring it only part of the way, and
         the figures show it (joints 18 cm off, the pose popping). Those frames
-        only, from where the first pass left them, get
-        :data:`DENSE_SECOND_PASS_ITERATIONS` more steps. Returns the new fit.
+        only (still off after the first pass, or ``flipped``: off in the start
+        pose, which the first pass may have unwound only part of the way), from
+        where the first pass left them, get :data:`DENSE_SECOND_PASS_ITERATIONS`
+        more steps. Returns the new fit.
         """
         from ..retarget.rigsolve import solve_rig
 
-        rows = list(info.rigid)
-        if not rows:
+        if not info.rigid:
             return fit
-        lengths = np.array([info.rigid[r] for r in rows])
-        weights = np.stack([targets.rows[r]["weight"] for r in rows], 1)
-        again = ((fit.residual[:, rows] > DENSE_SECOND_PASS_OFF * lengths) & (weights > 0)).any(axis=1)
+        again = self._segments_off(fit.residual, targets, info)
+        if flipped is not None:
+            again |= flipped
         if not again.any():
             return fit
         sub = np.flatnonzero(again)

@@ -83,18 +83,23 @@ def test_same_skeleton_round_trip_with_source_rotations(shape):
     assert abs(f.floor_error_cm) < 1.0 and f.knees_backwards == 0 and f.upright_share == 1.0
 
 
-@pytest.mark.parametrize("second_pass", [True, False])
+@pytest.mark.parametrize("second_pass", ["on", "after the first pass only", "off"])
 def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monkeypatch):
     """Dense keypoints, the start pose's chest turned 160 degrees about the spine on some frames (as the
     network once left a child's skipping clip): the clavicles, fixed in length, point the wrong way, which a
     direction error measured across the segment alone does not see; the whole error of such a segment
-    counts, and frames still far off get a second pass, so the joints come back to the keypoints. Without
-    the second pass (its threshold out of reach) those frames stay off."""
+    counts, and frames turned round in the start pose or still far off after the first pass get a second
+    pass, so the joints come back to the keypoints. Without the second pass (its thresholds out of reach)
+    those frames stay off; with only the check after the first pass, its four steps leave a frame unwound
+    below that check's 20 degrees and still 10 cm off."""
     import neural_ik.pipeline.core as core
     from neural_ik.model.rotations_np import axis_angle_to_matrix
     from neural_ik.model.skeleton import JOINTS
 
-    if not second_pass:
+    assert core.RIG_ITERATIONS["network"] == 4    # (what the middle case is about)
+    if second_pass != "on":
+        monkeypatch.setattr(core, "DENSE_START_FLIPPED", 1e9)
+    if second_pass == "off":
         monkeypatch.setattr(core, "DENSE_SECOND_PASS_OFF", 1e9)
     rig = _rig("T_default")
     plan, mapping, truth = _walk_on(rig, seconds=1.0)
@@ -109,13 +114,13 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
     b = _mapped(rig, mapping)
     err = np.linalg.norm(job.result.heads[:, b] - truth.heads[:, b], axis=-1) * 1000.0
     worst = err[bad].max()
-    if second_pass:
+    if second_pass == "on":
         assert worst < 2.0, worst
         # no frame pops out: the joints accelerate as the walk's do
         acc = np.diff(job.result.heads[:, b], 2, axis=0) - np.diff(truth.heads[:, b], 2, axis=0)
         assert np.linalg.norm(acc, axis=-1).max() < 0.05
     else:
-        assert worst > 100.0, worst
+        assert worst > (100.0 if second_pass == "off" else 50.0), worst    # (off: 18 cm; after only: 10 cm)
 
 
 def _random_poses(seed, T, scale):
