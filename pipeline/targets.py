@@ -27,7 +27,11 @@ Dense sources (:func:`dense_targets`)
       matched), so the body sits right in flight and on raised ground too;
     - the **root** near the scaled source root, weakly, vertically shifted by
       the median contact correction (the median height correction without
-      contacts) so the body does not pop between contacts and flight.
+      contacts) so the body does not pop between contacts and flight: how far
+      the source's planted points move to stand on the rig's floor, not how
+      far the start pose's feet are from them (that is the start pose's own
+      error: a network start pose 8 cm too high lowered the body's root
+      target as much).
 Sparse sources (:func:`sparse_targets`)
     The effectors (pelvis, head, hands, feet) where they are, elbow and knee
     hints weakly.
@@ -81,7 +85,8 @@ class TargetInfo:
     floor_points : list of int
         Point indices (rig heels and balls, see :func:`foot_points`).
     floor_offset : float
-        Vertical shift given to the root target (armature units).
+        Vertical shift given to the root target (armature units): the median
+        correction of the source's planted points onto the rig's floor.
     reach : dict
         Effector -> chain length (armature units), for reachability.
     clamped : dict
@@ -659,7 +664,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             if known:
                 tg.add({tg.point(a_bone): 1.0}, a_tgt, w["height"] * mask[:, ka], axes=np.outer(n, n),
                        name=f"ankle_{s} height", kind="height")
-                heights.append(((a_tgt - init_heads[:, a_bone]) @ n)[mask[:, ka]])
+                heights.append(((a_tgt - x[:, ka]) @ n)[mask[:, ka]])
             for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
                 k = _K[f"{names[pname]}_{s}"]
                 ok = mask[:, k]
@@ -680,7 +685,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 info.floor_points.append(pidx)
                 tg.add({pidx: 1.0}, tgt, wts, name=f"{pname}_{s} contact", kind="contact")
                 if not np.any(off):
-                    offsets.append(((tgt - init_heads[:, bone]) @ n)[c])
+                    offsets.append(((tgt - x[:, k]) @ n)[c])
         info.contacts = contacts
         if not offsets:
             offsets = heights

@@ -123,6 +123,28 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
         assert worst > (100.0 if second_pass == "off" else 50.0), worst    # (off: 18 cm; after only: 10 cm)
 
 
+def test_the_roots_floor_correction_is_the_feet_s_not_the_start_pose_s():
+    """Dense keypoints: the root's target moves vertically by the correction that puts the source's planted
+    feet on the rig's floor, not by how far the start pose's feet are from them: a network start pose
+    standing too high once lowered the whole body's root target as much (keypoints onto their own
+    CMU-converted skeletons: 16.3 mm off instead of 10.6). The correction and the bake are the same
+    whether the start pose stands where it should or 8 cm higher."""
+    rig = _rig("T_default")
+    plan, mapping, truth = _walk_on(rig, seconds=2.0)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    b = _mapped(rig, mapping)
+    out = {}
+    for raised in (0.0, 0.08):
+        job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
+        job.solve()
+        job.solved.root_pos[:, 2] += raised          # the start pose's body, feet and all, higher
+        job.fit()
+        out[raised] = job.target_info.floor_offset, job.result.heads[:, b].copy()
+    (off0, h0), (off8, h8) = out[0.0], out[0.08]
+    assert abs(off8 - off0) < 1e-6, (off0, off8)     # (the code before: 0.031 and -0.049 m)
+    assert np.linalg.norm(h8 - h0, axis=-1).max() < 1e-3
+
+
 def _random_poses(seed, T, scale):
     """The random-roll A-pose rig, its mapping and plan, a random generator, T random poses (quaternions)."""
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
