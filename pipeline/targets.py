@@ -47,7 +47,8 @@ from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFE
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
-           "rig_sole", "rest_floor_gap", "hinge_axes", "settle_hinges", "settle_clavicles", "WEIGHTS"]
+           "rig_sole", "rest_floor_gap", "hinge_axes", "settle_hinges", "settle_clavicles", "foot_corrections",
+           "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -640,20 +641,13 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         names = {"ankle": "foot", "ball": "toe"}
         contacts = np.zeros((T, 4), dtype=bool)
         offsets, heights = [], []
+        flat = foot_corrections(fp, src, mask, n, fps, scale, source_heights)
         for si, s in enumerate("lr"):
-            if s not in fp:
+            if s not in flat:
                 continue
-            # one vertical correction per foot, from the ankle: the rig's flat-foot
-            # ankle height against the source's (scaled); the ball gets the same
             ka = _K[f"foot_{s}"]
-            if not mask[:, ka].any():
-                continue
             h_rig_ankle = fp[s][0][3]
-            if source_heights is not None and "ankle" in source_heights.get(s, {}):
-                h_src, known = float(source_heights[s]["ankle"]), True
-            else:
-                h_src, known = planted_height(src, mask, s, n, fps, ka, with_flag=True)
-            delta = h_rig_ankle - scale * h_src
+            h_src, known, delta = flat[s]
             # the ankle's height above the floor on every frame (weakly): the rig's feet
             # are as high above its floor as the source's above its own, scaled, in
             # flight and on raised ground too, so the root sits where the feet say
@@ -694,6 +688,38 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             info.floor_offset = shift
             tg.rows[root_row]["target"] = tg.rows[root_row]["target"] + n * shift
     return tg, info
+
+
+def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:
+    """Per foot, ``side -> (h_src, known, delta)``: the vertical correction of its contacts.
+
+    One correction per foot, from the ankle: ``delta`` is the rig's flat-foot
+    ankle height (``fp``, :func:`foot_points`, the sole included) less the
+    source's (``h_src``, scaled: from its skeleton, ``source_heights``, or
+    :func:`planted_height` where the foot is seen planted flat, ``known``);
+    the ball gets the same. A foot never seen planted flat takes the mean
+    correction of those that are (the floor and the sole are both feet's),
+    its ``h_src`` the height that correction implies: its own guess, its
+    lowest heights, put a climbing clip's contacts 4 cm under the source's,
+    and the body with them (a CMU-converted clip baked onto its own
+    skeleton: 33.3 -> 18.5 mm). Feet without an ankle keypoint are left out.
+    """
+    flat = {}
+    for s in "lr":
+        ka = _K[f"foot_{s}"]
+        if s not in fp or not mask[:, ka].any():
+            continue
+        if source_heights is not None and "ankle" in source_heights.get(s, {}):
+            h_src, known = float(source_heights[s]["ankle"]), True
+        else:
+            h_src, known = planted_height(src, mask, s, n, fps, ka, with_flag=True)
+        flat[s] = (float(h_src), bool(known), float(fp[s][0][3] - scale * h_src))
+    seen = [d for _h, known, d in flat.values() if known]
+    for s, (h_src, known, delta) in list(flat.items()):
+        if not known and seen:
+            delta = float(np.mean(seen))
+            flat[s] = ((fp[s][0][3] - delta) / scale if scale else h_src, False, delta)
+    return flat
 
 
 def planted_height(src, mask, side, n, fps, k, *, with_flag=False):

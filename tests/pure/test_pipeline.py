@@ -20,7 +20,7 @@ pkg()
 from neural_ik.cli.demo_motion import walk_keypoints, walk_rotations  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, KEYPOINTS  # noqa: E402
 from neural_ik.pipeline import BakeError, BakeOptions, RigBake  # noqa: E402
-from neural_ik.pipeline.targets import foot_points, planted_height  # noqa: E402
+from neural_ik.pipeline.targets import foot_corrections, foot_points, planted_height  # noqa: E402
 from neural_ik.readers.source_rig import SourceRig  # noqa: E402
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.rigsolve import Targets, free_bones, solve_rig  # noqa: E402
@@ -121,6 +121,31 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
         assert np.linalg.norm(acc, axis=-1).max() < 0.05
     else:
         assert worst > (100.0 if second_pass == "off" else 50.0), worst    # (off: 18 cm; after only: 10 cm)
+
+
+def test_a_foot_never_planted_flat_takes_the_other_foot_s_correction():
+    """Keypoints whose right foot never stands flat (its ball always 20 cm up: on a step, climbing): its
+    flat-foot height is unknown, and its contacts take the left foot's correction (here none: the walk stands
+    on the rig's floor), not one from its own lowest heights, which lowered a climbing clip 4 cm."""
+    rig = _rig("T_default")
+    plan, mapping, truth = _walk_on(rig, seconds=2.0)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    mask = np.isfinite(kp).all(-1)
+    fp = foot_points(plan, UP)
+    sole = float(np.mean([planted_height(kp, mask, sd, UP, 30.0, KEYPOINTS.index(f"foot_{sd}")) - fp[sd][0][3]
+                          for sd in "lr"]))
+    fp = {sd: [(nm, b, o, h + sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
+    both = foot_corrections(fp, kp, mask, UP, 30.0, 1.0)
+    assert all(known and abs(d) < 0.01 for _h, known, d in both.values()), both
+    up = kp.copy()
+    for name in ("foot_r", "toe_r", "toe_tip_r", "heel_r"):
+        up[:, KEYPOINTS.index(name), 2] += 0.2
+    one = foot_corrections(fp, up, mask, UP, 30.0, 1.0)
+    assert one["l"] == both["l"] and not one["r"][1]
+    assert one["r"][2] == one["l"][2]                             # the left foot's correction ...
+    assert abs(one["r"][0] - (fp["r"][0][3] - one["l"][2])) < 1e-12   # ... and the height it implies
+    # (its own guess, the 5th percentile of its ankle's height, would have moved its contacts 20 cm down)
+    assert planted_height(up, mask, "r", UP, 30.0, KEYPOINTS.index("foot_r")) > both["r"][0] + 0.15
 
 
 def test_the_roots_floor_correction_is_the_feet_s_not_the_start_pose_s():
