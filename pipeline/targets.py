@@ -693,16 +693,20 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
 def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:
     """Per foot, ``side -> (h_src, known, delta)``: the vertical correction of its contacts.
 
-    One correction per foot, from the ankle: ``delta`` is the rig's flat-foot
-    ankle height (``fp``, :func:`foot_points`, the sole included) less the
+    From the ankle: a foot's own correction is the rig's flat-foot ankle
+    height (``fp``, :func:`foot_points`, the sole included) less the
     source's (``h_src``, scaled: from its skeleton, ``source_heights``, or
     :func:`planted_height` where the foot is seen planted flat, ``known``);
-    the ball gets the same. A foot never seen planted flat takes the mean
-    correction of those that are (the floor and the sole are both feet's),
-    its ``h_src`` the height that correction implies: its own guess, its
-    lowest heights, put a climbing clip's contacts 4 cm under the source's,
-    and the body with them (a CMU-converted clip baked onto its own
-    skeleton: 33.3 -> 18.5 mm). Feet without an ankle keypoint are left out.
+    the ball gets the same. Both feet then take one ``delta``, the mean of
+    the corrections of the feet whose height is known (the floor and the
+    sole are both feet's; ``h_src`` becomes the height it implies): a rig
+    whose rest stands one foot higher than the other (a BVH skeleton's
+    rest, measured at rest) tilted the body by correcting each foot its
+    own way (held-out keypoints onto their own skeletons, every frame:
+    joints 1.17 -> 0.76 mm), and a foot never seen planted flat had only a
+    guess, its lowest heights, which put a climbing clip's contacts 4 cm
+    under the source's, the body with them (33.3 -> 18.5 mm). Feet without
+    an ankle keypoint are left out.
     """
     flat = {}
     for s in "lr":
@@ -715,10 +719,10 @@ def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:
             h_src, known = planted_height(src, mask, s, n, fps, ka, with_flag=True)
         flat[s] = (float(h_src), bool(known), float(fp[s][0][3] - scale * h_src))
     seen = [d for _h, known, d in flat.values() if known]
-    for s, (h_src, known, delta) in list(flat.items()):
-        if not known and seen:
-            delta = float(np.mean(seen))
-            flat[s] = ((fp[s][0][3] - delta) / scale if scale else h_src, False, delta)
+    if seen:
+        delta = float(np.mean(seen))
+        for s, (h_src, known, _d) in list(flat.items()):
+            flat[s] = ((fp[s][0][3] - delta) / scale if scale else h_src, known, delta)
     return flat
 
 

@@ -123,10 +123,12 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
         assert worst > (100.0 if second_pass == "off" else 50.0), worst    # (off: 18 cm; after only: 10 cm)
 
 
-def test_a_foot_never_planted_flat_takes_the_other_foot_s_correction():
-    """Keypoints whose right foot never stands flat (its ball always 20 cm up: on a step, climbing): its
-    flat-foot height is unknown, and its contacts take the left foot's correction (here none: the walk stands
-    on the rig's floor), not one from its own lowest heights, which lowered a climbing clip 4 cm."""
+def test_both_feet_take_one_floor_correction():
+    """The feet's contacts move by one vertical correction, the mean of the feet whose flat-foot height is
+    known: a rig whose rest stands one foot higher than the other gets no tilt (its feet's own corrections
+    differ by that), and keypoints whose right foot never stands flat (its ball always 20 cm up: on a step,
+    climbing) give it the left foot's correction (here none: the walk stands on the rig's floor), not one from
+    its own lowest heights, which lowered a climbing clip 4 cm."""
     rig = _rig("T_default")
     plan, mapping, truth = _walk_on(rig, seconds=2.0)
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
@@ -137,12 +139,17 @@ def test_a_foot_never_planted_flat_takes_the_other_foot_s_correction():
     fp = {sd: [(nm, b, o, h + sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
     both = foot_corrections(fp, kp, mask, UP, 30.0, 1.0)
     assert all(known and abs(d) < 0.01 for _h, known, d in both.values()), both
+    # a rest with the right foot 15 mm higher: its own correction would be 15 mm more; one for both
+    tilted = dict(fp, r=[(nm, b, o, h + 0.015) for nm, b, o, h in fp["r"]])
+    tc = foot_corrections(fp=tilted, src=kp, mask=mask, n=UP, fps=30.0, scale=1.0)
+    assert tc["l"][2] == tc["r"][2] and abs(tc["l"][2] - both["l"][2] - 0.0075) < 1e-9
     up = kp.copy()
     for name in ("foot_r", "toe_r", "toe_tip_r", "heel_r"):
         up[:, KEYPOINTS.index(name), 2] += 0.2
     one = foot_corrections(fp, up, mask, UP, 30.0, 1.0)
-    assert one["l"] == both["l"] and not one["r"][1]
-    assert one["r"][2] == one["l"][2]                             # the left foot's correction ...
+    assert one["l"][1] and not one["r"][1]
+    left = fp["l"][0][3] - planted_height(kp, mask, "l", UP, 30.0, KEYPOINTS.index("foot_l"))
+    assert one["r"][2] == one["l"][2] == left                     # the left foot's correction ...
     assert abs(one["r"][0] - (fp["r"][0][3] - one["l"][2])) < 1e-12   # ... and the height it implies
     # (its own guess, the 5th percentile of its ankle's height, would have moved its contacts 20 cm down)
     assert planted_height(up, mask, "r", UP, 30.0, KEYPOINTS.index("foot_r")) > both["r"][0] + 0.15
