@@ -521,7 +521,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
         ba, bb = _bone(plan, JOINTS[ja]), _bone(plan, JOINTS[jb])
         L = float(np.linalg.norm(rest[bb] - rest[ba]))
         if L < 1e-6:
-            return
+            return False
         rigid = rig.parents[bb] == ba or (rig.parents[bb] == rig.parents[ba] and rig.parents[ba] >= 0)
         d = src[:, jb] - src[:, ja]
         nd = np.linalg.norm(d, axis=-1, keepdims=True)
@@ -532,15 +532,18 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
             info.rigid[len(tg.rows)] = L
         tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, weight * ok, name=f"{JOINTS[ja]}>{JOINTS[jb]}",
                kind=kind, perpendicular=not rigid)
+        return True
 
     # bone directions
+    pelvis_row = False    # (whether a row leaves the pelvis along the spine)
     for j, name in enumerate(JOINTS):
         c = BONE_CHILD[j]
         if c >= len(JOINTS):
             continue
         bj, bc = _bone(plan, name), _bone(plan, JOINTS[c])
         if bj is not None and bc is not None and rig.is_ancestor(bj, bc):
-            direction(j, c, w["direction"], "direction")
+            if direction(j, c, w["direction"], "direction") and name == "pelvis":
+                pelvis_row = True
     # joints missing in the middle of a bone chain (a rig with fewer spine
     # bones): the direction from the nearest mapped ancestor along bone links
     for j, name in enumerate(JOINTS):
@@ -553,7 +556,8 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 break
             k = PARENTS[k]
         if a >= 0 and a != PARENTS[j] and rig.is_ancestor(_bone(plan, JOINTS[a]), _bone(plan, name)):
-            direction(a, j, w["direction"], "direction")
+            if direction(a, j, w["direction"], "direction") and JOINTS[a] == "pelvis":
+                pelvis_row = True
     # the hands: where the source gives a hand tip, the hand points along it; where it gives a thumb,
     # the hand turns about its own line until its thumb is on the source's side of it (the direction
     # across the hand only: where a thumb point sits along the hand differs between skeletons). Joint
@@ -593,6 +597,17 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 P = np.eye(3)[None] - h[:, :, None] * h[:, None, :]      # across the hand's line
                 tg.add({tg.point(b, o): 1.0, tg.point(b): -1.0}, L * np.where(ok[:, None], u, 0.0),
                        w["direction"] * ok, axes=P, name=f"hand_{s}>thumb_{s}", kind="direction")
+    # the hips from the pelvis, where no row leaves the pelvis along the spine: the canonical bone
+    # chain leaves the pelvis along the spine only, and where a rig's first spine joint sits on its
+    # pelvis (CMU's LowerBack: no length, no row) nothing held the pelvis' pitch (cmu_hahne's own
+    # skeleton: its legs swung 6 cm about it with the foot lock off, and bent against the contacts
+    # with it on: 16.4 -> 1.6 mm). Not where the spine row holds it: the hips sit differently on other
+    # skeletons (CMU's hip joints well below the pelvis), and the direction would tilt the rig's
+    # pelvis to the source's convention (keypoints of cmu_hahne onto the meta-rig: jitter 31 -> 47)
+    for s in (("l", "r") if not pelvis_row else ()):
+        bp, bt = _bone(plan, "pelvis"), _bone(plan, f"thigh_{s}")
+        if bp is not None and bt is not None and rig.is_ancestor(bp, bt):
+            direction(_J["pelvis"], _J[f"thigh_{s}"], w["direction"], "direction")
     # left-right directions of hips and shoulders
     # (joints fixed on the pelvis and on the chest: the clavicles, not the upper
     # arms, whose distance changes when the clavicles turn)

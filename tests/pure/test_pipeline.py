@@ -177,6 +177,39 @@ def test_the_roots_floor_correction_is_the_feet_s_not_the_start_pose_s():
     assert np.linalg.norm(h8 - h0, axis=-1).max() < 1e-3
 
 
+def test_a_pelvis_whose_spine_starts_on_it_keeps_its_tilt():
+    """A CMU-style skeleton whose first spine bone (LowerBack) starts on the pelvis' head: no row leaves
+    the pelvis along the spine (no length), so rows from the pelvis to the hips hold its tilt. Keypoints of
+    its own walk, the start pose's pelvis tipped 20 degrees forward, the foot lock off (nothing else holds
+    the legs): the legs come back to the keypoints (without those rows they stay swung about the pelvis,
+    as cmu_hahne's did by 6 cm)."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+    from neural_ik.model.skeleton import JOINTS
+
+    base = rigs.humanoid("cmu")
+    names = list(base.names)
+    heads, tails = np.array(base.head, dtype=float), np.array(base.tail, dtype=float)
+    hips, lower = names.index("Hips"), names.index("LowerBack")
+    assert base.parents[lower] == hips and "LHipJoint" in names
+    heads[lower] = heads[hips]                        # the spine starts on the pelvis' head
+    tails[hips] = heads[hips] + [0.0, 0.0, 0.08]
+    mats = np.array([rigs.bone_matrix(heads[i], tails[i]) for i in range(len(names))])
+    rig = type(base)(names, list(base.parents), mats, heads, tails, name="cmu_lowerback_on_pelvis")
+    plan, mapping, truth = _walk_on(rig, seconds=1.0)
+    assert mapping.entries["spine1"] == "LowerBack" and mapping.entries["thigh_l"] == "LeftUpLeg"
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none", foot_lock=False))
+    job.solve()
+    tip = axis_angle_to_matrix(np.array([np.radians(20.0), 0.0, 0.0]))
+    p = JOINTS.index("pelvis")
+    job.solved.local_rot[:, p] = job.solved.local_rot[:, p] @ tip
+    job.fit()
+    assert any(r.get("name") == "pelvis>thigh_l" for r in job.targets.rows)
+    legs = [rig.index(mapping.entries[j]) for j in ("thigh_l", "calf_l", "foot_l", "thigh_r", "calf_r", "foot_r")]
+    err = np.linalg.norm(job.result.heads[:, legs] - truth.heads[:, legs], axis=-1) * 1000.0
+    assert err.mean() < 2.0, err.mean()
+
+
 def _random_poses(seed, T, scale):
     """The random-roll A-pose rig, its mapping and plan, a random generator, T random poses (quaternions)."""
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
