@@ -57,8 +57,16 @@ _K = {n: i for i, n in enumerate(KEYPOINTS)}
 WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, height=0.3, root=0.3, root_vertical=0.1,
                sparse_effector=1.0, sparse_hint=0.1, pole=0.005,
                sparse_foot=0.1, flat_foot=0.3)
-#: Frames over which a contact target fades in and out.
-CONTACT_BLEND = 4
+#: Seconds over which a contact target fades in and out (four frames at 30 fps). In frames, as
+#: it was, a 120 fps clip's contacts came on in 33 ms and pulled the body a centimetre or two
+#: onto them within three frames: keypoints of `sfu`'s 120 fps walk onto the meta-rig jittered
+#: 2.2 times as much as the source, the pops at contact changes.
+CONTACT_BLEND = 4.0 / 30.0
+
+
+def _blend_frames(fps) -> int:
+    """:data:`CONTACT_BLEND` in frames at ``fps`` (four where the rate is unknown)."""
+    return max(int(round(CONTACT_BLEND * float(fps))), 1) if fps else 4
 #: An effector beyond its chain's reach keeps this share of its weight: its
 #: chain stretches toward it, the other effectors stay where they are.
 UNREACHABLE_WEIGHT = 0.05
@@ -688,7 +696,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 if not c.any():
                     continue
                 tgt = x[:, k] + n * delta
-                wts = w["contact"] * _ramp(c, CONTACT_BLEND) * ok
+                wts = w["contact"] * _ramp(c, _blend_frames(fps)) * ok
                 pidx = tg.point(bone, off)
                 info.contact_rows.append(len(tg.rows))
                 info.floor_points.append(pidx)
@@ -818,7 +826,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     A foot given by its ankle alone keeps the start pose's direction in the
     world (heel to ball, weakly); with ``n`` (up) and ``fps``, on the frames
     where its ankle stands (:func:`stance`, faded in and out over
-    :data:`CONTACT_BLEND` frames) its ball is held at the ankle target's
+    :data:`CONTACT_BLEND` seconds) its ball is held at the ankle target's
     height less the rig's own flat-foot drop from ankle to ball: the foot
     stands flat.
 
@@ -906,7 +914,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                 continue
             (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
             tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
-            wt = weights["flat_foot"] * _ramp(still, CONTACT_BLEND) * mask[:, ka]
+            wt = weights["flat_foot"] * _ramp(still, _blend_frames(fps)) * mask[:, ka]
             tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
             tb = _bone(plan, f"toe_{s}")
             if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball

@@ -155,6 +155,31 @@ def test_both_feet_take_one_floor_correction():
     assert planted_height(up, mask, "r", UP, 30.0, KEYPOINTS.index("foot_r")) > both["r"][0] + 0.15
 
 
+def test_contacts_fade_in_over_the_same_time_at_any_frame_rate(monkeypatch):
+    """A contact target fades in and out over CONTACT_BLEND seconds, not frames: at 120 fps over four
+    times the frames it takes at 30 (in frames, a 120 fps clip's contacts came on in 33 ms and pulled the
+    body onto them within three frames: keypoints of a 120 fps walk onto the meta-rig jittered 2.2 times
+    as much as the source, 1.3 since)."""
+    from neural_ik.pipeline import targets as tmod
+
+    assert tmod._blend_frames(30.0) == 4 and tmod._blend_frames(120.0) == 16
+    built, original = [], tmod.dense_targets
+    monkeypatch.setattr(tmod, "dense_targets", lambda *a, **k: built.append(original(*a, **k)) or built[-1])
+    runs = {}
+    for fps in (30.0, 120.0):
+        rig = _rig("T_default")
+        plan, mapping, truth = _walk_on(rig, seconds=2.0, fps=fps)
+        kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+        job = RigBake(rig, mapping, kp, None, fps, BakeOptions(device="cpu", smooth="none", fps=fps))
+        job.solve()
+        job.fit()
+        w = next(r["weight"] for r in built[-1][0].rows if r.get("name") == "ankle_l contact")
+        part = (w > 1e-9) & (w < w.max() - 1e-9)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], part.astype(int), [0]])))
+        runs[fps] = max(b - a for a, b in zip(edges[::2], edges[1::2]))   # the longest fade, frames
+    assert runs[30.0] <= 4 and runs[120.0] >= 12, runs
+
+
 def test_the_roots_floor_correction_is_the_feet_s_not_the_start_pose_s():
     """Dense keypoints: the root's target moves vertically by the correction that puts the source's planted
     feet on the rig's floor, not by how far the start pose's feet are from them: a network start pose
