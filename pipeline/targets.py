@@ -64,18 +64,6 @@ WEIGHTS = dict(direction=1.0, lateral=0.5, effector=1.0, contact=2.0, height=0.3
 CONTACT_BLEND = 4.0 / 30.0
 
 
-#: Seconds a foot must stand for its contact to count (three frames at 30 fps). In frames, a
-#: 100 fps clip's stances of 30 ms (a dancer's foot brushing the floor) became contacts whose
-#: targets pulled the body down and let go again: keypoints of `rokoko`'s dance onto the meta-rig
-#: jittered 1.96 times as much as the source, 1.22 since.
-CONTACT_MIN = 0.1
-
-
-def _min_contact_frames(fps) -> int:
-    """:data:`CONTACT_MIN` in frames at ``fps``, at least three."""
-    return max(int(round(CONTACT_MIN * float(fps))), 3) if fps else 3
-
-
 def _blend_frames(fps) -> int:
     """:data:`CONTACT_BLEND` in frames at ``fps`` (four where the rate is unknown)."""
     return max(int(round(CONTACT_BLEND * float(fps))), 1) if fps else 4
@@ -703,8 +691,7 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
                 pts = src[:, k] - n * h_pt                   # the point lowered to flat-foot height
                 from ..retarget.metrics import foot_contacts
                 c = foot_contacts(np.where(ok[:, None], pts, np.nan)[:, None] @ _world_from(n).T, fps, floor=0.0,
-                                  height=0.03, speed=0.25, hysteresis=1.5,
-                                  min_frames=_min_contact_frames(fps))[:, 0] & ok
+                                  height=0.03, speed=0.25, hysteresis=1.5, min_frames=3)[:, 0] & ok
                 contacts[:, 2 * si + pi] = c
                 if not c.any():
                     continue
