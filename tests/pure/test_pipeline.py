@@ -271,6 +271,15 @@ def test_solve_rig_reaches_positions_and_keeps_locked_axes():
     assert res.residual[:, ent.index(rig.index(mapping.entries["hand_l"]))].max() > 1e-3
 
 
+def _metarig_batch(seed):
+    """The meta-rig, its mapping and plan, a random generator and a batch just over the solve's numpy size."""
+    from neural_ik.retarget import rigsolve
+
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    return rig, mapping, plan_retarget(rig, mapping), np.random.default_rng(seed), rigsolve.SMALL_BATCH + 8, len(rig)
+
+
 @pytest.mark.parametrize("backend,iterations", [("numpy", 3), ("torch", 3), ("numpy", 0)])
 def test_rig_solve_heads_of_bones_it_does_not_pose(backend, iterations):
     """The solve poses only the bones its targets need; every other bone's head (the meta-rig's
@@ -279,11 +288,7 @@ def test_rig_solve_heads_of_bones_it_does_not_pose(backend, iterations):
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
     from neural_ik.retarget import rigsolve
 
-    rig = rigs.rigify_metarig_description()
-    mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    rng = np.random.default_rng(5)
-    T, B = rigsolve.SMALL_BATCH + 8, len(rig)
+    rig, mapping, plan, rng, T, B = _metarig_batch(5)
     q0 = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
     loc = rng.normal(scale=0.01, size=(T, B, 3))
     ent = _mapped(rig, mapping)
@@ -628,11 +633,7 @@ def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from neural_ik.retarget import rigsolve
 
-    rig = rigs.rigify_metarig_description()
-    mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    rng = np.random.default_rng(3)
-    T, B = rigsolve.SMALL_BATCH + 8, len(rig)
+    rig, mapping, plan, rng, T, B = _metarig_batch(3)
     q_true = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
     loc = np.zeros((T, B, 3))
     loc[:, plan.root] = rng.normal(scale=0.05, size=(T, 3))
