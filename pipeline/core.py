@@ -624,15 +624,15 @@ class RigBake:
                 heights = self._source_heights()
             else:   # no skeleton, or one whose rest says nothing about standing: from the motion
                 heights = None
-            targets, info = dense_targets(plan, src, self.mask, scale, self.fps, init.heads, n,
+            targets, info = dense_targets(plan, src, self.mask, scale, self.fps, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
                                           source_rest=self._source_lengths() if heights is not None else None,
                                           rest_floor_gap=rest_floor_gap(plan, self.object_matrix),
                                           hands=self.source_rig is None)
             prior = 0.01
         self.targets, self.target_info = targets, info
-        if len(targets) and self.mode != "sparse":   # the start pose's heads served the targets (60 MB a
-            init.heads = None                        # 100,000-frame clip); the fit poses the rig again
+        if len(targets) and self.mode != "sparse":   # the start pose's heads: no dense target reads them (60
+            init.heads = None                        # MB a 100,000-frame clip); the fit poses the rig again
         mapped = [plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)]
         key = ("free_bones", tuple(mapped), plan.root)   # (plans are cached: so is this)
         free = plan.__dict__.get(key)

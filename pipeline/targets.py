@@ -67,6 +67,8 @@ CONTACT_BLEND = 4.0 / 30.0
 def _blend_frames(fps) -> int:
     """:data:`CONTACT_BLEND` in frames at ``fps`` (four where the rate is unknown)."""
     return max(int(round(CONTACT_BLEND * float(fps))), 1) if fps else 4
+
+
 #: An effector beyond its chain's reach keeps this share of its weight: its
 #: chain stretches toward it, the other effectors stay where they are.
 UNREACHABLE_WEIGHT = 0.05
@@ -468,7 +470,7 @@ def _median_length(src, a, b, mask):
     return float(np.median(np.linalg.norm(src[ok, b] - src[ok, a], axis=-1)))
 
 
-def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True, source_heights=None,
+def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heights=None,
                   source_rest=None, rest_floor_gap=None, hands=True, weights=WEIGHTS):
     """Targets for a dense source (see the module docstring).
 
@@ -481,8 +483,6 @@ def dense_targets(plan, src, mask, scale, fps, init_heads, n, *, foot_lock=True,
     scale : float
         Rig armature units per source metre.
     fps : float
-    init_heads : ndarray (T, B, 3)
-        Posed heads of the initial (retargeted) pose.
     n : ndarray (3,)
         World up in armature axes.
     foot_lock : bool
