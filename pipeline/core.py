@@ -101,6 +101,14 @@ DENSE_SECOND_PASS_OFF = 0.35
 #: 19.6 mm and 15.4 deg there instead of 16.3 mm and 11.7 deg, at 3.7 times the time).
 DENSE_START_FLIPPED = 1.4
 DENSE_SECOND_PASS_ITERATIONS = 40
+#: Dense, from the network (:meth:`RigBake._ease_start_jumps`): a start pose's bone turning more
+#: than this many degrees in one frame, and more than this factor times its median step, ...
+START_JUMP_DEG = 10.0
+START_JUMP_FACTOR = 10.0
+#: ... where no source point moves more than this factor times its median step, is eased into the
+#: low-pass of the start pose over this many seconds either side.
+START_JUMP_SOURCE = 5.0
+START_JUMP_SECONDS = 0.15
 DENSE_SECOND_PASS_PRIOR = 0.1
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
@@ -588,6 +596,8 @@ class RigBake:
                         world_rotations=getattr(self, "_world_rotations", None), chunk=self.chunk)
         copied = set(getattr(self, "_copied", None) or ())
         self._world_rotations = None     # (the source's motion with it): carried onto the rig now
+        if self.mode == "dense" and self.start == "network" and self.n_frames > 8:
+            self._ease_start_jumps(init)
         if self.mode == "sparse" and self.n_frames > 4:
             # the network guesses what a few effectors leave open frame by frame:
             # smooth that guess (the start pose and prior); the effectors are met anyway
@@ -730,6 +740,46 @@ class RigBake:
             for i, r in enumerate(targets.rows)])
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
+
+    def _ease_start_jumps(self, init):
+        """Dense, from the network: ease the start pose across frames where it jumps and the source does not.
+
+        The network answers frame by frame, and now and then its answer takes
+        another branch from one frame to the next (a chest bent 33 degrees
+        otherwise at 120 fps, where a spine bone turns 0.4 a frame). On the
+        clip's own skeleton the solve meets the joints anyway; on other
+        proportions, where the targets cannot all be met and leave some turn
+        open (how a spine shares a bend), the solve stays near its start, and
+        the body jumped with it (a `cmu_sl` clip onto the meta-rig: the chest
+        7 cm in one frame). A frame where a bone of the start pose turns more
+        than :data:`START_JUMP_DEG` and :data:`START_JUMP_FACTOR` times its
+        median step, while no source point moves more than
+        :data:`START_JUMP_SOURCE` times its median step (a cut in the source
+        is the source's), blends the start pose into its low-pass over
+        :data:`START_JUMP_SECONDS` either side. Modifies ``init`` in place.
+        """
+        from ..retarget.solve import pose_rig, quat_continuity
+
+        q = np.array(init.quaternions, dtype=np.float64)
+        step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
+        jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
+        moved = np.nan_to_num(np.linalg.norm(np.diff(self.src_m, axis=0), axis=-1), nan=0.0).max(1)
+        jump &= moved < START_JUMP_SOURCE * np.median(moved)
+        if not jump.any():
+            return
+        low = _smooth_columns("smooth_rotations", q.copy(), range(q.shape[1]), "butter", 0.5, self.fps, unit=True,
+                              inplace=True)
+        low = quat_continuity(np.asarray(low), out=np.asarray(low))
+        low *= np.sign((low * q).sum(-1, keepdims=True))
+        half = max(int(round(START_JUMP_SECONDS * self.fps)), 2)
+        wgt = np.zeros(len(q))
+        for t in np.flatnonzero(jump):      # (a tent around the jump, between frames t and t + 1)
+            lo, hi = max(t - half, 0), min(t + 1 + half, len(q))
+            wgt[lo:hi] = np.maximum(wgt[lo:hi], 1.0 - np.abs(np.arange(lo, hi) - (t + 0.5)) / (half + 1.0))
+        q += wgt[:, None, None] * (low - q)
+        q /= np.linalg.norm(q, axis=-1, keepdims=True)
+        init.quaternions = quat_continuity(q, out=q)
+        _, init.heads = pose_rig(self.plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
 
     def _settle_in_time(self, fit, targets, free, kw, span):
         """Sparse clips: the pose the effectors leave open, made to flow from frame to frame.

@@ -97,6 +97,7 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
     from neural_ik.model.skeleton import JOINTS
 
     assert core.RIG_ITERATIONS["network"] == 4    # (what the middle case is about)
+    monkeypatch.setattr(core, "START_JUMP_DEG", 1e9)   # (the start pose's jumps eased: another test)
     if second_pass != "on":
         monkeypatch.setattr(core, "DENSE_START_FLIPPED", 1e9)
     if second_pass == "off":
@@ -233,6 +234,38 @@ def test_a_pelvis_whose_spine_starts_on_it_keeps_its_tilt():
     legs = [rig.index(mapping.entries[j]) for j in ("thigh_l", "calf_l", "foot_l", "thigh_r", "calf_r", "foot_r")]
     err = np.linalg.norm(job.result.heads[:, legs] - truth.heads[:, legs], axis=-1) * 1000.0
     assert err.mean() < 2.0, err.mean()
+
+
+@pytest.mark.parametrize("ease", [True, False])
+def test_a_jump_in_the_start_pose_is_eased_where_the_source_moves_on(ease, monkeypatch):
+    """Keypoints onto a rig with a spine bone more than the keypoints have (its share of the bend is the start
+    pose's): the network's start pose jumps from one frame to the next (a chest bent 45 degrees otherwise from
+    frame 30 on, as the network's answer may take another branch) where the source moves smoothly. The jump
+    is eased over 0.15 s, so no spine bone of the bake turns more than a few degrees a frame (3.8; the walk's
+    median 0.2); without it the bake jumps with its start (12.7)."""
+    import neural_ik.pipeline.core as core
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+    from neural_ik.model.skeleton import JOINTS
+
+    if not ease:
+        monkeypatch.setattr(core, "START_JUMP_DEG", 1e9)
+    rig = _rig("four_spine_long_limbs")
+    plan, mapping, truth = _walk_on(rig, seconds=2.0)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
+    job.solve()
+    bend = axis_angle_to_matrix(np.array([np.radians(45.0), 0.0, 0.0]))
+    s2 = JOINTS.index("spine2")
+    job.solved.local_rot[30:, s2] = job.solved.local_rot[30:, s2] @ bend
+    job.fit()
+    q = job.result.quaternions
+    step = np.degrees(2 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0, 1)))
+    spine = [rig.index(b) for b in rig.names if b.startswith("DEF-spine")]
+    worst = step[25:35][:, spine].max()
+    if ease:
+        assert worst < 6.0, worst
+    else:
+        assert worst > 10.0, worst
 
 
 def _random_poses(seed, T, scale):
