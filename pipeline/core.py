@@ -760,24 +760,34 @@ class RigBake:
         """
         from ..retarget.solve import pose_rig, quat_continuity
 
-        q = np.array(init.quaternions, dtype=np.float64)
+        q = init.quaternions           # (read; the clip's whole array is copied only where it jumps)
         step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
         jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
         moved = np.nan_to_num(np.linalg.norm(np.diff(self.src_m, axis=0), axis=-1), nan=0.0).max(1)
         jump &= moved < START_JUMP_SOURCE * np.median(moved)
         if not jump.any():
             return
-        low = _smooth_columns("smooth_rotations", q.copy(), range(q.shape[1]), "butter", 0.5, self.fps, unit=True,
-                              inplace=True)
-        low = quat_continuity(np.asarray(low), out=np.asarray(low))
-        low *= np.sign((low * q).sum(-1, keepdims=True))
+        T = len(q)
         half = max(int(round(START_JUMP_SECONDS * self.fps)), 2)
-        wgt = np.zeros(len(q))
+        wgt = np.zeros(T)
         for t in np.flatnonzero(jump):      # (a tent around the jump, between frames t and t + 1)
-            lo, hi = max(t - half, 0), min(t + 1 + half, len(q))
+            lo, hi = max(t - half, 0), min(t + 1 + half, T)
             wgt[lo:hi] = np.maximum(wgt[lo:hi], 1.0 - np.abs(np.arange(lo, hi) - (t + 0.5)) / (half + 1.0))
-        q += wgt[:, None, None] * (low - q)
-        q /= np.linalg.norm(q, axis=-1, keepdims=True)
+        # the low-pass of a window around each stretch of eased frames (with a margin for the filter)
+        touched = np.flatnonzero(wgt > 0)
+        breaks = np.flatnonzero(np.diff(touched) > 1)
+        pad = 4 * half
+        for a, b in zip(np.r_[touched[0], touched[breaks + 1]], np.r_[touched[breaks], touched[-1]] + 1):
+            lo, hi = max(a - pad, 0), min(b + pad, T)
+            low = np.array(q[lo:hi], dtype=np.float64)
+            _smooth_columns("smooth_rotations", low, range(q.shape[1]), "butter", 0.5, self.fps, unit=True,
+                            inplace=True)
+            quat_continuity(low, out=low)
+            part = np.array(q[a:b], dtype=np.float64)
+            low = low[a - lo:b - lo]
+            low *= np.sign((low * part).sum(-1, keepdims=True))
+            part += wgt[a:b, None, None] * (low - part)
+            q[a:b] = part / np.linalg.norm(part, axis=-1, keepdims=True)
         init.quaternions = quat_continuity(q, out=q)
         _, init.heads = pose_rig(self.plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
 
