@@ -101,6 +101,7 @@ DENSE_SECOND_PASS_OFF = 0.35
 #: 19.6 mm and 15.4 deg there instead of 16.3 mm and 11.7 deg, at 3.7 times the time).
 DENSE_START_FLIPPED = 1.4
 DENSE_SECOND_PASS_ITERATIONS = 40
+DENSE_SECOND_PASS_PRIOR = 0.1
 #: Dense, from the network (:meth:`RigBake._ease_start_jumps`): a start pose's bone turning more
 #: than this many degrees in one frame, and more than this factor times its median step, ...
 START_JUMP_DEG = 10.0
@@ -109,7 +110,6 @@ START_JUMP_FACTOR = 10.0
 #: low-pass of the start pose over this many seconds either side.
 START_JUMP_SOURCE = 5.0
 START_JUMP_SECONDS = 0.15
-DENSE_SECOND_PASS_PRIOR = 0.1
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
 #: iterations are lost and effectors end farther away; higher keeps more of the
@@ -712,6 +712,10 @@ class RigBake:
                 quat_continuity(quats, out=quats)
         else:
             quats, locs, heads = init.quaternions, init.locations, init.heads
+            if heads is None:   # (the start pose eased: _ease_start_jumps)
+                from ..retarget.solve import pose_rig
+
+                _, heads = pose_rig(plan.rig, quats, locs, chunk=self.chunk, rotations=False)
             self.residual = np.zeros((self.n_frames, 0))
         driven = start_driven.copy()
         driven[free] = True
@@ -758,7 +762,7 @@ class RigBake:
         is the source's), blends the start pose into its low-pass over
         :data:`START_JUMP_SECONDS` either side. Modifies ``init`` in place.
         """
-        from ..retarget.solve import pose_rig, quat_continuity
+        from ..retarget.solve import quat_continuity
 
         q = init.quaternions           # (read; the clip's whole array is copied only where it jumps)
         step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
@@ -789,7 +793,7 @@ class RigBake:
             part += wgt[a:b, None, None] * (low - part)
             q[a:b] = part / np.linalg.norm(part, axis=-1, keepdims=True)
         init.quaternions = quat_continuity(q, out=q)
-        _, init.heads = pose_rig(self.plan.rig, init.quaternions, init.locations, chunk=self.chunk, rotations=False)
+        init.heads = None     # (stale now; no dense target reads them: posed where needed)
 
     def _settle_in_time(self, fit, targets, free, kw, span):
         """Sparse clips: the pose the effectors leave open, made to flow from frame to frame.

@@ -663,7 +663,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
             fp = {sd: [(nm, b, o, h + info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         names = {"ankle": "foot", "ball": "toe"}
         contacts = np.zeros((T, 4), dtype=bool)
-        offsets, heights = [], []
+        offsets, heights = [], []   # (each frame's correction: its foot's delta; the root takes their median)
         flat = foot_corrections(fp, src, mask, n, fps, scale, source_heights)
         for si, s in enumerate("lr"):
             if s not in flat:
@@ -681,7 +681,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
             if known:
                 tg.add({tg.point(a_bone): 1.0}, a_tgt, w["height"] * mask[:, ka], axes=np.outer(n, n),
                        name=f"ankle_{s} height", kind="height")
-                heights.append(((a_tgt - x[:, ka]) @ n)[mask[:, ka]])
+                heights.append(np.full(int(mask[:, ka].sum()), delta))
             for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
                 k = _K[f"{names[pname]}_{s}"]
                 ok = mask[:, k]
@@ -702,7 +702,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
                 info.floor_points.append(pidx)
                 tg.add({pidx: 1.0}, tgt, wts, name=f"{pname}_{s} contact", kind="contact")
                 if not np.any(off):
-                    offsets.append(((tgt - x[:, k]) @ n)[c])
+                    offsets.append(np.full(int(c.sum()), delta))
         info.contacts = contacts
         if not offsets:
             offsets = heights
