@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rotations_np import axis_rotation, matrix_to_euler
+from .rotations_np import euler_to_matrix, matrix_to_euler
 
 __all__ = ["BVHError", "BVHData", "read_bvh", "write_bvh", "frames_from_rotations", "CHANNEL_NAMES"]
 
@@ -307,12 +307,8 @@ def _compose(path, motion, names, offsets, channels, position_mode):
             g[1].append(rcols)
     for axes, (joints, cols) in groups.items():
         for a in range(0, T, _BLOCK):   # (in blocks of frames: the temporaries stay small)
-            ang = np.deg2rad(motion[a:a + _BLOCK, np.array(cols)])  # (n, G, k)
-            m = None
-            for k, ax in enumerate(axes):
-                r = axis_rotation(ax, ang[..., k])
-                m = r if m is None else m @ r
-            rot[a:a + _BLOCK, joints] = m
+            ang = motion[a:a + _BLOCK, np.array(cols)]  # (n, G, k) degrees
+            rot[a:a + _BLOCK, joints] = euler_to_matrix(ang, "".join("XYZ"[ax] for ax in axes))
     return rot, trans
 
 

@@ -86,8 +86,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix, change_basis, euler_to_matrix, matrix_to_quat, quat_slerp, \
-    quat_to_matrix, rotation_between
+from ..model.rotations_np import axis_angle_to_matrix, change_basis, euler_to_matrix, matmul_each, matrix_to_quat, \
+    quat_slerp, quat_to_matrix, rotation_between
 from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
 
@@ -581,8 +581,8 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
             base_pos = np.broadcast_to(plan.rel_pos[idx][:, None], (len(idx), T, 3))
         else:
             Wp = Wb[par]
-            base_rot = Wp @ plan.rel_rot[idx][:, None]
-            base_pos = Xb[par] + (Wp @ plan.rel_pos[idx][:, None, :, None])[..., 0]
+            base_rot = matmul_each(Wp, plan.rel_rot[idx])
+            base_pos = Xb[par] + matmul_each(Wp, plan.rel_pos[idx][..., None])[..., 0]
         Wb[idx] = base_rot
         Xb[idx] = base_pos
         for i, b in enumerate(idx):
@@ -605,7 +605,7 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
                         if j not in qk:
                             qk[j] = matrix_to_quat(Rk[:, j])
                     R = quat_to_matrix(quat_slerp(qk[ja], qk[jb], np.full(T, w)))
-                G = R @ plan.align[b]
+                G = matmul_each(R[None], plan.align[b][None])[0]
                 basis = np.swapaxes(br, -1, -2) @ G
             elif b in plan.twist:
                 j, c = plan.twist[b]
@@ -687,8 +687,8 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None, rotations=Tr
                 base_pos = rel_pos[..., 0]
             else:
                 Wp = Wc[par]
-                base_rot = Wp @ rel_rot
-                base_pos = Xc[par] + (Wp @ rel_pos)[..., 0]
+                base_rot = matmul_each(Wp, rel_rot[:, 0])
+                base_pos = Xc[par] + matmul_each(Wp, rel_pos[:, 0])[..., 0]
             Wc[idx] = base_rot @ basis[k]
             if locs is None:
                 Xc[idx] = base_pos

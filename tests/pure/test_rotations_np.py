@@ -1,0 +1,63 @@
+"""The numpy rotation helpers against scipy and against plain stacked products.
+
+``euler_to_matrix`` composes closed forms entry by entry, ``quat_to_matrix``
+folds the normalisation into one factor and ``matmul_each`` runs one 2-D
+product per stack entry: each must give what the textbook formula gives.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pkg import pkg  # noqa: E402
+
+pkg()
+from neural_ik.model.rotations_np import euler_to_matrix, matmul_each, matrix_to_quat, quat_to_matrix  # noqa: E402
+
+ORDERS = ["XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX", "XYX", "ZXZ", "ZX", "YZ", "X", "Y", "Z"]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_euler_to_matrix_is_scipys_intrinsic_rotation(order):
+    rng = np.random.default_rng(len(order) * 7 + ord(order[0]))
+    ang = rng.uniform(-180.0, 180.0, size=(5, 4, len(order)))
+    got = euler_to_matrix(ang, order)
+    want = Rotation.from_euler(order.upper(), ang.reshape(-1, len(order)), degrees=True).as_matrix()
+    assert got.shape == (5, 4, 3, 3)
+    np.testing.assert_allclose(got.reshape(-1, 3, 3), want, atol=1e-12)
+    # radians, one angle set, and the product of the axis rotations in order
+    one = euler_to_matrix(np.deg2rad(ang[2, 1]), order, degrees=False)
+    np.testing.assert_allclose(one, got[2, 1], atol=1e-12)
+
+
+def test_euler_to_matrix_without_axes_is_the_identity():
+    out = euler_to_matrix(np.zeros((3, 0)), "")
+    np.testing.assert_array_equal(out, np.broadcast_to(np.eye(3), (3, 3, 3)))
+
+
+def test_quat_to_matrix_normalises_and_round_trips():
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(200, 4)) * rng.uniform(0.1, 5.0, size=(200, 1))   # not unit
+    m = quat_to_matrix(q)
+    want = Rotation.from_quat(q[:, [1, 2, 3, 0]]).as_matrix()   # scipy: (x, y, z, w), normalised there
+    np.testing.assert_allclose(m, want, atol=1e-12)
+    np.testing.assert_allclose(m @ np.swapaxes(m, -1, -2), np.broadcast_to(np.eye(3), m.shape), atol=1e-12)
+    back = matrix_to_quat(m)
+    unit = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    np.testing.assert_allclose(np.abs((back * unit).sum(-1)), 1.0, atol=1e-12)
+    np.testing.assert_allclose(quat_to_matrix(np.array([1.0, 0, 0, 0])), np.eye(3), atol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 300])   # the stacked product below 64 rows, one 2-D product per entry above
+def test_matmul_each_is_the_stacked_product(rows):
+    rng = np.random.default_rng(rows)
+    A = rng.normal(size=(4, rows, 3, 3))
+    C = rng.normal(size=(4, 3, 3))
+    np.testing.assert_allclose(matmul_each(A, C), A @ C[:, None], atol=1e-12)
+    v = rng.normal(size=(4, 3, 1))   # matrix times one vector per entry
+    np.testing.assert_allclose(matmul_each(A, v), A @ v[:, None], atol=1e-12)
+    assert matmul_each(A[:0], C[:0]).shape == (0, rows, 3, 3)
