@@ -125,27 +125,30 @@ class PoseChannels:
                 out[:, slot[bone], i] = v[a:b]
         return out
 
-    def quaternions(self, a, b, bones):
-        """Rotation of ``bones`` (their rotation mode's channel) as quaternions, (b - a, len(bones), 4)."""
-        from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+    def matrices(self, a, b, bones):
+        """Rotation of ``bones`` (their rotation mode's channel) as matrices, (b - a, len(bones), 3, 3).
+
+        Euler and axis-angle channels straight to matrices (no quaternion on the way)."""
+        from ..model.rotations_np import axis_angle_to_matrix, quat_to_matrix
         from ..retarget.solve import euler_to_matrix_blender
 
         bones = np.asarray(bones, dtype=np.int64)
         modes = np.array(self.rotation_modes)[bones]
-        q = self.values("rotation_quaternion", a, b, bones)
-        q /= np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), 1e-30)
+        out = np.empty((b - a, len(bones), 3, 3))
+        k = np.flatnonzero(~np.isin(modes, list(_EULER_ORDERS) + ["AXIS_ANGLE"]))
+        if k.size:
+            out[:, k] = quat_to_matrix(self.values("rotation_quaternion", a, b, bones[k]))
         for order in _EULER_ORDERS:
             k = np.flatnonzero(modes == order)
             if k.size:
-                e = self.values("rotation_euler", a, b, bones[k])
-                q[:, k] = matrix_to_quat(euler_to_matrix_blender(e, order))
+                out[:, k] = euler_to_matrix_blender(self.values("rotation_euler", a, b, bones[k]), order)
         k = np.flatnonzero(modes == "AXIS_ANGLE")
         if k.size:
             aa = self.values("rotation_axis_angle", a, b, bones[k])
             n = np.linalg.norm(aa[..., 1:], axis=-1, keepdims=True)
             vec = np.where(n > 0, aa[..., 1:] / np.where(n > 0, n, 1.0), 0.0) * aa[..., :1]
-            q[:, k] = matrix_to_quat(axis_angle_to_matrix(vec))
-        return q
+            out[:, k] = axis_angle_to_matrix(vec)
+        return out
 
     def locations(self, a, b, bones):
         """Pose locations of ``bones`` for frames ``a:b`` (zero on connected bones: Blender ignores them)."""
@@ -212,22 +215,26 @@ def bvh_hierarchy(rig, connected, rotation_modes):
 
 
 def _local_channels(pose, a, b, bones, Q, rest_offset):
-    """BVH rotation (quaternions) and location of ``bones`` for frames ``a:b``.
+    """BVH rotation (matrices) and location of ``bones`` for frames ``a:b``.
 
     With full inheritance a bone's pose matrix is ``P_j = P_p R_p^-1 R_j
     B_j`` (rest matrices ``R``, basis ``B`` = location, rotation), so the
     matrix Blender's exporter writes, ``R_p P_p^-1 P_j R_j^-1``, is
     ``R_j B_j R_j^-1``: the basis seen in the armature's axes. Its rotation
-    is the basis rotation with the axis turned by the rest rotation ``Q_j``
-    (quaternion ``(w, Q_j v)``), its location (the joint's offset plus the
-    translation) ``head_j - head_p + Q_j location_j``. No forward kinematics
-    and nothing from other bones.
+    is the basis rotation seen through the rest rotation, ``Q_j B_j
+    Q_j^T``, its location (the joint's offset plus the translation)
+    ``head_j - head_p + Q_j location_j``. No forward kinematics and nothing
+    from other bones; one 2-D product per bone (a bone's frames at once).
     """
-    q = pose.quaternions(a, b, bones)
-    Qb = Q[bones]
-    q[..., 1:] = np.einsum("bij,tbj->tbi", Qb, q[..., 1:])
-    loc = rest_offset[bones] + np.einsum("bij,tbj->tbi", Qb, pose.locations(a, b, bones))
-    return q, loc
+    from ..model.rotations_np import change_basis
+
+    m = pose.matrices(a, b, bones)
+    loc = pose.locations(a, b, bones)
+    for i, bone in enumerate(bones):
+        m[:, i] = change_basis(Q[bone], m[:, i])
+        loc[:, i] = loc[:, i] @ Q[bone].T
+    loc += rest_offset[bones]
+    return m, loc
 
 
 def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAMES):
@@ -266,15 +273,17 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
         cols_c += [3, 4, 5]
     cols_b, cols_c = np.array(cols_b, dtype=np.int64), np.array(cols_c, dtype=np.int64)
 
-    def eulers(q, bones, state=None):
-        """Degrees in channel order, (t, len(bones), 3); ``state`` carries continuity between chunks."""
-        out = np.empty(q.shape[:-1] + (3,))
+    def eulers(m, bones, state=None):
+        """Degrees in channel order, (t, len(bones), 3), of matrices ``m`` (t, len(bones), 3, 3); ``state``
+        carries continuity between chunks."""
+        out = np.empty(m.shape[:-2] + (3,))
         for o in sorted(set(orders[b] for b in bones)):
             k = np.flatnonzero([orders[b] == o for b in bones])
             prev = (None, None) if state is None else state.get(o, (None, None))
-            e = continue_eulers(q[:, k], o[::-1], *prev)  # Blender's Euler order is the channel order reversed
+            # Blender's Euler order is the channel order reversed
+            e = continue_eulers(m[:, k], o[::-1], *prev, matrices=True)
             if state is not None:
-                state[o] = (q[-1, k], e[-1])
+                state[o] = (m[-1, k], e[-1])
             out[:, k] = np.rad2deg(np.take_along_axis(e, axis_of[bones[k]][None], axis=-1))
         return out
 
@@ -282,9 +291,9 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
     keyed = np.flatnonzero(moving)
     template = np.zeros((n, 6))
     if fixed.size:
-        q, loc = _local_channels(pose, 0, 1, fixed, Q, rest_offset)
+        m, loc = _local_channels(pose, 0, 1, fixed, Q, rest_offset)
         template[fixed, :3] = loc[0]
-        template[fixed, 3:] = eulers(q, fixed)[0]
+        template[fixed, 3:] = eulers(m, fixed)[0]
     state = {}
     step = max(int(chunk_frames), 1)
     for a in range(0, pose.num_frames, step):
@@ -292,9 +301,9 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
         src = np.empty((b - a, n, 6))
         src[:] = template
         if keyed.size:
-            q, loc = _local_channels(pose, a, b, keyed, Q, rest_offset)
+            m, loc = _local_channels(pose, a, b, keyed, Q, rest_offset)
             src[:, keyed, :3] = loc
-            src[:, keyed, 3:] = eulers(q, keyed, state)
+            src[:, keyed, 3:] = eulers(m, keyed, state)
         yield src[:, cols_b, cols_c]
 
 

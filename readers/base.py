@@ -185,9 +185,19 @@ def body_size(points: np.ndarray) -> float:
     p = np.asarray(points, dtype=np.float64)
     if p.size == 0:
         return float("nan")
-    with np.errstate(invalid="ignore"), _quiet():
-        ext = np.nanmax(p, axis=1) - np.nanmin(p, axis=1)  # (T, 3)
-        side = np.nanmax(ext, axis=1)
+    return _median_side(_frame_sides(p))
+
+
+def _frame_sides(p):
+    """Each frame's largest bounding-box side (T,), NaN for a frame without points, inf on overflow."""
+    with np.errstate(invalid="ignore", over="ignore"), _quiet():
+        if p.shape[1] and np.isfinite(p.sum()):   # nothing missing (a skeleton file's joints): plain max / min
+            return (p.max(axis=1) - p.min(axis=1)).max(axis=1)
+        return np.nanmax(np.nanmax(p, axis=1) - np.nanmin(p, axis=1), axis=1)
+
+
+def _median_side(side):
+    with np.errstate(invalid="ignore"):
         side = side[np.isfinite(side) & (side > 0)]
     return float(np.median(side)) if side.size else float("nan")
 
@@ -198,7 +208,7 @@ MAX_FRAME_SPREAD = 50.0
 MAX_DISTANCE = 1e6
 
 
-def check_body_size(path, points: np.ndarray, names, size: float) -> None:
+def check_body_size(path, points: np.ndarray, names, size: float | None = None) -> float:
     """Refuse a clip whose size is undefined or that holds values far outside the body.
 
     Parameters
@@ -208,8 +218,13 @@ def check_body_size(path, points: np.ndarray, names, size: float) -> None:
     points : ndarray, shape (T, J, 3)
         File units, NaN = missing, no infinities.
     names : sequence of str
-    size : float
-        :func:`body_size` of ``points``.
+    size : float, optional
+        :func:`body_size` of ``points`` (measured here when not given).
+
+    Returns
+    -------
+    float
+        The body size.
 
     Raises
     ------
@@ -220,8 +235,9 @@ def check_body_size(path, points: np.ndarray, names, size: float) -> None:
         more than :data:`MAX_DISTANCE` body sizes from the origin.
     """
     p = np.asarray(points, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"), _quiet():
-        side = np.nanmax(np.nanmax(p, axis=1) - np.nanmin(p, axis=1), axis=1)  # (T,), NaN on empty frames
+    side = _frame_sides(p) if p.size else np.zeros(0)   # (T,), NaN on empty frames
+    if size is None:
+        size = _median_side(side) if p.size else float("nan")
     overflow = np.isinf(side)
     if overflow.any():
         t = int(np.flatnonzero(overflow)[0])
@@ -245,6 +261,7 @@ def check_body_size(path, points: np.ndarray, names, size: float) -> None:
         raise KeypointReadError(path, f"frame {t}: point {names[j]!r} is {np.abs(p[t, j]).max():.3g} from the "
                                 f"origin, {MAX_DISTANCE:g} times the body size ({size:.3g}, file units): "
                                 "a corrupt value?")
+    return size
 
 
 class _quiet:
@@ -345,13 +362,14 @@ def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
     have = ok.any(0)
     out = {}
     if have.any():
-        med = np.nanmedian(length[:, have], axis=0)
+        part = length[:, have]
+        med = np.median(part, axis=0) if ok[:, have].all() else np.nanmedian(part, axis=0)
         for s, m in zip(np.flatnonzero(have), med):
             out[names[s]] = float(m) / float(rest[s])
     return out
 
 
-def body_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
+def body_height(kp: np.ndarray, mask: np.ndarray | None = None, *, ratios: dict | None = None) -> float:
     """Standing height (in the keypoints' units) estimated from segment lengths.
 
     The median over the segments the clip has (thighs, shins, upper arms,
@@ -362,7 +380,7 @@ def body_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
     """
     from ..model.skeleton import CANONICAL
 
-    r = segment_ratios(kp, mask)
+    r = segment_ratios(kp, mask) if ratios is None else ratios
     if not r:
         return float("nan")
     return float(np.median(list(r.values()))) * CANONICAL.height()
@@ -817,11 +835,12 @@ def finish_clip(
     kp = convert_up_axis(raw_kp, up)
 
     # a body to measure: no all-zero clip, no value far outside the body (before any arithmetic on them)
-    check_body_size(path, p, names, body_size(p))
+    box = check_body_size(path, p, names)
 
     # units: the caller, the file, then the body's height (segment lengths, not the bounding box)
-    height = body_height(kp, raw_mask)
-    size = height if math.isfinite(height) else body_size(p)
+    ratios = segment_ratios(kp, raw_mask)
+    height = body_height(kp, raw_mask, ratios=ratios)
+    size = height if math.isfinite(height) else box
     try:
         u = normalize_units(units) if units is not None else (normalize_units(file_units) if file_units else None)
     except ValueError as ex:
@@ -848,7 +867,7 @@ def finish_clip(
             hint = f"; the file looks like it is in {better} (pass {_flag('units', better)})" if better else ""
             raise KeypointReadError(path, f"absurd scale: the body is {s_m:.3g} m tall in {u}{hint}")
     if check_scale:
-        _check_mixed_units(path, kp, raw_mask)
+        _check_mixed_units(path, ratios)
     p *= UNITS[u]
     kp *= UNITS[u]
     if check_scale and math.isfinite(size):
@@ -907,9 +926,9 @@ def _flag(what: str, value=None) -> str:
     return f"{flag}{'' if value is None else ' ' + str(value)} ('{field_}' in the import options)"
 
 
-def _check_mixed_units(path, kp, mask):
-    """Refuse a body whose segments disagree by more than 4x (parts of the file in other units)."""
-    r = segment_ratios(kp, mask)
+def _check_mixed_units(path, r):
+    """Refuse a body whose segments (:func:`segment_ratios` ``r``) disagree by more than 4x (parts of the
+    file in other units)."""
     if len(r) < 3:
         return
     med = float(np.median(list(r.values())))

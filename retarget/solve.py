@@ -894,16 +894,18 @@ def quats_to_euler_continuous(quats, order: str = "XYZ", *, chunk=None) -> np.nd
     return out
 
 
-def _eulers_of_chunk(q, order):
-    """:func:`quats_to_euler_continuous` of frames ``q`` (T, B, 4), the first frame on the principal branch."""
-    e1 = _matrix_to_euler_by_position(quat_to_matrix(q), order)
+def _eulers_of_chunk(q, order, matrices=False):
+    """:func:`quats_to_euler_continuous` of frames ``q`` (T, B, 4), or of rotation matrices (T, B, 3, 3)
+    with ``matrices``; the first frame on the principal branch."""
+    e1 = _matrix_to_euler_by_position(q if matrices else quat_to_matrix(q), order)
     if e1.shape[0] < 2:
         return _by_axis(e1, order)
     e2 = e1 + np.array([np.pi, 0.0, np.pi])
     e2[..., 1] = np.pi - e1[..., 1]
 
     def wrapdist(a, b):
-        d = (a - b + np.pi) % (2 * np.pi) - np.pi
+        d = a - b
+        d -= _TURN * np.rint(d * (1.0 / _TURN))   # into [-pi, pi] (a float modulo is twice as slow)
         return np.sum(d * d, axis=-1)
 
     d_same = wrapdist(e1[1:], e1[:-1])
@@ -911,7 +913,13 @@ def _eulers_of_chunk(q, order):
     switch = (d_cross + 1e-12 < d_same).astype(np.int64)
     branch = np.concatenate([np.zeros((1,) + switch.shape[1:], np.int64), np.cumsum(switch, axis=0) % 2])
     e = np.where(branch[..., None] == 1, e2, e1)
-    return _by_axis(np.unwrap(e, axis=0), order)
+    # np.unwrap along the frames: every jump of pi or more between frames taken out in whole turns
+    jump = np.diff(e, axis=0)
+    e[1:] -= _TURN * np.cumsum(np.rint(jump * (1.0 / _TURN)), axis=0)
+    return _by_axis(e, order)
+
+
+_TURN = 2.0 * np.pi
 
 
 def _other_branch(e, order):
@@ -924,18 +932,19 @@ def _other_branch(e, order):
     return out
 
 
-def continue_eulers(q, order, prev_q=None, prev_e=None):
+def continue_eulers(q, order, prev_q=None, prev_e=None, *, matrices=False):
     """Continuous Blender Eulers (T, B, 3) of quaternions ``q`` (T, B, 4), following ``prev_e`` (B, 3).
 
     The chunk's Eulers with the previous chunk's last rotation ``prev_q``
     (B, 4) in front; that first frame is then moved onto the previous
     chunk's last Euler triple ``prev_e`` (the other Tait-Bryan branch and/or
     whole turns), and the chunk with it. Without ``prev_q`` the first frame
-    is on the principal branch.
+    is on the principal branch. ``matrices``: ``q`` and ``prev_q`` are
+    rotation matrices, (T, B, 3, 3) and (B, 3, 3).
     """
     if prev_q is None:
-        return _eulers_of_chunk(q, order)
-    e = _eulers_of_chunk(np.concatenate([prev_q[None], q]), order)
+        return _eulers_of_chunk(q, order, matrices)
+    e = _eulers_of_chunk(np.concatenate([prev_q[None], q]), order, matrices)
     alt = _other_branch(e, order)
     turn = 2.0 * np.pi
 
