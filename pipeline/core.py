@@ -450,7 +450,7 @@ class RigBake:
 
     def _from_source_rig(self, kp):
         from ..model.result import SolveResult
-        from ..model.rotations_np import change_basis
+        from ..model.rotations_np import change_basis, matmul_each
         from ..retarget.solve import frame_chunks
         from .source import source_world_rotations
 
@@ -485,8 +485,13 @@ class RigBake:
                 carry onto the rig asks a chunk at a time: a whole clip's would take 72 bytes per frame
                 and bone)."""
                 W, _ = _source_pose(src, a, b)
-                # the source bone's turn from rest (source world), in the rig's axes, from the rig bone's rest
-                return {tb: R @ (W[:, sb] @ Qs[sb].T) @ R.T @ Qt[tb] for tb, sb in copied}
+                # the source bone's turn from rest (source world), in the rig's axes, from the rig bone's
+                # rest: R W Qs^T R^T Qt, as (R (W C)) with the constant C = Qs^T R^T Qt (2-D products)
+                out = {}
+                for tb, sb in copied:
+                    WC = matmul_each(W[None, :, sb], (Qs[sb].T @ R.T @ Qt[tb])[None])[0]
+                    out[tb] = np.swapaxes(matmul_each(np.swapaxes(WC, -1, -2)[None], R.T[None])[0], -1, -2)
+                return out
 
             self._world_rotations = turns
         missing = [JOINTS[j] for j in range(len(JOINTS)) if not given[j]]

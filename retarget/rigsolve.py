@@ -999,7 +999,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         return it
 
     workers = 1 if use_torch or int(iterations) <= 0 else max(min(MAX_THREADS, os.cpu_count() or 1), 1)
-    step = int(chunk) if use_torch else min(int(chunk), NUMPY_CHUNK)
+    # (the residuals alone, no step: no Jacobian to keep in cache, so the caller's chunks)
+    step = int(chunk) if use_torch or int(iterations) <= 0 else min(int(chunk), NUMPY_CHUNK)
     # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
     # more, and two chunks at once each starting BLAS threads crawl (3-25 s for 0.9 s)
     # (and torch's, where it is loaded and the numpy path runs: set once here, not by each

@@ -564,14 +564,18 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
     """:func:`retarget` of frames ``local_rot`` (t, 22, 3, 3), written into ``quats`` (t, B, 4), ``locs``
     (t, B, 3) and the bone-major ``Xb`` (B, t, 3) (views of the whole clip's arrays); marks ``driven``."""
     T = local_rot.shape[0]
-    Rw, _ = forward_kinematics_np(local_rot, np.zeros((T, 3)))
     K = plan.K
-    Rk = change_basis(K, Rw)  # canonical world rotations in armature axes
+    world_rotations = world_rotations or {}
+    if any(b not in world_rotations for b in set(plan.drivers) | set(plan.twist)):
+        Rw, _ = forward_kinematics_np(local_rot, np.zeros((T, 3)))
+        Rk = change_basis(K, Rw)  # canonical world rotations in armature axes
+    else:   # (the source's own skeleton: every bone takes the source's turn, no canonical joint is read)
+        Rw = Rk = None
     qk = None
     n = len(plan.bone_names)
     rig = plan.rig
     bases = {}
-    special = set(plan.drivers) | set(plan.twist) | set(world_rotations or ()) | {plan.root}
+    special = set(plan.drivers) | set(plan.twist) | set(world_rotations) | {plan.root}
     # bone-major arrays (contiguous per bone); one batch per depth level, the
     # bones with a driver, a twist or the root handled one by one
     Wb = np.empty((n, T, 3, 3))
@@ -590,7 +594,7 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
                 continue
             br = base_rot[i]
             basis = None
-            if world_rotations is not None and b in world_rotations:
+            if b in world_rotations:
                 basis = np.swapaxes(br, -1, -2) @ world_rotations[b]
             elif b in plan.drivers:
                 ja, jb, w = plan.drivers[b]
