@@ -898,6 +898,14 @@ def quats_to_euler_continuous(quats, order: str = "XYZ", *, chunk=None) -> np.nd
     return out
 
 
+_TURN = 2.0 * np.pi
+
+
+def _wrapped(x):
+    """Angles ``x`` (radians) less whole turns, into [-pi, pi] (``rint``: a float modulo is twice as slow)."""
+    return x - _TURN * np.rint(x * (1.0 / _TURN))
+
+
 def _eulers_of_chunk(q, order, matrices=False):
     """:func:`quats_to_euler_continuous` of frames ``q`` (T, B, 4), or of rotation matrices (T, B, 3, 3)
     with ``matrices``; the first frame on the principal branch."""
@@ -908,8 +916,7 @@ def _eulers_of_chunk(q, order, matrices=False):
     e2[..., 1] = np.pi - e1[..., 1]
 
     def wrapdist(a, b):
-        d = a - b
-        d -= _TURN * np.rint(d * (1.0 / _TURN))   # into [-pi, pi] (a float modulo is twice as slow)
+        d = _wrapped(a - b)
         return np.sum(d * d, axis=-1)
 
     d_same = wrapdist(e1[1:], e1[:-1])
@@ -921,9 +928,6 @@ def _eulers_of_chunk(q, order, matrices=False):
     jump = np.diff(e, axis=0)
     e[1:] -= _TURN * np.cumsum(np.rint(jump * (1.0 / _TURN)), axis=0)
     return _by_axis(e, order)
-
-
-_TURN = 2.0 * np.pi
 
 
 def _other_branch(e, order):
@@ -950,13 +954,8 @@ def continue_eulers(q, order, prev_q=None, prev_e=None, *, matrices=False):
         return _eulers_of_chunk(q, order, matrices)
     e = _eulers_of_chunk(np.concatenate([prev_q[None], q]), order, matrices)
     alt = _other_branch(e, order)
-    turn = 2.0 * np.pi
-
-    def wrapped(x):
-        return (x + np.pi) % turn - np.pi
-
-    d_same = (wrapped(prev_e - e[0]) ** 2).sum(-1)
-    d_alt = (wrapped(prev_e - alt[0]) ** 2).sum(-1)
+    d_same = (_wrapped(prev_e - e[0]) ** 2).sum(-1)
+    d_alt = (_wrapped(prev_e - alt[0]) ** 2).sum(-1)
     e = np.where((d_alt < d_same)[None, ..., None], alt, e)
-    e += np.round((prev_e - e[0]) / turn)[None] * turn
+    e += np.round((prev_e - e[0]) / _TURN)[None] * _TURN
     return e[1:]
