@@ -617,6 +617,8 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         if rs >= 0 and pb.root_fixed is not None:   # root translation held in these directions
             H[:, 3 * nF:, 3 * nF:] += 1e6 * tt["root_fixed"]
         step = _solve_spd(H, g)
+        if rs >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
+            step[:, 3 * nF:] -= step[:, 3 * nF:] @ tt["root_fixed"].T
         d_w = step[:, :3 * nF].reshape(n, nF, 3)
         eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
         nb_basis = basis.clone()
@@ -823,6 +825,8 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         if rs >= 0 and pb.root_fixed is not None:
             H[:, 3 * nF:, 3 * nF:] += 1e6 * pb.root_fixed
         step = _np_solve_spd(H, g)
+        if rs >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
+            step[:, 3 * nF:] -= step[:, 3 * nF:] @ pb.root_fixed.T
         d_w = step[:, :3 * nF].reshape(n, nF, 3)
         eta = (np.swapaxes(Wf, -1, -2) @ d_w[..., None])[..., 0]
         nb_basis = basis.copy()
