@@ -213,6 +213,7 @@ class BakeFigures:
     jitter : float
         Mean joint acceleration (m/s^2).
     source_jitter : float
+        The source's, at the rig's size (scaled as the bake scales it).
     foot_sliding_mm : float
         Mean movement of planted foot points (mm/frame).
     unreachable : list of str
@@ -1021,7 +1022,8 @@ class RigBake:
                     else self.src_m @ plan.K)   # the source as read
             f.bone_direction_error_deg = metrics.bone_direction_error(tk, body, self.mask)
             f.jitter = metrics.jitter(tk[:, :J], self.fps)
-            f.source_jitter = metrics.jitter(body[:, :J], self.fps)
+            # (at the rig's size: a body a quarter taller moves a quarter further in the same motion)
+            f.source_jitter = metrics.jitter(body[:, :J], self.fps) * self.scale * u
             del body
             f.foot_sliding_mm = metrics.foot_sliding(tk, self.fps)
             del tk
