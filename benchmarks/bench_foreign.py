@@ -46,7 +46,12 @@ A ``source`` row gives the reference's own figures. Clips the reader refuses
 (or a bake fails on) are listed as ``refused: <message>`` rows.
 
     .venv/bin/python benchmarks/bench_foreign.py [--folders fair1,sfu] [--max-frames 300] [--clips-per-folder N]
-        [--targets own,world,rigify] [--modes dense,sparse] [--no-blender] [--no-hints] [--quick] [--json PATH]
+        [--targets own,world,rigify] [--modes dense,sparse] [--no-blender] [--no-hints] [--quick] [--keypoints]
+        [--json PATH]
+
+``--keypoints`` adds a method, ``keypoints``: Neural IK given the clip's joint
+positions alone, its skeleton's rotations withheld, so the network is the
+start pose and the prior (what a bake from video keypoints or markers gets).
 
 ``--quick``: one clip per folder, 200 frames each (a few minutes). Twelve bakes
 per clip (3 targets x 2 modes x 2 methods, less the ``n/a`` ones).
@@ -400,13 +405,19 @@ def _parser_choices():
     return {a.dest: tuple(a.choices or ()) for a in sub._actions}
 
 
-def neural_bake(path, target_obj, args, solver, roles_src_names, sparse):
-    """Bake ``path`` onto ``target_obj`` through the CLI's entry points; returns (first frame, frames)."""
+def neural_bake(path, target_obj, args, solver, roles_src_names, sparse, joints_only=False):
+    """Bake ``path`` onto ``target_obj`` through the CLI's entry points; returns (first frame, frames).
+
+    ``joints_only``: the clip's joint positions alone, its skeleton's rotations withheld (the
+    network is the start pose and prior, as for keypoints of a video or a marker set).
+    """
     from neural_ik.cli import common
     from neural_ik.cli.bake import prepare_scene
     from neural_ik.cli.targets import Target
 
     clip = common.read_source(path, args)
+    if joints_only:
+        clip = dataclasses.replace(clip, source_rig=None)
     if sparse:
         keep = [i for i, n in enumerate(clip.joint_names) if n in roles_src_names]
         pos = np.full_like(clip.positions, np.nan)
@@ -481,8 +492,9 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
                 bb.to_rest(target)
                 t0 = time.perf_counter()
                 try:
-                    if method == "neural-ik":
-                        start, count = neural_bake(path, target, args, solver, src_names_eff, sparse)
+                    if method in ("neural-ik", "keypoints"):
+                        start, count = neural_bake(path, target, args, solver, src_names_eff, sparse,
+                                                   joints_only=method == "keypoints")
                     else:
                         if not bb.ik_applicable(target, troles):
                             out[key] = {"n/a": "Blender's IK needs forearm/shin tails on the wrists/ankles"}
@@ -527,13 +539,16 @@ def main(argv=None):
     ap.add_argument("--no-hints", action="store_true", help="do not give the CLI the folder's units and up axis")
     ap.add_argument("--json", default=None, help="write every clip's figures there")
     ap.add_argument("--quick", action="store_true", help="one clip per folder, at most 200 frames each")
+    ap.add_argument("--keypoints", action="store_true",
+                    help="also a 'keypoints' method: Neural IK given the clip's joints alone (its rotations "
+                         "withheld: the network is the start, as for video keypoints)")
     opts = ap.parse_args(argv)
     if opts.quick:
         opts.clips_per_folder = opts.clips_per_folder or 1
         opts.max_frames = min(opts.max_frames or 200, 200)
     opts.targets = [t for t in opts.targets.split(",") if t]
     opts.modes = [m for m in opts.modes.split(",") if m]
-    opts.methods = ["neural-ik"] + ([] if opts.no_blender else ["blender"])
+    opts.methods = ["neural-ik"] + (["keypoints"] if opts.keypoints else []) + ([] if opts.no_blender else ["blender"])
     if not os.path.isdir(opts.root):
         print("bench_foreign: {}: no such folder (the foreign mocap data)".format(opts.root), file=sys.stderr)
         return 2
