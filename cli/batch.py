@@ -376,7 +376,7 @@ def worker_count(args, target, pending, progress=None, in_blender=None):
     why = None
     if not isinstance(target.obj, FileArmature):
         why = "the bake goes through Blender (a .bvh target with --no-blend and --export bvh only does not)"
-    elif ("bpy" in sys.modules) if in_blender is None else in_blender:
+    elif (sys.modules.get("bpy") is not None) if in_blender is None else in_blender:   # (None: import blocked)
         why = "inside Blender"
     elif not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
         # (macOS: a process forked after Accelerate or the Objective-C runtime ran may crash)
@@ -406,10 +406,11 @@ _WORKER = {}
 
 
 class _QueueProgress:
-    """What :func:`.bake.bake_file` reports progress to, in a worker: ``(clip, fraction, stage, frames)`` on a queue."""
+    """What :func:`.bake.bake_file` reports progress to, in a worker: ``send(("progress", clip, fraction,
+    stage, frames))`` to the batch's process."""
 
-    def __init__(self, queue, index):
-        self.queue, self.index = queue, index
+    def __init__(self, send, index):
+        self.send, self.index = send, index
         self.clip_frames = 0
         self._last = 0.0
 
@@ -418,7 +419,7 @@ class _QueueProgress:
             now = time.perf_counter()
             if now - self._last >= 0.2:
                 self._last = now
-                self.queue.put((self.index, float(fraction), name or stage, self.clip_frames))
+                self.send(("progress", self.index, float(fraction), name or stage, self.clip_frames))
         return report
 
 
@@ -441,6 +442,9 @@ def _worker_init():
     lib = rigsolve._openblas()
     if lib is not None:
         lib[1](1)
+    torch = sys.modules.get("torch")
+    if torch is not None:   # (loaded before the fork: its thread pool did not come along)
+        torch.set_num_threads(1)
 
 
 def _worker_bake(index):
@@ -450,7 +454,7 @@ def _worker_bake(index):
     stop = w["stop"]
     if stop.is_set():
         return index, "not run", None
-    progress = _QueueProgress(w["queue"], index)
+    progress = _QueueProgress(w["send"], index)
     busy = w["busy"]
     with busy.get_lock():
         busy.value += 1
@@ -468,6 +472,30 @@ def _worker_bake(index):
             busy.value -= 1
 
 
+def _worker_main(conn):
+    """A worker process: takes the next clip of ``_WORKER["order"]`` until none is left or the batch stops.
+
+    The clips are the forked process's own (no clip is sent to it); what it
+    says goes down its own pipe, ``conn``, as it happens (a process killed
+    mid-clip has said which clip it took): ``("start", clip)``, progress,
+    then ``("result", clip, status, row or message)``.
+    """
+    w = _WORKER
+    _worker_init()
+    w["send"] = send = conn.send
+    order, taken = w["order"], w["taken"]
+    while not w["stop"].is_set():
+        with taken.get_lock():
+            k = taken.value
+            if k >= len(order):
+                break
+            taken.value = k + 1
+        i = order[k]
+        send(("start", i))
+        send(("result",) + _worker_bake(i))
+    conn.close()
+
+
 def _remove_partials(job):
     """Temporary files of ``job``'s exports that a killed worker left behind."""
     for path in job.exports:
@@ -477,75 +505,107 @@ def _remove_partials(job):
 def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, mapping, progress, interrupt):
     """Bake ``pending`` in ``workers`` forked processes; returns whether the batch was interrupted.
 
-    Each worker bakes whole clips (the same :func:`_bake_job` as one at a
-    time) and hands back the clip's report row. This process shows the
-    progress of the clips being baked and finishes each row; Ctrl-C sets
-    the workers' stop event (the clips in progress are dropped, their
-    temporary files removed), a second one ends them at once.
+    Each worker takes whole clips, the largest first, from a shared counter
+    (the same :func:`_bake_job` as one at a time: nothing is sent to it, the
+    clips and the target are in the forked memory) and hands back the clip's
+    report row. This process shows the progress of the clips being baked and
+    finishes each row; a worker that ends abruptly (killed: out of memory?)
+    fails the clip it was baking, named, and another process takes its place
+    for the clips left. Ctrl-C sets the workers' stop event (the clips in
+    progress are dropped, their temporary files removed), a second one ends
+    them at once.
     """
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing.connection import wait
 
     ctx = multiprocessing.get_context("fork")
-    queue, stop = ctx.Queue(), ctx.Event()
-    _WORKER.update(jobs=pending, target=target, args=args, solver=solver, mapping=mapping, queue=queue, stop=stop,
-                   busy=ctx.Value("i", 0), waiting=ctx.Value("i", len(pending)))
+    stop = ctx.Event()
+    # the largest files first: the batch does not end waiting on one long clip
+    size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
+    order = sorted(range(len(pending)), key=lambda i: -size[i])
+    _WORKER.update(jobs=pending, order=order, taken=ctx.Value("i", 0), target=target, args=args, solver=solver,
+                   mapping=mapping, stop=stop, busy=ctx.Value("i", 0), waiting=ctx.Value("i", len(pending)))
     progress.message("baking {} clips in {} processes".format(len(pending), workers))
     active = {}          # index -> (fraction, stage, frames)
     done_rows = []
     interrupted = False
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
+    workers_of = {}      # the reading end of a worker's pipe -> [process, the clip it is baking or None]
+    left = set(range(len(pending)))
+
+    def start_worker():
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker_main, args=(writer,), daemon=True)
+        proc.start()
+        writer.close()   # (the worker's end: its end of file is the worker's end)
+        workers_of[reader] = [proc, None]
+
+    def finish(i, status, payload):
+        left.discard(i)
+        active.pop(i, None)
+        job = pending[i]
+        label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel)
+        if status == "done":
+            job.row = payload
+            done_rows.append(payload)
+            progress.frames_done += int(payload["frames"])
+            progress.message("{}: done, {} frames: {}".format(label, payload["frames"], common.headline(payload)))
+        elif status == "failed":
+            job.row = payload
+            progress.message("{}: failed: {}".format(label, payload["error"]))
+        elif status == "interrupted":
+            progress.message("{}: interrupted".format(label))
+        return status == "interrupted"
+
+    def ended(reader):
+        """The worker behind ``reader`` is gone: a clip it took and did not finish fails, named."""
+        proc, i = workers_of.pop(reader)
+        reader.close()
+        proc.join()
+        if i is None or i not in left:
+            return
+        _remove_partials(pending[i])
+        why = ("killed by signal {}".format(-proc.exitcode) if (proc.exitcode or 0) < 0
+               else "exit code {}".format(proc.exitcode))
+        finish(i, "failed", _failed_row(pending[i], CliError(
+            "{}: not baked: a worker process ended abruptly ({}; out of memory? try --jobs 1)".format(
+                pending[i].source, why)), args))
+        if not stop.is_set() and _WORKER["taken"].value < len(order):
+            start_worker()   # the clips left get another process
+
     try:
-        # the largest files first: the batch does not end waiting on one long clip
-        size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
-        futures = [None] * len(pending)
-        for i in sorted(range(len(pending)), key=lambda i: -size[i]):
-            futures[i] = pool.submit(_worker_bake, i)
-        left = set(range(len(pending)))
+        for _ in range(workers):
+            start_worker()
         while left:
             if interrupt.requested and not stop.is_set():
                 stop.set()
-            while not queue.empty():
+            for reader in wait(list(workers_of), timeout=0.05):
                 try:
-                    i, frac, stage, frames = queue.get_nowait()
-                except Exception:
-                    break
-                if i in left:
-                    active[i] = (frac, stage, frames)
-            for i in [i for i in left if futures[i].done()]:
-                left.discard(i)
-                active.pop(i, None)
-                job = pending[i]
-                label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel)
-                try:
-                    _index, status, payload = futures[i].result()
-                except BrokenProcessPool:   # a worker was killed (out of memory?): the clips left fail, named
-                    _remove_partials(job)
-                    status, payload = "failed", _failed_row(job, CliError(
-                        "{}: not baked: a worker process ended abruptly (out of memory? try --jobs 1)".format(
-                            job.source)), args)
-                if status == "done":
-                    job.row = payload
-                    done_rows.append(payload)
-                    progress.frames_done += int(payload["frames"])
-                    progress.message("{}: done, {} frames: {}".format(label, payload["frames"],
-                                                                       common.headline(payload)))
-                elif status == "failed":
-                    job.row = payload
-                    progress.message("{}: failed: {}".format(label, payload["error"]))
-                elif status == "interrupted":
-                    interrupted = True
-                    progress.message("{}: interrupted".format(label))
+                    msg = reader.recv()
+                except (EOFError, OSError):
+                    ended(reader)
+                    continue
+                if msg[0] == "progress":
+                    if msg[1] in left:
+                        active[msg[1]] = msg[2:]
+                elif msg[0] == "start":
+                    workers_of[reader][1] = msg[1]
+                elif msg[0] == "result":
+                    workers_of[reader][1] = None
+                    interrupted |= finish(*msg[1:])
+            if not workers_of and left:   # every worker gone: the clips none took were not run
+                for i in sorted(left):
+                    finish(i, "not run", None)
             if left:
                 _parallel_status(progress, pending, n_skipped, active, done_rows)
-                time.sleep(0.02)
         interrupted = interrupted or stop.is_set()
-        pool.shutdown(wait=True)
+        for reader in list(workers_of):   # (each ends by itself once no clip is left)
+            workers_of[reader][0].join(timeout=5.0)
+            reader.close()
     except KeyboardInterrupt:     # a second Ctrl-C: the workers end now
-        for proc in list(getattr(pool, "_processes", {}).values()):
+        for proc, _i in workers_of.values():
             proc.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        for proc, _i in workers_of.values():
+            proc.join()
         for job in pending:
             if job.row is None:
                 _remove_partials(job)
