@@ -661,7 +661,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
     # Conventions put the pelvis joint in different places (CMU's root 10 cm above its hip joints,
     # Rokoko's between them, the meta-rig's spine bone below its thigh heads) but the hip joints
     # in one: the rig's hips where the source's are, its legs (of the scaled length) reach the
-    # scaled feet. Aimed at the pelvis, the meta-rig's hips stood 6.5 cm above Rokoko's, out of
+    # scaled feet. Aimed at the pelvis, the meta-rig's hips stood 6 cm above Rokoko's, out of
     # reach of each contact: the body dropped onto every step (jitter twice the source's)
     r = plan.root
     nn = np.outer(n, n)
