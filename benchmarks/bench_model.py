@@ -26,11 +26,11 @@ from _pkg import import_package  # the script's folder is on sys.path
 
 def _pkg():
     import_package()
-    from neural_ik.model import inference
+    from neural_ik.model import inference, network
     from training import train
     from neural_ik.model.skeleton import CANONICAL, keypoints_from_fk_np
 
-    return inference, train, CANONICAL, keypoints_from_fk_np
+    return inference, network, train, CANONICAL, keypoints_from_fk_np
 
 
 def _time(fn, repeats, min_time=0.0):
@@ -55,13 +55,13 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer repeats")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    inference, train, CANONICAL, fk_np = _pkg()
+    inference, network, train, CANONICAL, fk_np = _pkg()
     solver = inference.Solver(a.weights, device=a.device)
     steps = a.steps if a.steps is not None else inference.REFINE_DEFAULTS["steps"]
     d = train.synthetic_pose_data(4096, seed=0, sigma_deg=15.0)
     kp = fk_np(d.local_rot.numpy(), d.root_pos.numpy(), CANONICAL)
     sparse = np.full_like(kp, np.nan)
-    eff = list(inference.EFFECTOR_KP)
+    eff = list(network.EFFECTOR_KP)
     sparse[:, eff] = kp[:, eff]
     sk = CANONICAL
     rep = 2 if a.quick else 5
