@@ -83,6 +83,7 @@ def main(argv=None):
     import_package()
     from neural_ik.cli.demo_motion import walk_keypoints
     from neural_ik.model import inference
+    from neural_ik.model.network import EFFECTOR_KP
     from neural_ik.model.skeleton import CANONICAL
 
     t_load = time.perf_counter()
@@ -95,7 +96,7 @@ def main(argv=None):
     reps = -(-max(sizes) // len(walk))
     kp = np.ascontiguousarray(np.tile(walk, (reps, 1, 1))[:max(sizes)], dtype=np.float32)
     sparse = np.full_like(kp, np.nan)
-    eff = list(inference.EFFECTOR_KP)
+    eff = list(EFFECTOR_KP)
     sparse[:, eff] = kp[:, eff]
     sk = CANONICAL
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU, {} torch threads".format(

@@ -67,16 +67,31 @@ def bake_source(path, target, solver, seconds):
 
 
 def baked_figures(obj, result):
-    """Upright share and floor error (cm) of a baked rig, from its pose-bone values."""
+    """Upright share and floor error (cm) of a baked rig, read back from Blender frame by frame.
+
+    The bones' world heads and tails after ``frame_set`` at every baked frame
+    (what the user sees; the bake's own arrays are released once its action
+    holds the keys).
+    """
+    import bpy
+
     from neural_ik.blender_io.rig import rig_description
-    from neural_ik.retarget.solve import pose_rig
 
     rig = rig_description(obj)
-    res = result.retarget
-    order = [res.bone_names.index(n) for n in rig.names]
-    W, H = pose_rig(rig, res.quaternions[:, order], res.locations[:, order])
-    Q = rig.rest_rotation()
-    tails = H + np.einsum("tbij,bj->tbi", W, np.einsum("bji,bj->bi", Q, rig.tail - rig.head))
+    pbs = obj.pose.bones
+    order = [pbs.find(n) for n in rig.names]
+    n = len(pbs)
+    frames = range(int(result.frame_start), int(result.frame_start) + int(result.frames))
+    H = np.empty((len(frames), n, 3))
+    tails = np.empty((len(frames), n, 3))
+    buf = np.empty(n * 3)
+    scene = bpy.context.scene
+    for k, f in enumerate(frames):
+        scene.frame_set(f)
+        pbs.foreach_get("head", buf)
+        H[k] = buf.reshape(n, 3)[order]
+        pbs.foreach_get("tail", buf)
+        tails[k] = buf.reshape(n, 3)[order]
     mw = np.array(obj.matrix_world)
     H = H @ mw[:3, :3].T + mw[:3, 3]
     tails = tails @ mw[:3, :3].T + mw[:3, 3]
