@@ -791,6 +791,13 @@ def _planted_height(src, mask, side, n, fps, k):
     h = src @ n
     ok = mask[:, a] & mask[:, b] & mask[:, k]
     if ok.sum() < 3:
+        if not mask[:, b].any() and mask[:, a].any():
+            # no ball of the foot in the source (cmu_sl has no toes): where the ankle stands,
+            # low and still, the foot is planted (its 5th percentile, taken for the planted height
+            # before, sank cmu_sl's own skeleton 1.8 cm)
+            flat = stance(src, mask, n, fps, a) & mask[:, k]
+            if flat.sum() >= 3:
+                return float(np.median(h[flat, k])), True
         return float(np.percentile(h[mask[:, k], k], 5.0)), False
     vel = np.maximum(_speed(src, mask, a, fps), _speed(src, mask, b, fps))
     lo_a = np.percentile(h[ok, a], 5.0)
