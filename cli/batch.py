@@ -784,9 +784,9 @@ def run(args):
         report_error = str(ex)
     s = report["summary"]
     if not args.quiet:
-        progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames at {} frames/s".format(
+        progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames{}".format(
             s["clips"], s["done"], s["skipped"], s["failed"], ", interrupted" if interrupted else "",
-            s["frames"], s["frames_per_second"]))
+            s["frames"], "" if s["frames_per_second"] is None else " at {} frames/s".format(s["frames_per_second"])))
     for row in rows:
         if row.get("status") == "failed":
             print("neural-ik batch: failed: {}".format(row.get("error")), file=sys.stderr)
