@@ -575,7 +575,7 @@ class RigBake:
         from ..retarget.rigsolve import free_bones, solve_rig
         from ..retarget.solve import RetargetResult, quat_continuity, retarget
         from .targets import (dense_targets, floor_normal, foot_points, rest_floor_gap, settle_clavicles,
-                              settle_hinges, sparse_targets)
+                              settle_hinges, sparse_targets, unbend_backwards)
 
         if self.solved is None or getattr(self.solved, "local_rot", 0) is None:
             raise RuntimeError("solve() first (once per fit: the fit releases the solve's rotations)")
@@ -723,6 +723,16 @@ class RigBake:
                 settle_hinges(plan, quats, locs, chunk=self.chunk)
                 settle_clavicles(plan, quats, locs, chunk=self.chunk)
                 quat_continuity(quats, out=quats)
+            elif self.mode == "sparse" and iterations > 0:
+                # an ankle or a wrist at its limb's full reach leaves the bend's way open: a knee or an
+                # elbow left bent backwards a little bends forwards as much (the effectors unmoved)
+                turned = unbend_backwards(plan, quats, locs, chunk=self.chunk)
+                if turned.any():
+                    from ..retarget.solve import pose_rig
+
+                    k = np.flatnonzero(turned)
+                    _, heads[k] = pose_rig(plan.rig, quats[k], locs[k], chunk=self.chunk, rotations=False)
+                    quat_continuity(quats, out=quats)
         else:
             quats, locs, heads = init.quaternions, init.locations, init.heads
             if heads is None:   # (the start pose eased: _ease_start_jumps)

@@ -51,8 +51,8 @@ from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFE
 from ..retarget.rigsolve import Targets
 
 __all__ = ["stance", "dense_targets", "sparse_targets", "TargetInfo", "foot_points", "floor_normal", "planted_height",
-           "rig_sole", "rest_floor_gap", "hinge_axes", "settle_hinges", "settle_clavicles", "foot_corrections",
-           "WEIGHTS"]
+           "rig_sole", "rest_floor_gap", "hinge_axes", "settle_hinges", "settle_clavicles", "unbend_backwards",
+           "foot_corrections", "WEIGHTS"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
@@ -409,6 +409,127 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
             quats[a0:b0, c] = matrix_to_quat(R_rel.T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
             R_f = Q[c].T @ Q[f]
             quats[a0:b0, f] = matrix_to_quat(R_f.T @ np.swapaxes(Wc2, -1, -2) @ Wf)
+
+
+#: A knee or elbow bent backwards by up to this much (degrees) is turned to bend forwards as much ...
+HYPEREXTENSION_MAX = 30.0
+#: ... over a run of frames bent backwards that reaches this much somewhere.
+HYPEREXTENSION_MIN = 4.0
+
+
+def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
+    """Knees and elbows bent backwards a little, turned to bend forwards as much (``quats`` in place).
+
+    Near a limb's full reach its bend's direction is nearly free: a knee
+    bent a few degrees backwards (against its hinge, :func:`hinge_axes`)
+    meets the ankle as well as one bent forwards, and six effectors of
+    fair1's standing clips, baked onto the meta-rig, left knees 6-9 degrees
+    backwards on a third of the frames. Over each run of frames in which a
+    limb bends backwards (by up to :data:`HYPEREXTENSION_MAX`, and somewhere
+    by :data:`HYPEREXTENSION_MIN` or more), its middle joint is mirrored across the
+    line from its upper joint to its end (the upper and the lower bone each
+    turn about the normal of the limb's plane; the end bone keeps its
+    rotation in the world): the end stays where it was, the bend is as
+    large, now forwards. Returns the frames (T,) bool in which a limb turned.
+    """
+    from ..model.rotations_np import matrix_to_quat, quat_to_matrix, rotation_between
+    from ..retarget.solve import frame_chunks, pose_rig
+
+    rig = plan.rig
+    Q = rig.rest_rotation()
+    limbs = hinge_axes(plan)
+    turned = np.zeros(len(quats), dtype=bool)
+    if not limbs:
+        return turned
+    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))})
+    # which way each limb bends forwards (flexes) about its hinge axis: as it bends at rest where it
+    # does; a straight one, an elbow with its forearm turning forwards, a knee with its shin turning
+    # backwards (:func:`hinge_axes` gives both the forearm's way, which its users need not tell apart)
+    forward = plan.K @ np.array([0.0, -1.0, 0.0])
+    thighs = {_bone(plan, "thigh_l"), _bone(plan, "thigh_r")}
+    flex = {}
+    for t, c, f, a in limbs:
+        u, d = rig.head[c] - rig.head[t], rig.head[f] - rig.head[c]
+        h = np.cross(u, d)
+        if np.linalg.norm(h) < np.sin(np.radians(HINGE_REST_BEND)) * np.linalg.norm(u) * np.linalg.norm(d):
+            h = np.cross(d, -forward if t in thighs else forward)
+        flex[c] = 1.0 if float((Q[c] @ a) @ h) >= 0.0 else -1.0
+    T = len(quats)
+    # a knee is judged against its foot too: bent backwards is behind the hip-ankle line as the foot
+    # points (heel to ball), where the rig has a toe bone (a knee whose hinge is turned about the
+    # leg would otherwise read backwards when it is not)
+    toe_of = {}
+    for s_ in "lr":
+        fb, tb = _bone(plan, f"foot_{s_}"), _bone(plan, f"toe_{s_}")
+        if fb is not None and tb is not None and int(rig.parents[tb]) == fb:
+            toe_of[fb] = tb
+    bones = sorted(set(bones) | set(toe_of.values()))
+
+    def posed(a0, b0):
+        return pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
+                        chunk=b0 - a0)
+
+    # the signed bend of every limb on every frame (degrees, backwards negative)
+    bend = {c: np.zeros(T) for _t, c, _f, _a in limbs}
+    for a0, b0 in frame_chunks(T, chunk):
+        W, X = posed(a0, b0)
+        for t, c, f, a in limbs:
+            upper, lower = X[:, c] - X[:, t], X[:, f] - X[:, c]
+            n = np.cross(upper, lower)
+            sin_bend = np.linalg.norm(n, axis=-1) / np.maximum(
+                np.linalg.norm(upper, axis=-1) * np.linalg.norm(lower, axis=-1), 1e-12)
+            deg = np.degrees(np.arcsin(np.clip(sin_bend, 0.0, 1.0)))
+            deg = np.where((upper * lower).sum(-1) > 0, deg, 180.0 - deg)
+            back = flex[c] * (n * (W[:, c] @ a)).sum(-1) < 0
+            if t in thighs and f in toe_of:
+                line = X[:, f] - X[:, t]
+                e = line / np.maximum(np.linalg.norm(line, axis=-1, keepdims=True), 1e-12)
+                fwd = X[:, toe_of[f]] - X[:, f]
+                fwd = fwd - (fwd * e).sum(-1, keepdims=True) * e
+                off = upper - (upper * e).sum(-1, keepdims=True) * e      # the knee off the line
+                back &= (off * fwd).sum(-1) < 0
+            bend[c][a0:b0] = np.where(back, -deg, deg)
+    # whole runs of frames bent backwards, where the run reaches HYPEREXTENSION_MIN: within a run the
+    # bend turns smoothly to its other side (it is 0 where the run starts and ends); a limb straight
+    # but for a degree or two either way is left alone (turning those frames alone put kinks into
+    # walks: the bend's sign flickers about a straight knee)
+    todo = {}
+    for _t, c, _f, _a in limbs:
+        back = (bend[c] < 0) & (bend[c] >= -HYPEREXTENSION_MAX)
+        sel = np.zeros(T, dtype=bool)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], back.astype(np.int8), [0]])))
+        for r0, r1 in zip(edges[::2], edges[1::2]):
+            if bend[c][r0:r1].min() <= -HYPEREXTENSION_MIN:
+                sel[r0:r1] = True
+        if sel.any():
+            todo[c] = sel
+    if not todo:
+        return turned
+    for a0, b0 in frame_chunks(T, chunk):
+        if not any(sel[a0:b0].any() for sel in todo.values()):
+            continue
+        W, X = posed(a0, b0)
+        for t, c, f, a in limbs:
+            if c not in todo or not todo[c][a0:b0].any():
+                continue
+            k = np.flatnonzero(todo[c][a0:b0])
+            upper, lower = X[k, c] - X[k, t], X[k, f] - X[k, c]
+            line = X[k, f] - X[k, t]
+            e = line / np.linalg.norm(line, axis=-1, keepdims=True)
+            uw = upper / np.linalg.norm(upper, axis=-1, keepdims=True)
+            lw = lower / np.linalg.norm(lower, axis=-1, keepdims=True)
+            # (mirrored across the line: both ends and the lengths kept, the bend as large)
+            uw2 = 2.0 * (uw * e).sum(-1, keepdims=True) * e - uw
+            lw2 = 2.0 * (lw * e).sum(-1, keepdims=True) * e - lw
+            Wt, Wc, Wf = W[k, t], W[k, c], W[k, f]
+            Wt2 = rotation_between(uw, uw2) @ Wt
+            Wc2 = rotation_between(lw, lw2) @ Wc
+            Bt = quat_to_matrix(np.asarray(quats[a0 + k, t], dtype=np.float64))
+            quats[a0 + k, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
+            quats[a0 + k, c] = matrix_to_quat((Q[t].T @ Q[c]).T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
+            quats[a0 + k, f] = matrix_to_quat((Q[c].T @ Q[f]).T @ np.swapaxes(Wc2, -1, -2) @ Wf)
+            turned[a0 + k] = True
+    return turned
 
 
 def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:

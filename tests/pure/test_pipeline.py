@@ -1159,3 +1159,48 @@ def test_keypoints_without_toes_stand_where_their_ankles_stand():
     body = [plan.rig.index(b) for j, b in mapping.entries.items() if plan.rig.has(b) and not j.startswith("toe")]
     dz = (world - truth.heads)[:, body, 2]
     assert abs(np.median(dz)) < 3e-3, np.median(dz)
+
+
+@pytest.mark.parametrize("degrees,turned", [(8.0, True), (2.5, False)])
+def test_a_knee_bent_backwards_is_turned_to_bend_forwards(degrees, turned):
+    """Six effectors with an ankle at the leg's full reach leave the knee's way open: the solve left
+    fair1's standing clips, baked onto the meta-rig, with knees 6-9 degrees backwards on a third of the
+    frames. A run of frames in which a knee bends backwards (8 degrees at most here) is turned to bend
+    forwards as much: the ankle where it was, the foot as it was in the world. A knee a couple of
+    degrees either side of straight is left as it is."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+    from neural_ik.pipeline.targets import unbend_backwards
+
+    rig = _rig("T_default")
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    Q = rig.rest_rotation()
+    T = 30
+    quats = np.zeros((T, len(rig.names), 4))
+    quats[..., 0] = 1.0
+    t, c, f = (rig.index(mapping.entries[j]) for j in ("thigh_l", "calf_l", "foot_l"))
+    forward = plan.K @ np.array([0.0, -1.0, 0.0])
+    across = np.cross(np.array([0.0, 0.0, -1.0]), forward)            # the knee's axis
+    ang = np.radians(degrees) * np.sin(np.linspace(0.0, np.pi, T))  # 0 -> degrees -> 0
+    R = axis_angle_to_matrix(ang[:, None] * across)                  # the shin turned forwards: backwards bent
+    quats[:, c] = matrix_to_quat(Q[c].T @ R @ Q[c])
+    quats[:, f] = matrix_to_quat(Q[f].T @ np.swapaxes(R, -1, -2) @ Q[f])   # the foot as at rest in the world
+    def knee_forward(X):   # the knee off the hip-ankle line, along the body's forward direction
+        e = (X[:, f] - X[:, t]) / np.linalg.norm(X[:, f] - X[:, t], axis=-1, keepdims=True)
+        k = X[:, c] - X[:, t]
+        return (k - (k * e).sum(-1, keepdims=True) * e) @ forward
+
+    W0, X0 = pose_rig(rig, quats, None)
+    knee_fwd0 = knee_forward(X0)
+    assert knee_fwd0[T // 2] < -0.003                              # the knee behind the hip-ankle line
+    done = unbend_backwards(plan, quats, None)
+    W1, X1 = pose_rig(rig, quats, None)
+    knee_fwd1 = knee_forward(X1)
+    np.testing.assert_allclose(X1[:, f], X0[:, f], atol=1e-9)       # the ankle unmoved
+    np.testing.assert_allclose(W1[:, f], W0[:, f], atol=1e-9)       # the foot as it was in the world
+    if turned:
+        assert done[1:-1].all()
+        np.testing.assert_allclose(knee_fwd1, -knee_fwd0, atol=1e-6)   # as far in front as it was behind
+    else:
+        assert not done.any()
+        np.testing.assert_allclose(knee_fwd1, knee_fwd0, atol=1e-12)
