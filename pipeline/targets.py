@@ -417,6 +417,35 @@ HYPEREXTENSION_MAX = 30.0
 HYPEREXTENSION_MIN = 4.0
 
 
+def _unbend_setup(plan):
+    """What :func:`unbend_backwards` needs of a plan: ``(Q, limbs, flex, thighs, toe_of, bones)``."""
+    rig = plan.rig
+    Q = rig.rest_rotation()
+    limbs = hinge_axes(plan)
+    # which way each limb bends forwards (flexes) about its hinge axis: as it bends at rest where it
+    # does; a straight one, an elbow with its forearm turning forwards, a knee with its shin turning
+    # backwards (:func:`hinge_axes` gives both the forearm's way, which its users need not tell apart)
+    forward = plan.K @ np.array([0.0, -1.0, 0.0])
+    thighs = {_bone(plan, "thigh_l"), _bone(plan, "thigh_r")}
+    flex = {}
+    for t, c, f, a in limbs:
+        u, d = rig.head[c] - rig.head[t], rig.head[f] - rig.head[c]
+        h = np.cross(u, d)
+        if np.linalg.norm(h) < np.sin(np.radians(HINGE_REST_BEND)) * np.linalg.norm(u) * np.linalg.norm(d):
+            h = np.cross(d, -forward if t in thighs else forward)
+        flex[c] = 1.0 if float((Q[c] @ a) @ h) >= 0.0 else -1.0
+    # a knee is judged against its foot too: bent backwards is behind the hip-ankle line as the foot
+    # points (heel to ball), where the rig has a toe bone (a knee whose hinge is turned about the
+    # leg would otherwise read backwards when it is not)
+    toe_of = {}
+    for s in "lr":
+        fb, tb = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        if fb is not None and tb is not None and int(rig.parents[tb]) == fb:
+            toe_of[fb] = tb
+    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))} | set(toe_of.values()))
+    return Q, limbs, flex, thighs, toe_of, bones
+
+
 def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     """Knees and elbows bent backwards a little, turned to bend forwards as much (``quats`` in place).
 
@@ -436,34 +465,14 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     from ..retarget.solve import frame_chunks, pose_rig
 
     rig = plan.rig
-    Q = rig.rest_rotation()
-    limbs = hinge_axes(plan)
     turned = np.zeros(len(quats), dtype=bool)
+    cached = plan.__dict__.get("_unbend")
+    if cached is None:   # (per plan: a Live Solve tick asks again and again)
+        cached = plan.__dict__["_unbend"] = _unbend_setup(plan)
+    Q, limbs, flex, thighs, toe_of, bones = cached
     if not limbs:
         return turned
-    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))})
-    # which way each limb bends forwards (flexes) about its hinge axis: as it bends at rest where it
-    # does; a straight one, an elbow with its forearm turning forwards, a knee with its shin turning
-    # backwards (:func:`hinge_axes` gives both the forearm's way, which its users need not tell apart)
-    forward = plan.K @ np.array([0.0, -1.0, 0.0])
-    thighs = {_bone(plan, "thigh_l"), _bone(plan, "thigh_r")}
-    flex = {}
-    for t, c, f, a in limbs:
-        u, d = rig.head[c] - rig.head[t], rig.head[f] - rig.head[c]
-        h = np.cross(u, d)
-        if np.linalg.norm(h) < np.sin(np.radians(HINGE_REST_BEND)) * np.linalg.norm(u) * np.linalg.norm(d):
-            h = np.cross(d, -forward if t in thighs else forward)
-        flex[c] = 1.0 if float((Q[c] @ a) @ h) >= 0.0 else -1.0
     T = len(quats)
-    # a knee is judged against its foot too: bent backwards is behind the hip-ankle line as the foot
-    # points (heel to ball), where the rig has a toe bone (a knee whose hinge is turned about the
-    # leg would otherwise read backwards when it is not)
-    toe_of = {}
-    for s_ in "lr":
-        fb, tb = _bone(plan, f"foot_{s_}"), _bone(plan, f"toe_{s_}")
-        if fb is not None and tb is not None and int(rig.parents[tb]) == fb:
-            toe_of[fb] = tb
-    bones = sorted(set(bones) | set(toe_of.values()))
 
     def posed(a0, b0):
         return pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
