@@ -321,6 +321,19 @@ HINGE_BEND = (5.0, 20.0)
 HINGE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
 
 
+def _limb_bones(plan, limbs):
+    """``(toe_of, bones)``: each foot bone's toe bone (its child) where the rig has one, and the bones
+    to pose for ``limbs`` (:func:`hinge_axes`): theirs, their ancestors' and the toes."""
+    rig = plan.rig
+    toe_of = {}
+    for s in "lr":
+        f, k = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        if f is not None and k is not None and int(rig.parents[k]) == f:
+            toe_of[f] = k
+    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))} | set(toe_of.values()))
+    return toe_of, bones
+
+
 def settle_hinges(plan, quats, locations, chunk=None) -> None:
     """Turn the upper and lower bone of each knee and elbow about themselves so that it bends about its hinge axis.
 
@@ -352,12 +365,7 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
     if not limbs:
         return
     # a straight knee shows no plane: its foot says where it faces (the ankle-to-ball line, across the leg)
-    toe_of = {}
-    for s in "lr":
-        f, k = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
-        if f is not None and k is not None and int(rig.parents[k]) == f:
-            toe_of[f] = k
-    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))} | set(toe_of.values()))
+    toe_of, bones = _limb_bones(plan, limbs)
 
     def turn(u, onto, about):
         """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
@@ -437,12 +445,7 @@ def _unbend_setup(plan):
     # a knee is judged against its foot too: bent backwards is behind the hip-ankle line as the foot
     # points (heel to ball), where the rig has a toe bone (a knee whose hinge is turned about the
     # leg would otherwise read backwards when it is not)
-    toe_of = {}
-    for s in "lr":
-        fb, tb = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
-        if fb is not None and tb is not None and int(rig.parents[tb]) == fb:
-            toe_of[fb] = tb
-    bones = sorted({b for t, c, f, _a in limbs for b in (t, c, f, *rig.ancestors(t))} | set(toe_of.values()))
+    toe_of, bones = _limb_bones(plan, limbs)
     return Q, limbs, flex, thighs, toe_of, bones
 
 
