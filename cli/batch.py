@@ -405,7 +405,7 @@ def worker_count(args, target, pending, progress=None, in_blender=None):
 _WORKER = {}
 
 
-class _QueueProgress:
+class _PipeProgress:
     """What :func:`.bake.bake_file` reports progress to, in a worker: ``send(("progress", clip, fraction,
     stage, frames))`` to the batch's process."""
 
@@ -454,7 +454,7 @@ def _worker_bake(index):
     stop = w["stop"]
     if stop.is_set():
         return index, "not run", None
-    progress = _QueueProgress(w["send"], index)
+    progress = _PipeProgress(w["send"], index)
     busy = w["busy"]
     with busy.get_lock():
         busy.value += 1

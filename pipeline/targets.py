@@ -508,11 +508,17 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     todo = {}
     for _t, c, _f, _a in limbs:
         back = (bend[c] < 0) & (bend[c] >= -HYPEREXTENSION_MAX)
-        sel = np.zeros(T, dtype=bool)
+        if not back.any():
+            continue
+        # runs of backward frames (each a start and an end), each run's deepest bend at once
         edges = np.flatnonzero(np.diff(np.concatenate([[0], back.astype(np.int8), [0]])))
-        for r0, r1 in zip(edges[::2], edges[1::2]):
-            if bend[c][r0:r1].min() <= -HYPEREXTENSION_MIN:
-                sel[r0:r1] = True
+        r0, r1 = edges[::2], edges[1::2]
+        deepest = np.minimum.reduceat(np.where(back, bend[c], np.inf), r0)
+        run = np.zeros(T + 1, dtype=np.int64)    # +1 where a chosen run starts, -1 past its end
+        keep = deepest <= -HYPEREXTENSION_MIN
+        np.add.at(run, r0[keep], 1)
+        np.add.at(run, r1[keep], -1)
+        sel = np.cumsum(run[:T]) > 0
         if sel.any():
             todo[c] = sel
     if not todo:
