@@ -9,7 +9,41 @@ import importlib.util
 import os
 import sys
 
+# numpy's OpenBLAS on one thread unless the user asks for more (read when numpy loads, so
+# before any import of it). Nothing here gains from its threads: its products are small and
+# the long solves run chunks on threads of their own; its idle threads spin for the next
+# call instead, on the cores the work needs (a 3,000-frame clip: 1.35 -> 0.91 s of CPU
+# for the same wall time; a batch of two: 1.60 -> 1.42 s, wall 0.93 -> 0.87 s)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 PACKAGE_NAME = "neural_ik"
+
+
+def tune_malloc():
+    """Let glibc's malloc keep the memory a bake frees for its next arrays; ``False`` where there is no such malloc.
+
+    A bake makes and drops arrays of a few hundred kB to tens of MB many times
+    over (a chunk's Jacobian, a clip's rotations). By default glibc maps each
+    of over 128 kB afresh and returns the top of its heap once 128 kB are free,
+    so the next array of that size faults in every page again (a batch of two
+    3,000-frame clips: 85,000 page faults, a third of its system time). Here
+    arrays up to 32 MB come from the heap, and 256 MB may stay free at its top
+    before it is returned (a 100,000-frame bake: peak memory 714 -> 765 MB,
+    wall 17.8 -> 15.7 s). Only this process's allocator is tuned (its own
+    command line, not a Blender that loads the add-on).
+    """
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt   # (glibc: Linux; elsewhere no such symbol)
+    except Exception:   # noqa: BLE001 (no C library by that name, or no mallopt in it)
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+    ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1
+    ok &= mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1
+    ok &= mallopt(M_TOP_PAD, 64 << 20) == 1
+    return bool(ok)
 
 
 def load_package(root=None):
@@ -66,6 +100,7 @@ def leave(code):
 
 
 if __name__ == "__main__":
+    tune_malloc()
     try:
         exit_code = main()
     except SystemExit as ex:
