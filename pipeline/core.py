@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.rotations_np import vector_norm
 from ..model.skeleton import BONE_CHILD, CANONICAL, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, Skeleton
 from .options import BakeCancelled, BakeError, BakeOptions, check_options
 from .prepare import prepare_source
@@ -790,7 +791,7 @@ class RigBake:
         q = init.quaternions           # (read; the clip's whole array is copied only where it jumps)
         step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
         jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
-        moved = np.nan_to_num(np.linalg.norm(np.diff(self.src_m, axis=0), axis=-1), nan=0.0).max(1)
+        moved = np.nan_to_num(vector_norm(np.diff(self.src_m, axis=0)), nan=0.0).max(1)
         jump &= moved < START_JUMP_SOURCE * np.median(moved)
         if not jump.any():
             return
@@ -814,7 +815,7 @@ class RigBake:
             low = low[a - lo:b - lo]
             low *= np.sign((low * part).sum(-1, keepdims=True))
             part += wgt[a:b, None, None] * (low - part)
-            q[a:b] = part / np.linalg.norm(part, axis=-1, keepdims=True)
+            q[a:b] = part / vector_norm(part, keepdims=True)
         init.quaternions = quat_continuity(q, out=q)
         init.heads = None     # (stale now; no dense target reads them: posed where needed)
 
@@ -860,7 +861,7 @@ class RigBake:
         eff = [_K[e] for e in SPARSE_EFFECTORS]
         p = self.src_m[:, eff]
         with np.errstate(invalid="ignore"):
-            speed = np.linalg.norm(np.diff(p, axis=0), axis=-1) * self.fps
+            speed = vector_norm(np.diff(p, axis=0)) * self.fps
         return [int(t) + 1 for t in np.flatnonzero(np.nan_to_num(speed, nan=0.0).max(axis=1) > SPARSE_CUT_SPEED)]
 
     def _stretches(self):
@@ -956,11 +957,11 @@ class RigBake:
             row = targets.rows[info.effectors[eff]]
             tgt = info.clamped.get(eff, row["target"])     # where the user wants it
             b = self.plan.rig.index(self.mapping.entries[eff])
-            missed = (np.linalg.norm(fit.heads[:, b] - tgt, axis=-1) > ok) & (row["weight"] > 0)
+            missed = (vector_norm(fit.heads[:, b] - tgt) > ok) & (row["weight"] > 0)
             if not missed.any():
                 continue
             root = self.plan.rig.index(self.mapping.entries[CHAIN_ROOTS[eff]])
-            far = missed & (np.linalg.norm(tgt - fit.heads[:, root], axis=-1) > 0.98 * reach)
+            far = missed & (vector_norm(tgt - fit.heads[:, root]) > 0.98 * reach)
             if far.any():
                 out[eff] = far
         return out
@@ -1050,7 +1051,7 @@ class RigBake:
             w = self.targets.rows[row]["weight"] > 0
             if eff in info.clamped:    # measured against where the user wants it, not the clamp
                 b = plan.rig.index(self.mapping.entries[eff])
-                r = np.linalg.norm(res.heads[:, b] - info.clamped[eff], axis=-1) * u * 1000.0
+                r = vector_norm(res.heads[:, b] - info.clamped[eff]) * u * 1000.0
             else:
                 r = self.residual[:, row] * u * 1000.0
             d.append(np.where(w, r, np.nan))
@@ -1084,7 +1085,7 @@ class RigBake:
             return ""
         b = self.plan.rig.index(self.mapping.entries[root])
         tgt = self.target_info.clamped.get(eff, self.targets.rows[self.target_info.effectors[eff]]["target"])
-        dist = np.linalg.norm(tgt - self.result.heads[:, b], axis=-1)
+        dist = vector_norm(tgt - self.result.heads[:, b])
         far = w & (dist > reach * 0.999)
         if far.any():
             return f" (out of reach of the {root.split('_')[0]} chain on {int(far.sum())} frames)"
@@ -1329,7 +1330,7 @@ def _backwards(H, Kn, A, F, up, degrees: float = 5.0):
     (or no foot direction at all) are never counted.
     """
     u = A - H
-    nu = np.linalg.norm(u, axis=-1, keepdims=True)
+    nu = vector_norm(u, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         u = u / nu
     k = Kn - H
@@ -1337,11 +1338,11 @@ def _backwards(H, Kn, A, F, up, degrees: float = 5.0):
     if F is None:    # no toes: the body's forward is unknown here; nothing to say
         return np.zeros(len(H), dtype=bool)
     fwd = F - np.sum(F * u, -1, keepdims=True) * u
-    nf = np.linalg.norm(fwd, axis=-1, keepdims=True)
-    across = nf[..., 0] > np.sin(np.radians(FOOT_ALONG_LEG_DEG)) * np.linalg.norm(F, axis=-1)
+    nf = vector_norm(fwd, keepdims=True)
+    across = nf[..., 0] > np.sin(np.radians(FOOT_ALONG_LEG_DEG)) * vector_norm(F)
     with np.errstate(invalid="ignore", divide="ignore"):
         fwd = fwd / nf
-        lk = np.linalg.norm(k, axis=-1)
+        lk = vector_norm(k)
         s = np.sum(off * fwd, -1) / lk
     return across & (np.nan_to_num(s, nan=0.0) < -np.sin(np.radians(degrees)))
 
@@ -1361,7 +1362,7 @@ def _smooth_columns(name, x, columns, *args, unit=False, inplace=False, group=4)
         g = columns[k:k + group]
         y = np.asarray(_smooth(name, out[:, g], *args))
         if unit:
-            y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+            y = y / vector_norm(y, keepdims=True)
         out[:, g] = y
     return out
 

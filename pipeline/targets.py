@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.rotations_np import vector_norm
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS, PARENTS, SPARSE_EFFECTORS, SPARSE_HINTS
 from ..retarget.rigsolve import Targets
 
@@ -379,8 +380,8 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
             upper = X[:, c] - X[:, t]     # thigh, upper arm
             lower = X[:, f] - X[:, c]     # shin, forearm
             n = np.cross(upper, lower)
-            nn = np.linalg.norm(n, axis=-1)
-            lu, ll = np.linalg.norm(upper, axis=-1), np.linalg.norm(lower, axis=-1)
+            nn = vector_norm(n)
+            lu, ll = vector_norm(upper), vector_norm(lower)
             bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lu * ll, 1e-12), 0.0, 1.0)))
             w = np.clip((bend - HINGE_BEND[0]) / (HINGE_BEND[1] - HINGE_BEND[0]), 0.0, 1.0)
             n = n / np.maximum(nn, 1e-12)[:, None]
@@ -390,14 +391,14 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
             if f in toe_of:   # a straight knee: its axis across the leg and the foot's forward line
                 fwd = X[:, toe_of[f]] - X[:, f]
                 nf = np.cross(lw, fwd)
-                nnf = np.linalg.norm(nf, axis=-1)
-                ok = nnf > 0.5 * np.linalg.norm(fwd, axis=-1)     # (a foot along the leg says nothing)
+                nnf = vector_norm(nf)
+                ok = nnf > 0.5 * vector_norm(fwd)     # (a foot along the leg says nothing)
                 nf = nf / np.maximum(nnf, 1e-12)[:, None]
                 nf = np.where(((nf * ha).sum(-1) < 0)[:, None], -nf, nf)
                 n = np.where((((n * ha).sum(-1)) < 0)[:, None], -n, n)
                 mix = np.where(ok, 1.0 - w, 0.0)[:, None]
                 n = (1.0 - mix) * n + mix * nf
-                n = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-12)
+                n = n / np.maximum(vector_norm(n, keepdims=True), 1e-12)
                 w = np.maximum(w, ok.astype(np.float64))
             if not w.any():
                 continue
@@ -488,14 +489,14 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
         for t, c, f, a in limbs:
             upper, lower = X[:, c] - X[:, t], X[:, f] - X[:, c]
             n = np.cross(upper, lower)
-            sin_bend = np.linalg.norm(n, axis=-1) / np.maximum(
-                np.linalg.norm(upper, axis=-1) * np.linalg.norm(lower, axis=-1), 1e-12)
+            sin_bend = vector_norm(n) / np.maximum(
+                vector_norm(upper) * vector_norm(lower), 1e-12)
             deg = np.degrees(np.arcsin(np.clip(sin_bend, 0.0, 1.0)))
             deg = np.where((upper * lower).sum(-1) > 0, deg, 180.0 - deg)
             back = flex[c] * (n * (W[:, c] @ a)).sum(-1) < 0
             if t in thighs and f in toe_of:
                 line = X[:, f] - X[:, t]
-                e = line / np.maximum(np.linalg.norm(line, axis=-1, keepdims=True), 1e-12)
+                e = line / np.maximum(vector_norm(line, keepdims=True), 1e-12)
                 fwd = X[:, toe_of[f]] - X[:, f]
                 fwd = fwd - (fwd * e).sum(-1, keepdims=True) * e
                 off = upper - (upper * e).sum(-1, keepdims=True) * e      # the knee off the line
@@ -533,9 +534,9 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
             k = np.flatnonzero(todo[c][a0:b0])
             upper, lower = X[k, c] - X[k, t], X[k, f] - X[k, c]
             line = X[k, f] - X[k, t]
-            e = line / np.linalg.norm(line, axis=-1, keepdims=True)
-            uw = upper / np.linalg.norm(upper, axis=-1, keepdims=True)
-            lw = lower / np.linalg.norm(lower, axis=-1, keepdims=True)
+            e = line / vector_norm(line, keepdims=True)
+            uw = upper / vector_norm(upper, keepdims=True)
+            lw = lower / vector_norm(lower, keepdims=True)
             # (mirrored across the line: both ends and the lengths kept, the bend as large)
             uw2 = 2.0 * (uw * e).sum(-1, keepdims=True) * e - uw
             lw2 = 2.0 * (lw * e).sum(-1, keepdims=True) * e - lw
@@ -678,7 +679,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
             return False
         rigid = rig.parents[bb] == ba or (rig.parents[bb] == rig.parents[ba] and rig.parents[ba] >= 0)
         d = src[:, jb] - src[:, ja]
-        nd = np.linalg.norm(d, axis=-1, keepdims=True)
+        nd = vector_norm(d, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             u = d / nd
         ok = mask[:, ja] & mask[:, jb] & (nd[:, 0] > 1e-6)
@@ -731,7 +732,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
         ja = kt if mask[:, kt].any() else _J[f"forearm_{s}"]
         along = src[:, ja] - src[:, jh] if ja == kt else src[:, jh] - src[:, ja]
         with np.errstate(invalid="ignore", divide="ignore"):
-            h = along / np.linalg.norm(along, axis=-1, keepdims=True)
+            h = along / vector_norm(along, keepdims=True)
         h_ok = mask[:, jh] & mask[:, ja] & np.isfinite(h).all(-1)
         h = np.where(h_ok[:, None], h, 0.0)
         L_tip = float(np.linalg.norm(tip))
@@ -747,7 +748,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
             d = src[:, kb] - src[:, jh]
             d = d - (d * h).sum(-1, keepdims=True) * h
             with np.errstate(invalid="ignore", divide="ignore"):
-                u = d / np.linalg.norm(d, axis=-1, keepdims=True)
+                u = d / vector_norm(d, keepdims=True)
             ok = h_ok & mask[:, kb] & np.isfinite(u).all(-1)
             if L > 1e-9 and ok.any():
                 P = np.eye(3)[None] - h[:, :, None] * h[:, None, :]      # across the hand's line
@@ -951,7 +952,7 @@ def _planted_height(src, mask, side, n, fps, k):
 def _speed(src, mask, k, fps):
     """Speed (T,) of point ``k`` in metres per second; infinite where it or a neighbour frame is missing."""
     v = np.gradient(np.where(mask[:, k, None], src[:, k], np.nan), axis=0) * float(fps)
-    return np.nan_to_num(np.linalg.norm(v, axis=-1), nan=np.inf)
+    return np.nan_to_num(vector_norm(v), nan=np.inf)
 
 
 def stance(src, mask, n, fps, k):
@@ -1031,7 +1032,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             # along), at a point just past its reach (a target metres away pulls no harder)
             root = _bone(plan, CHAIN_ROOTS[name])
             d = tgt - init_heads[:, root]
-            dist = np.linalg.norm(d, axis=-1, keepdims=True)
+            dist = vector_norm(d, keepdims=True)
             # (the weight fades from 100% 2% past the reach to UNREACHABLE_WEIGHT 12% past
             # it: the start pose's chain roots are approximate, a straight leg is at its
             # reach, and a dragged empty crossing the reach must not make the pose jump)
@@ -1069,7 +1070,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                 continue
             d = init_heads[:, tb] - init_heads[:, fb]
             L = float(np.linalg.norm(rest[tb] - rest[fb]))
-            nd = np.linalg.norm(d, axis=-1, keepdims=True)
+            nd = vector_norm(d, keepdims=True)
             ok = mask[:, _K[f"foot_{s}"]] & (nd[:, 0] > 1e-9) & ~mask[:, _K[f"toe_{s}"]]
             if L > 1e-9 and ok.any():
                 tg.add({tg.point(tb): 1.0, tg.point(fb): -1.0}, L * d / np.maximum(nd, 1e-12),

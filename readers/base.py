@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..model.rotations_np import vector_norm
 from ..model.skeleton import KEYPOINTS
 from .layouts import LAYOUTS, Layout, canonical_weights, detect_layout, get_layout
 
@@ -331,7 +332,7 @@ def _segment_table():
             Wb[s, [_kp(k) for k in b]] = 1.0 / len(b)
         rest = CANONICAL.rest_keypoints()
         _SEGMENTS.update(names=["+".join(a) + "-" + "+".join(b) for a, b in _HEIGHT_SEGMENTS], Wa=Wa, Wb=Wb,
-                         rest=np.linalg.norm((Wa - Wb) @ rest, axis=-1))
+                         rest=vector_norm((Wa - Wb) @ rest))
     t = _SEGMENTS
     return t["names"], t["Wa"], t["Wb"], t["rest"]
 
@@ -358,7 +359,7 @@ def segment_ratios(kp: np.ndarray, mask: np.ndarray | None = None) -> dict:
     missing = (~mask).astype(np.float64)
     ok = ((missing @ (Wa > 0).T.astype(np.float64)) == 0) & ((missing @ (Wb > 0).T.astype(np.float64)) == 0)
     seg = mix_points(Wa - Wb, np.where(mask[..., None], kp, 0.0))
-    length = np.where(ok, np.linalg.norm(seg, axis=-1), np.nan)     # (T, S)
+    length = np.where(ok, vector_norm(seg), np.nan)     # (T, S)
     have = ok.any(0)
     out = {}
     if have.any():
@@ -434,7 +435,7 @@ def detect_up_axis(kp: np.ndarray, mask: np.ndarray | None = None) -> tuple[str 
     if tb is None:
         return None, 0.0
     d = tb[0] - tb[1]
-    n = np.linalg.norm(d, axis=-1)
+    n = vector_norm(d)
     d = d[n > 0] / n[n > 0, None]
     if not len(d):
         return None, 0.0
@@ -458,7 +459,7 @@ def upright_share(kp: np.ndarray, mask: np.ndarray | None = None) -> float:
     if tb is None:
         return float("nan")
     d = tb[0] - tb[1]
-    n = np.linalg.norm(d, axis=-1)
+    n = vector_norm(d)
     ok = n > 0
     return float(np.mean(d[ok, 2] > 0)) if ok.any() else float("nan")
 

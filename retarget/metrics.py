@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.rotations_np import vector_norm
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS
 
 __all__ = [
@@ -72,8 +73,7 @@ def keypoint_error(pred, target, mask=None) -> tuple:
     m = None if mask is None else np.asarray(mask, dtype=bool).reshape(pred.shape[:-1])
     total, count, worst = 0.0, 0, -np.inf
     for a, b in _spans(len(pred)):
-        d = np.linalg.norm(np.asarray(pred[a:b], dtype=np.float64) - np.asarray(target[a:b], dtype=np.float64),
-                           axis=-1)
+        d = vector_norm(np.asarray(pred[a:b], dtype=np.float64) - np.asarray(target[a:b], dtype=np.float64))
         valid = np.isfinite(d)
         if m is not None:
             valid &= m[a:b]
@@ -116,8 +116,8 @@ def bone_direction_error(pred, target, mask=None) -> float:
         t = np.asarray(target[s:e], dtype=np.float64)
         dp = p[:, b] - p[:, a]
         dt = t[:, b] - t[:, a]
-        npn = np.linalg.norm(dp, axis=-1)
-        ntn = np.linalg.norm(dt, axis=-1)
+        npn = vector_norm(dp)
+        ntn = vector_norm(dt)
         valid = np.isfinite(npn) & np.isfinite(ntn) & (npn > 1e-9) & (ntn > 1e-9)
         if m is not None:
             valid &= m[s:e, a] & m[s:e, b]
@@ -149,7 +149,7 @@ def jitter(positions, fps: float) -> float:
     total, count = 0.0, 0
     for a, b in _spans(x.shape[0], overlap=2):
         c = np.asarray(x[a:b], dtype=np.float64)
-        acc = np.linalg.norm(c[2:] - 2.0 * c[1:-1] + c[:-2], axis=-1) * float(fps) ** 2
+        acc = vector_norm(c[2:] - 2.0 * c[1:-1] + c[:-2]) * float(fps) ** 2
         acc = acc[np.isfinite(acc)]
         total, count = total + float(acc.sum()), count + acc.size
     return total / count if count else 0.0
@@ -208,7 +208,7 @@ def foot_contacts(points, fps: float, *, floor: float | None = None,
     near = rel < height
     if p.shape[0] < 2:
         return near & np.isfinite(p[..., 2])
-    vel = np.linalg.norm(np.gradient(p[..., :3 if vertical else 2], axis=0) * float(fps), axis=-1)
+    vel = vector_norm(np.gradient(p[..., :3 if vertical else 2], axis=0) * float(fps))
     contact = near & (vel < speed)
     if vspeed is not None:
         vz = np.abs(np.gradient(p[..., 2], axis=0) * float(fps))
@@ -283,7 +283,7 @@ def foot_sliding(keypoints, fps: float, *, floor: float | None = None,
         return 0.0
     p = kp[:, idx, :]
     contact = foot_contacts(p, fps, floor=floor, height=height, speed=speed)
-    step = np.linalg.norm(np.diff(p[..., :2], axis=0), axis=-1)
+    step = vector_norm(np.diff(p[..., :2], axis=0))
     both = contact[1:] & contact[:-1] & np.isfinite(step)
     if not both.any():
         return 0.0

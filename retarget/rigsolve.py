@@ -59,7 +59,7 @@ import sys
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np
+from ..model.rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, vector_norm
 
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
@@ -982,7 +982,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
                 basis, loc, it, posed = _lm_numpy(pb, basis, loc, tgt, w, proj, **kw)
         if it:   # rotations through unit quaternions
             q = matrix_to_quat(basis)
-            q /= np.linalg.norm(q, axis=-1, keepdims=True)
+            q /= vector_norm(q, keepdims=True)
             if posed is None:   # (products of float32 steps drift: the pose of the unit quaternions)
                 basis = quat_to_matrix(q)
         else:
@@ -994,7 +994,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
             W, X, pts = posed
         # unweighted residual lengths
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
-        res = np.linalg.norm((proj @ (comb - tgt)[..., None])[..., 0], axis=-1)
+        res = vector_norm((proj @ (comb - tgt)[..., None])[..., 0])
         X_rest = rest_fk.numpy(W, X, quats[c0:c1], locations[c0:c1]) if rest_fk is not None else None
         return c0, c1, q, loc, X, X_rest, res, it
 

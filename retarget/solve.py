@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.rotations_np import axis_angle_to_matrix, change_basis, euler_to_matrix, matmul_each, matrix_to_quat, \
-    quat_slerp, quat_to_matrix, rotation_between
+    quat_slerp, quat_to_matrix, rotation_between, vector_norm
 from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, END_POINTS, JOINTS, KEYPOINTS, \
     PARENTS, Skeleton, forward_kinematics_np
 
@@ -118,7 +118,7 @@ def frame_chunks(n_frames: int, chunk=None):
 def _canonical_dirs() -> np.ndarray:
     kp = CANONICAL.rest_keypoints()
     d = kp[list(BONE_CHILD)] - kp[: len(JOINTS)]
-    return d / np.linalg.norm(d, axis=-1, keepdims=True)
+    return d / vector_norm(d, keepdims=True)
 
 
 CANONICAL_DIRS = _canonical_dirs()
@@ -917,7 +917,7 @@ def _eulers_of_chunk(q, order, matrices=False):
 
     def wrapdist(a, b):
         d = _wrapped(a - b)
-        return np.sum(d * d, axis=-1)
+        return d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1] + d[..., 2] * d[..., 2]   # (7x np.sum over 3)
 
     d_same = wrapdist(e1[1:], e1[:-1])
     d_cross = wrapdist(e2[1:], e1[:-1])

@@ -85,3 +85,34 @@ def test_matrix_to_quat_is_scipys_with_w_not_negative():
     same = np.minimum(np.abs(flat - want).max(-1), np.abs(flat + want).max(-1))
     assert same.max() < 1e-12, same.max()
     np.testing.assert_allclose(quat_to_matrix(got), m, atol=1e-12)
+
+
+def test_vector_norm_is_numpys_norm_to_the_bit():
+    """vector_norm stands in for np.linalg.norm(v, axis=-1) on the bake's arrays: same values, shapes, types."""
+    from neural_ik.model.rotations_np import vector_norm
+
+    rng = np.random.default_rng(3)
+    for shape in [(300, 32, 3), (5, 4), (7, 2), (3,), (10, 1), (4, 0)]:
+        v = rng.normal(size=shape) * 10.0 ** rng.uniform(-8, 8, size=shape)
+        ref = np.linalg.norm(v, axis=-1)
+        got = vector_norm(v)
+        assert np.array_equal(got, ref) and np.shape(got) == np.shape(ref) and type(got) is type(ref)
+        assert np.array_equal(vector_norm(v, keepdims=True), np.linalg.norm(v, axis=-1, keepdims=True))
+    odd = np.array([[np.nan, 1.0, 2.0], [np.inf, 0.0, 0.0], [-0.0, 0.0, 0.0]])
+    assert np.array_equal(vector_norm(odd), np.linalg.norm(odd, axis=-1), equal_nan=True)
+
+
+def test_matrix_to_quat_matches_the_four_formulas_in_each_case():
+    """Each of the four cases (w, x, y or z largest) gives the unit quaternion with w >= 0 of its matrix."""
+    from neural_ik.model.rotations_np import matrix_to_quat, quat_to_matrix
+
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(4000, 4))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    q[q[:, 0] < 0] *= -1.0
+    got = matrix_to_quat(quat_to_matrix(q))
+    largest = np.argmax(np.abs(q), axis=-1)
+    for k in range(4):   # every case is exercised
+        assert (largest == k).sum() > 500
+        np.testing.assert_allclose(got[largest == k], q[largest == k], atol=1e-12)
+    assert (got[:, 0] >= 0).all()
