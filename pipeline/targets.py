@@ -813,9 +813,21 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
         if all(b is not None and rig.is_ancestor(r, b) for b in hips):
             both = mask[:, _J["thigh_l"]] & mask[:, _J["thigh_r"]]
             if both.any():
+                mid = 0.5 * (x[:, _J["thigh_l"]] + x[:, _J["thigh_r"]])
+                # frames that lost a hip (a video estimator's dropout) keep the same row: the pelvis
+                # joint plus its offset to the hips' middle, taken from the frames that have all three
+                # (interpolated across the gap). Switching to the pelvis row there would move the rig
+                # by the conventions' difference (CMU's root 10 cm above its hips): a pop each time
+                gap = mask[:, _J["pelvis"]] & ~both
+                ref = np.flatnonzero(both & mask[:, _J["pelvis"]])
+                if gap.any() and ref.size:
+                    off = mid[ref] - x[ref, _J["pelvis"]]
+                    f = np.flatnonzero(gap)
+                    mid[f] = x[f, _J["pelvis"]] + np.stack([np.interp(f, ref, off[:, c]) for c in range(3)], -1)
+                    both = both | gap
                 root_rows.append(len(tg.rows))
-                tg.add({tg.point(hips[0]): 0.5, tg.point(hips[1]): 0.5},
-                       0.5 * (x[:, _J["thigh_l"]] + x[:, _J["thigh_r"]]), both, axes=P, name="hips", kind="root")
+                tg.add({tg.point(hips[0]): 0.5, tg.point(hips[1]): 0.5}, mid, both, axes=P, name="hips",
+                       kind="root")
         if (mask[:, _J["pelvis"]] & ~both).any():
             root_rows.append(len(tg.rows))
             tg.add({tg.point(r): 1.0}, x[:, _J["pelvis"]], ~both, axes=P, name="pelvis", kind="root")
