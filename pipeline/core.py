@@ -650,6 +650,8 @@ class RigBake:
                 heights = None
             targets, info = dense_targets(plan, src, self.mask, scale, self.fps, n,
                                           foot_lock=bool(o.foot_lock), source_heights=heights,
+                                          skeleton_floor=heights is not None and not getattr(self, "same_skeleton",
+                                                                                             False),
                                           source_rest=self._source_lengths() if heights is not None else None,
                                           rest_floor_gap=rest_floor_gap(plan, self.object_matrix),
                                           hands=self.source_rig is None)

@@ -117,6 +117,10 @@ class TargetInfo:
     sole : float
         How far (armature units) the rig's floor lies below its lowest rest
         foot point (:func:`rig_sole`; 0 where the source is a skeleton).
+    foot_pitch : dict
+        ``"foot_l"``/``"foot_r"`` -> degrees by which the source's foot
+        direction was pitched onto the rig's flat foot
+        (:func:`foot_pitch_corrections`).
     """
 
     effectors: dict = field(default_factory=dict)
@@ -128,6 +132,7 @@ class TargetInfo:
     clamped: dict = field(default_factory=dict)
     rigid: dict = field(default_factory=dict)
     sole: float = 0.0
+    foot_pitch: dict = field(default_factory=dict)
 
 
 def floor_normal(object_matrix) -> np.ndarray:
@@ -231,6 +236,70 @@ def foot_points(plan, n) -> dict:
 STANDING_GAP = (-0.02, 0.1)
 
 
+def stands_at_rest(plan, rest_floor_gap) -> bool:
+    """Whether the rig's rest stands on its object's floor (:data:`STANDING_GAP`): a character
+    modelled on the ground, whose rest feet stand flat (not a skeleton hanging from its hips)."""
+    leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
+    return rest_floor_gap is not None and leg > 0 and STANDING_GAP[0] * leg <= rest_floor_gap <= STANDING_GAP[1] * leg
+
+
+#: The most (degrees) by which a foot's direction is pitched from the source's onto the rig's flat foot ...
+FOOT_PITCH_MAX = 30.0
+#: ... and the least: a smaller difference is within what a foot's planted frames vary by (keypoints
+#: of the demo walk against their own standing skeleton read -1.9 and +0.8 degrees).
+FOOT_PITCH_MIN = 4.0
+
+
+def foot_pitch_corrections(plan, src, mask, n, fps, rest_floor_gap) -> dict:
+    """Per foot, ``side -> angle`` (radians): how much further down the rig's ankle-to-ball line points
+    than the source's when each foot stands flat.
+
+    Skeletons put the ankle and the ball of the foot at different heights
+    above the sole: fair1's ankle joint stands 3 cm above the floor, the
+    meta-rig's foot bone drops 7 cm from ankle to toe over 11 cm. Copying
+    the source's ankle-to-ball direction onto the rig tilts the rig's foot
+    by the difference. The rig's flat pitch is read from its rest where it
+    stands on its floor at rest (:func:`stands_at_rest`: a skeleton hanging
+    from its hips says nothing about how its feet stand), the source's from
+    the frames in which that foot is seen planted flat (the median); a foot
+    with neither gets none, nor one whose difference is under
+    :data:`FOOT_PITCH_MIN`. Clamped to :data:`FOOT_PITCH_MAX`.
+    """
+    if not stands_at_rest(plan, rest_floor_gap):
+        return {}
+    rig = plan.rig
+    out = {}
+    for s in foot_points(plan, n):
+        f, t = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
+        ball = rig.head[t] if t is not None else rig.tail[f]
+        flat = _flat_frames(src, mask, s, n, fps)
+        if flat is None:
+            continue
+        a, b = _K[f"foot_{s}"], _K[f"toe_{s}"]
+        rig_pitch = float(_pitch(ball - rig.head[f], n))
+        src_pitch = float(np.median(_pitch(src[flat, b] - src[flat, a], n)))
+        d = rig_pitch - src_pitch
+        if np.isfinite(d) and abs(d) >= np.radians(FOOT_PITCH_MIN):
+            lim = np.radians(FOOT_PITCH_MAX)
+            out[s] = float(np.clip(d, -lim, lim))
+    return out
+
+
+def _pitch(d, n):
+    """How far (radians) vectors ``d`` (..., 3) point below the plane across ``n``."""
+    v = d @ n
+    return np.arctan2(-v, vector_norm(d - v[..., None] * n))
+
+
+def pitch_down(u, n, angle):
+    """Unit directions ``u`` (T, 3) turned ``angle`` radians further down, about the level axis across each."""
+    w = n - (u @ n)[:, None] * u                 # up, across u
+    lw = vector_norm(w, keepdims=True)
+    ok = lw[:, 0] > 1e-6                         # (a vertical direction has no level axis: as it is)
+    w = np.where(ok[:, None], w / np.where(ok[:, None], lw, 1.0), 0.0)
+    return np.where(ok[:, None], u * np.cos(angle) - w * np.sin(angle), u)
+
+
 def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     """How far (armature units) the rig's floor lies below its lowest rest foot point, for keypoint sources.
 
@@ -256,7 +325,7 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     - 0 when neither applies.
     """
     leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
-    if rest_floor_gap is not None and leg > 0 and STANDING_GAP[0] * leg <= rest_floor_gap <= STANDING_GAP[1] * leg:
+    if stands_at_rest(plan, rest_floor_gap):
         return max(float(rest_floor_gap), 0.0)
     out = []
     for sd, pts in fp.items():
@@ -618,7 +687,7 @@ def _median_length(src, a, b, mask):
 
 
 def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heights=None,
-                  source_rest=None, rest_floor_gap=None, hands=True, weights=WEIGHTS):
+                  source_rest=None, rest_floor_gap=None, hands=True, skeleton_floor=False, weights=WEIGHTS):
     """Targets for a dense source (see the module docstring).
 
     Parameters
@@ -648,6 +717,10 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
     hands : bool
         Rows for the hands' direction and turn from the hand tips and thumbs
         (keypoints; a source skeleton's rotations carry its hands' turn).
+    skeleton_floor : bool
+        ``source_heights`` are another skeleton's, measured from its lowest
+        rest foot joint as its motion was grounded: a rig standing on its
+        floor at rest stands its sole, not its lowest foot joint, there.
 
     Returns
     -------
@@ -662,7 +735,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
     rest = rig.head
     x = src * scale
     w = weights
-    def direction(ja, jb, weight, kind):
+    def direction(ja, jb, weight, kind, pitch=0.0):
         """A row: rig head(jb) - head(ja) along the source's jb - ja.
 
         Where the two heads keep their distance in every pose (one bone's
@@ -683,13 +756,19 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
         with np.errstate(invalid="ignore", divide="ignore"):
             u = d / nd
         ok = mask[:, ja] & mask[:, jb] & (nd[:, 0] > 1e-6)
+        if pitch:   # (a foot: the source's flat foot onto the rig's, foot_pitch_corrections)
+            u = np.where(ok[:, None], pitch_down(np.where(ok[:, None], u, 0.0), n, pitch), u)
+            feet_dir[JOINTS[ja]] = u
         if rigid:
             info.rigid[len(tg.rows)] = L
         tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, weight * ok, name=f"{JOINTS[ja]}>{JOINTS[jb]}",
                kind=kind, perpendicular=not rigid)
         return True
 
-    # bone directions
+    # bone directions (a foot's pitched from the source's flat foot onto the rig's)
+    pitch = {f"foot_{sd}": a for sd, a in foot_pitch_corrections(plan, src, mask, n, fps, rest_floor_gap).items()}
+    info.foot_pitch = {k: float(np.degrees(a)) for k, a in pitch.items()}
+    feet_dir = {}         # foot joint -> its pitched direction (T, 3), for the ball's contact
     pelvis_row = False    # (whether a row leaves the pelvis along the spine)
     for j, name in enumerate(JOINTS):
         c = BONE_CHILD[j]
@@ -697,7 +776,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
             continue
         bj, bc = _bone(plan, name), _bone(plan, JOINTS[c])
         if bj is not None and bc is not None and rig.is_ancestor(bj, bc):
-            if direction(j, c, w["direction"], "direction") and name == "pelvis":
+            if direction(j, c, w["direction"], "direction", pitch.get(name, 0.0)) and name == "pelvis":
                 pelvis_row = True
     # joints missing in the middle of a bone chain (a rig with fewer spine bones, a source
     # without one: sfu's and cmu_sl's keypoints have no spine2, and nothing held the chest's
@@ -836,6 +915,13 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
         fp = foot_points(plan, n)
         if source_heights is None:   # keypoints: their heights are above a real floor; so are the rig's
             info.sole = rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap)
+        elif skeleton_floor and stands_at_rest(plan, rest_floor_gap):
+            # another skeleton, grounded by its lowest foot joints (toe tips): a rig standing on its
+            # floor at rest has its lowest foot joint that high above its sole (the meta-rig's toes
+            # 1.7 cm): its sole goes where the source's lowest joints are, not its toes (its heels
+            # stood 1.7 cm under the floor)
+            info.sole = max(float(rest_floor_gap), 0.0)
+        if info.sole:
             fp = {sd: [(nm, b, o, h + info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         names = {"ankle": "foot", "ball": "toe"}
         contacts = np.zeros((T, 4), dtype=bool)
@@ -872,6 +958,14 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
                 if not c.any():
                     continue
                 tgt = x[:, k] + n * delta
+                if pname == "ball" and f"foot_{s}" in feet_dir and _K[f"foot_{s}"] != k:
+                    # a foot pitched onto the rig's flat foot: its ball where the rig's own foot puts
+                    # it, from the ankle's target along that direction (the source's ball, scaled,
+                    # lies at the source's foot's length and drop: it tilted the rig's foot back)
+                    ball_rest = rig.head[bone] + rig.rest_rotation()[bone] @ off
+                    L = float(np.linalg.norm(ball_rest - rig.head[fp[s][0][1]]))
+                    ka = _K[f"foot_{s}"]
+                    tgt = np.where(mask[:, ka, None], x[:, ka] + n * delta + L * feet_dir[f"foot_{s}"], tgt)
                 wts = w["contact"] * _ramp(c, _blend_frames(fps)) * ok
                 pidx = tg.point(bone, off)
                 info.contact_rows.append(len(tg.rows))
@@ -951,14 +1045,30 @@ def _planted_height(src, mask, side, n, fps, k):
             if flat.sum() >= 3:
                 return float(np.median(h[flat, k])), True
         return float(np.percentile(h[mask[:, k], k], 5.0)), False
-    vel = np.maximum(_speed(src, mask, a, fps), _speed(src, mask, b, fps))
-    lo_a = np.percentile(h[ok, a], 5.0)
-    lo_b = np.percentile(h[ok, b], 5.0)
-    # low and still, and the ball of the foot near the floor (z = 0 after grounding)
-    flat = ok & (vel < 0.15) & (h[:, a] < lo_a + 0.03) & (h[:, b] < lo_b + 0.03) & (h[:, b] < 0.08)
-    if flat.sum() < 3:
+    flat = _flat_frames(src, mask, side, n, fps)
+    flat = None if flat is None else flat & mask[:, k]
+    if flat is None or flat.sum() < 3:
         return float(np.percentile(h[mask[:, k], k], 5.0)), False
     return float(np.median(h[flat, k])), True
+
+
+def _flat_frames(src, mask, side, n, fps):
+    """Frames (T,) bool in which the foot of ``side`` stands flat, or None where fewer than three.
+
+    Its ankle and ball both given, low (within 3 cm of their 5th percentile
+    heights, the ball within 8 cm of the floor) and still (under 0.15 m/s).
+    """
+    a, b = _K[f"foot_{side}"], _K[f"toe_{side}"]
+    ok = mask[:, a] & mask[:, b]
+    if ok.sum() < 3:
+        return None
+    h = src[:, [a, b]] @ n
+    vel = np.maximum(_speed(src, mask, a, fps), _speed(src, mask, b, fps))
+    lo_a = np.percentile(h[ok, 0], 5.0)
+    lo_b = np.percentile(h[ok, 1], 5.0)
+    # low and still, and the ball of the foot near the floor (z = 0 after grounding)
+    flat = ok & (vel < 0.15) & (h[:, 0] < lo_a + 0.03) & (h[:, 1] < lo_b + 0.03) & (h[:, 1] < 0.08)
+    return flat if flat.sum() >= 3 else None
 
 
 def _speed(src, mask, k, fps):

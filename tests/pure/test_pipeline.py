@@ -302,6 +302,76 @@ def test_a_source_that_loses_a_hip_for_a_while_does_not_move_the_root():
     assert max(jump[19], jump[39]) < 1.0, (jump[19], jump[39])
 
 
+def _balls_raised(rig, mapping, dz):
+    """``rig`` with the ball of each foot (its toe bone, the foot bone's tail) ``dz`` higher: a flatter foot."""
+    heads, tails = np.array(rig.head, dtype=float), np.array(rig.tail, dtype=float)
+    for s in "lr":
+        f, t = rig.index(mapping.entries[f"foot_{s}"]), rig.index(mapping.entries[f"toe_{s}"])
+        tails[f, 2] += dz
+        heads[t, 2] += dz
+        tails[t, 2] += dz
+    mats = np.array([rigs.bone_matrix(heads[i], tails[i]) for i in range(len(rig.names))])
+    return type(rig)(list(rig.names), list(rig.parents), mats, heads, tails, name=rig.name + "_flat_feet")
+
+
+def test_a_flat_source_foot_stands_flat_on_a_rig_whose_foot_drops_less():
+    """Skeletons put the ankle and the ball of the foot at different heights above the sole (fair1's
+    ankle 3 cm above the floor, the meta-rig's foot dropping 7 cm to its toe). Keypoints of a body
+    standing on both feet and waving its arms, baked onto the same body with the balls of its feet
+    3 cm higher (a rig standing on its floor at rest): the rig's feet stand as flat as at its rest,
+    not tilted by the difference (the code before copied the source's ankle-to-ball direction and
+    held the source's ball: the rig's toes pointed 12 degrees further down than at its rest)."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
+
+    def _pitch(d, n):   # degrees below the level
+        v = d @ n
+        return np.degrees(np.arctan2(-v, np.linalg.norm(d - v[..., None] * n, axis=-1)))
+
+    base = _rig("T_default")
+    mapping = auto_map(base)
+    plan = plan_retarget(base, mapping)
+    T = 90
+    quats = np.zeros((T, len(base.names), 4))
+    quats[..., 0] = 1.0
+    wave = np.sin(np.linspace(0.0, 4.0 * np.pi, T))[:, None] * np.array([0.0, 0.0, 0.8])
+    for s in "lr":
+        quats[:, base.index(mapping.entries[f"upperarm_{s}"])] = matrix_to_quat(axis_angle_to_matrix(wave))
+    kp = target_keypoints(plan, quats, np.zeros((T, len(base.names), 3))) @ plan.K.T
+    rig = _balls_raised(base, mapping, 0.03)
+    job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
+    res = job.run()
+    for s in "lr":
+        a, b = rig.index(mapping.entries[f"foot_{s}"]), rig.index(mapping.entries[f"toe_{s}"])
+        rest = float(_pitch(rig.head[b] - rig.head[a], UP))
+        baked = _pitch(res.heads[:, b] - res.heads[:, a], UP)
+        src = float(_pitch(base.head[b] - base.head[a], UP))
+        assert src - rest > 10.0                                   # (the two feet differ: the test's premise)
+        assert np.abs(baked - rest).max() < 2.0, (np.abs(baked - rest).max(), rest, src)
+
+
+def test_a_standing_rig_stands_its_sole_where_another_skeleton_stood_its_lowest_joints():
+    """A BVH source is grounded by its lowest foot joints (its toe tips on the floor: a skeleton has
+    no sole). Its walk, baked onto another skeleton standing on its floor at rest with its lowest foot
+    joints 3 cm above it (a character's sole): where the source's feet are planted, the rig's lowest
+    foot joints stand 3 cm above the source's, its sole on the floor (before: its joints went where
+    the source's were, the sole 3 cm under the floor). Baked onto the source's own skeleton, nothing
+    moves."""
+    plan_src, mapping_src, truth = _walk_on(_rig("T_default"))   # (its lowest foot joints on z = 0 when planted)
+    kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
+    src = SourceRig(plan_src.rig, mapping_src, truth.quaternions, truth.locations)
+    feet_kp = [KEYPOINTS.index(j) for j in ("foot_l", "foot_r", "toe_l", "toe_r")]
+    planted = np.min(kp[:, feet_kp, 2], 1) < 0.005                       # the source's feet on the floor
+    assert planted.sum() > 20
+    for shape, sole in (("A_random_rolls", 0.03), ("T_default", 0.0)):
+        target = _rig(shape)           # (the same body: A_random_rolls has other bone rolls only)
+        mapping = auto_map(target)
+        job = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu"), source_rig=src)
+        res = job.run()
+        feet = [target.index(mapping.entries[j]) for j in ("foot_l", "foot_r", "toe_l", "toe_r")]
+        lift = np.min(res.heads[:, feet, 2], 1) - np.min(kp[:, feet_kp, 2], 1)   # rig over source, lowest
+        assert abs(np.median(lift[planted]) - sole) < 0.002, (shape, np.median(lift[planted]))
+
+
 def test_a_joint_the_source_lacks_is_bridged_by_the_next_one_it_has():
     """sfu's and cmu_sl's keypoints have no spine2. Onto a rig with four spine bones, the direction
     from spine1 to spine3 and the head's place relative to the pelvis (along the spine joints both
