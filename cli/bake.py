@@ -13,7 +13,7 @@ import time
 from . import common
 from .common import CliError, UsageError, guarded
 
-__all__ = ["add_parser", "run", "bake_file", "load_bake_target", "write_outputs"]
+__all__ = ["add_parser", "run", "bake_file", "bake_and_write", "load_bake_target", "write_outputs"]
 
 
 def add_parser(subparsers):
@@ -70,7 +70,7 @@ def action_name_for(source):
 
 
 def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, action_name=None,
-              mapping=None):
+              mapping=None, after_keys=None):
     """Read ``source`` and bake it onto the loaded target; returns ``(row, result)``.
 
     Parameters
@@ -84,6 +84,8 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     cancel : callable, optional
     action_name : str, optional
     mapping : BoneMapping, optional
+    after_keys : callable, optional
+        Called once the keys are written (:meth:`..blender_io.bake.BakeJob.run`).
 
     Returns
     -------
@@ -114,7 +116,7 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     if solver is None:  # after reading: a bad source is reported before the network is loaded
         solver = get_solver(args)
     result = _bake(target, clip, source, args, solver=solver, progress=progress, cancel=cancel,
-                   action_name=action_name or action_name_for(source), mapping=mapping)
+                   action_name=action_name or action_name_for(source), mapping=mapping, after_keys=after_keys)
     action = getattr(result, "action", None)
     if action is not None:
         action.use_fake_user = True
@@ -182,7 +184,7 @@ def prepare_scene(target, fps, n_frames, frame_start=None):
     return fps
 
 
-def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping):
+def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping, after_keys=None):
     from ..blender_io.bake import BakeCancelled, BakeError
 
     fps = args.fps or clip.fps
@@ -201,7 +203,7 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
     callback = progress.callback() if progress is not None else None
     try:
         return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
-                               solver=solver, progress=callback, cancel=cancel)
+                               solver=solver, progress=callback, cancel=cancel, after_keys=after_keys)
     except BakeCancelled:
         raise KeyboardInterrupt from None
     except BakeError as ex:
@@ -233,6 +235,31 @@ def scene_frame_time(fps):
     """Seconds per frame of a scene set to ``fps`` (:func:`set_scene_fps`), as Blender's exporters read it."""
     whole, base = _scene_rate(fps)
     return 1.0 / (whole / base)
+
+
+def bake_and_write(source, target, args, exports, *, solver=None, progress=None, cancel=None,
+                   action_name=None, mapping=None):
+    """:func:`bake_file`; on a file's armature also its exports: ``(row, result, written)``.
+
+    On a file's armature (a BVH target, BVH exports only) the exports are
+    written as soon as the keys are, while the figures are measured on a
+    second thread (:meth:`..blender_io.bake.BakeJob.run`: a 3,000-frame
+    clip's last 0.13 s become about 0.09); ``written`` is then
+    ``(paths, seconds)`` of :func:`write_outputs`, else ``None`` (the
+    caller writes them). A cancel before the exports leaves none.
+    """
+    from ..readers.bvh_armature import FileArmature
+
+    done = {}
+    after_keys = None
+    if isinstance(target.obj, FileArmature) and exports:
+        def after_keys(partial):
+            if cancel is not None and cancel():
+                raise KeyboardInterrupt
+            done["written"] = write_outputs(target, partial, None, exports)
+    row, result = bake_file(source, target, args, solver=solver, progress=progress, cancel=cancel,
+                            action_name=action_name, mapping=mapping, after_keys=after_keys)
+    return row, result, done.get("written")
 
 
 def write_outputs(target, result, out=None, exports=()):
@@ -318,8 +345,9 @@ def run(args):
         t0 = time.perf_counter()
         target = load_bake_target(args, args.export or [], args.out)
         load_seconds = time.perf_counter() - t0
-        row, result = bake_file(args.source, target, args, progress=progress, mapping=mapping)
-        paths, t_export = write_outputs(target, result, args.out, args.export or [])
+        row, result, written = bake_and_write(args.source, target, args, [] if args.out else args.export or [],
+                                              progress=progress, mapping=mapping)
+        paths, t_export = written or write_outputs(target, result, args.out, args.export or [])
         row["outputs"] = paths
         row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
         row["seconds_total"] = round(sum(row["seconds"].values()), 4)

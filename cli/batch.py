@@ -291,16 +291,19 @@ def _bake_job(job, target, args, solver, mapping, blend, progress, cancel):
     error as it comes; either way nothing of the clip is left behind (its
     temporary files, its action unless a ``.blend`` keeps it).
     """
-    from .bake import bake_file, write_outputs
+    from .bake import bake_and_write, write_outputs
 
     action_name = None
     try:
-        row, result = bake_file(job.source, target, args, solver=solver, progress=progress, cancel=cancel,
-                                action_name=job.action_name, mapping=mapping)
+        row, result, written = bake_and_write(job.source, target, args, job.exports, solver=solver,
+                                              progress=progress, cancel=cancel, action_name=job.action_name,
+                                              mapping=mapping)
         action_name = row.get("action")
-        if cancel():
-            raise KeyboardInterrupt
-        paths, t_export = write_outputs(target, result, None, job.exports)
+        if written is None:
+            if cancel():
+                raise KeyboardInterrupt
+            written = write_outputs(target, result, None, job.exports)
+        paths, t_export = written
         result = None      # the clip's arrays go before the next clip is read
         if blend is None:  # (--no-blend) nothing keeps the keys once exported
             _remove_action(action_name)

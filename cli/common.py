@@ -962,7 +962,8 @@ def headline(row) -> str:
     return ", ".join(parts)
 
 
-def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None):
+def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None,
+             after_keys=None):
     """Convert a clip to canonical keypoints and bake it onto ``obj``.
 
     The clip's motion is released (:func:`release_motion`) once the bake
@@ -979,6 +980,9 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     mapping : retarget.mapping.BoneMapping, optional
     solver : model.inference.Solver, optional
     progress, cancel : callable, optional
+    after_keys : callable, optional
+        See :meth:`..blender_io.bake.BakeJob.run` (a file's armature: the
+        exports, written while the figures are measured).
 
     Returns
     -------
@@ -994,7 +998,7 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     # (a 100,000-frame clip: some 300 MB), so that the bake's peak does not carry it
     del keypoints, mask
     release_motion(clip)
-    result = job.run(progress, cancel, keep_pose=False)
+    result = job.run(progress, cancel, keep_pose=False, after_keys=after_keys)
     result.retarget = None   # the action holds the keys: the arrays go before the exports read it
     return result
 

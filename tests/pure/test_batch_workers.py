@@ -89,3 +89,52 @@ def test_workers_forked_from_a_process_whose_torch_ran(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "baking 3 clips in 2 processes" in r.stderr
     assert sorted(p.name for p in out.glob("*.bvh")) == ["a.bvh", "b.bvh", "c.bvh"]
+
+
+def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monkeypatch):
+    """Onto a BVH target (no Blender) a clip's figures are measured on a second thread while its keys
+    are written and its BVH exported (BakeJob.run's after_keys). The files and the report's figures
+    are those of the bake done one stage after the other (a clip longer than OVERLAP_MAX_FRAMES);
+    an export that cannot be written still fails its clip, named, and the next clip is baked."""
+    from neural_ik.blender_io import bake as bake_io
+
+    src = _clips(tmp_path / "clips", ["a.bvh", "b.bvh"], frames=60)
+    target = tmp_path / "rig.bvh"
+    humanoid_bvh(target, "studio", "Y", "cm", "A", frames=1)
+    calls = []
+    run = bake_io.BakeJob.run
+
+    def spy(self, *a, **k):
+        calls.append(k.get("after_keys") is not None and self.n_frames <= bake_io.OVERLAP_MAX_FRAMES)
+        return run(self, *a, **k)
+
+    monkeypatch.setattr(bake_io.BakeJob, "run", spy)
+    assert _batch(src, tmp_path / "overlap", target, 1) == 0
+    assert calls == [True, True]
+    monkeypatch.setattr(bake_io, "OVERLAP_MAX_FRAMES", 0)
+    assert _batch(src, tmp_path / "serial", target, 1) == 0
+    assert calls[2:] == [False, False]
+    reports = [json.loads((tmp_path / d / "report.json").read_text())["clips"] for d in ("overlap", "serial")]
+    for a, b in zip(*reports):
+        assert a["status"] == b["status"] == "done"
+        for key in ("keypoint_error_mm", "jitter", "foot_sliding_mm", "bone_direction_error_deg", "warnings"):
+            assert a[key] == b[key], key
+    for name in ("a.bvh", "b.bvh"):
+        assert (tmp_path / "overlap" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes(), name
+    # an export that fails while the figures are measured (a disk full, say)
+    monkeypatch.undo()
+    from neural_ik.cli import common, export
+
+    write = export.write_keys_bvh
+
+    def full_disk(armature, result, path, *a, **k):
+        if os.path.basename(path) == "a.bvh":
+            raise common.CliError("{}: cannot write (No space left on device)".format(path))
+        return write(armature, result, path, *a, **k)
+
+    monkeypatch.setattr(export, "write_keys_bvh", full_disk)
+    out = tmp_path / "full"
+    assert _batch(src, out, target, 1) == 1
+    rows = {os.path.basename(r["source"]): r for r in json.loads((out / "report.json").read_text())["clips"]}
+    assert rows["a.bvh"]["status"] == "failed" and "a.bvh" in rows["a.bvh"]["error"], rows["a.bvh"]
+    assert rows["b.bvh"]["status"] == "done"
