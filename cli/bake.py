@@ -345,8 +345,8 @@ def run(args):
         t0 = time.perf_counter()
         target = load_bake_target(args, args.export or [], args.out)
         load_seconds = time.perf_counter() - t0
-        row, result, written = bake_and_write(args.source, target, args, [] if args.out else args.export or [],
-                                              progress=progress, mapping=mapping)
+        row, result, written = bake_and_write(args.source, target, args, args.export or [], progress=progress,
+                                              mapping=mapping)   # (a .blend output: Blender's armature, no overlap)
         paths, t_export = written or write_outputs(target, result, args.out, args.export or [])
         row["outputs"] = paths
         row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)

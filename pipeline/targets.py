@@ -269,20 +269,23 @@ def foot_pitch_corrections(plan, src, mask, n, fps, rest_floor_gap) -> dict:
         return {}
     rig = plan.rig
     out = {}
-    for s in foot_points(plan, n):
-        f, t = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}")
-        ball = rig.head[t] if t is not None else rig.tail[f]
+    for s, pts in foot_points(plan, n).items():
         flat = _flat_frames(src, mask, s, n, fps)
         if flat is None:
             continue
         a, b = _K[f"foot_{s}"], _K[f"toe_{s}"]
-        rig_pitch = float(_pitch(ball - rig.head[f], n))
+        rig_pitch = float(_pitch(_rest_point(rig, *pts[1][1:3]) - _rest_point(rig, *pts[0][1:3]), n))
         src_pitch = float(np.median(_pitch(src[flat, b] - src[flat, a], n)))
         d = rig_pitch - src_pitch
         if np.isfinite(d) and abs(d) >= np.radians(FOOT_PITCH_MIN):
             lim = np.radians(FOOT_PITCH_MAX)
             out[s] = float(np.clip(d, -lim, lim))
     return out
+
+
+def _rest_point(rig, bone, offset):
+    """Rest position of a point ``offset`` (the bone's rest frame) from ``bone``'s head (a :func:`foot_points` point)."""
+    return rig.head[bone] + rig.rest_rotation()[bone] @ offset
 
 
 def _pitch(d, n):
@@ -958,12 +961,11 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
                 if not c.any():
                     continue
                 tgt = x[:, k] + n * delta
-                if pname == "ball" and f"foot_{s}" in feet_dir and _K[f"foot_{s}"] != k:
+                if pname == "ball" and f"foot_{s}" in feet_dir:
                     # a foot pitched onto the rig's flat foot: its ball where the rig's own foot puts
                     # it, from the ankle's target along that direction (the source's ball, scaled,
                     # lies at the source's foot's length and drop: it tilted the rig's foot back)
-                    ball_rest = rig.head[bone] + rig.rest_rotation()[bone] @ off
-                    L = float(np.linalg.norm(ball_rest - rig.head[fp[s][0][1]]))
+                    L = float(np.linalg.norm(_rest_point(rig, bone, off) - _rest_point(rig, *fp[s][0][1:3])))
                     ka = _K[f"foot_{s}"]
                     tgt = np.where(mask[:, ka, None], x[:, ka] + n * delta + L * feet_dir[f"foot_{s}"], tgt)
                 wts = w["contact"] * _ramp(c, _blend_frames(fps)) * ok
