@@ -103,7 +103,7 @@ import numpy as np
 import torch
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_FEATURES, NUM_OUTPUTS, IKNet
+from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_OUTPUTS, SKELETON_INPUTS, IKNet, num_features
 from .refine import DEFAULTS as REFINE_DEFAULTS
 from .refine import _np_fk, refine_numpy
 from .refine import refine as _refine
@@ -289,16 +289,21 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
         raise WeightsError(problem)
     if list(blob.get("keypoints", [])) != list(KEYPOINTS) or list(blob.get("joints", [])) != list(JOINTS):
         raise WeightsError(f"{path} was trained for another skeleton (its keypoint/joint lists differ from this version's)")
-    if blob.get("num_features") != NUM_FEATURES or blob.get("num_outputs") != NUM_OUTPUTS:
-        raise WeightsError(f"{path}: wrong input/output size ({blob.get('num_features')}/{blob.get('num_outputs')}, "
-                           f"expected {NUM_FEATURES}/{NUM_OUTPUTS})")
     hp = blob.get("hparams")
     state = blob.get("state")
     if not isinstance(hp, dict) or not isinstance(state, dict):
         raise WeightsError(f"{path}: missing 'hparams' or 'state'")
+    kind = hp.get("skeleton_input", "lengths")   # (files written before 2 Dec read lengths)
+    if kind not in SKELETON_INPUTS:
+        raise WeightsError(f"{path}: unknown skeleton input {kind!r} (this version reads "
+                           f"{', '.join(SKELETON_INPUTS)}): update Neural IK or use the weights it ships with")
+    n_in = num_features(kind)
+    if blob.get("num_features") != n_in or blob.get("num_outputs") != NUM_OUTPUTS:
+        raise WeightsError(f"{path}: wrong input/output size ({blob.get('num_features')}/{blob.get('num_outputs')}, "
+                           f"expected {n_in}/{NUM_OUTPUTS})")
     try:
         net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0, int(hp.get("temporal", 0)),
-                    int(hp.get("temporal_channels", 128)))
+                    int(hp.get("temporal_channels", 128)), kind)
         state = {k: v.float() for k, v in state.items()}
         net.load_state_dict(state, strict=True)
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as ex:
@@ -321,7 +326,7 @@ class _NumpyNet:
     """
 
     def __init__(self, net: IKNet):
-        from .network import _PAIRS_L, _PAIRS_R, _PAIRS_W, _PELVIS, _REST_END_LEN, _REST_LEN
+        from .network import _PAIRS_L, _PAIRS_R, _PAIRS_W, _PELVIS
 
         sd = {k: v.detach().cpu().float().numpy() for k, v in net.state_dict().items()}
         c = np.ascontiguousarray
@@ -337,7 +342,7 @@ class _NumpyNet:
         self.pl, self.pr = np.array(_PAIRS_L), np.array(_PAIRS_R)
         self.pw = np.array(_PAIRS_W, dtype=np.float64)
         self.pelvis = _PELVIS
-        self.rest_len, self.rest_end_len = _REST_LEN[1:], _REST_END_LEN
+        self.skeleton_input = net.skeleton_input
         self._sk_key = None
         self._sk = None
 
@@ -346,12 +351,10 @@ class _NumpyNet:
         eo = np.asarray(sk.end_offsets, dtype=np.float64)
         key = (off.tobytes(), eo.tobytes())
         if key != self._sk_key:
-            from .network import skeleton_scale
+            from .network import skeleton_features, skeleton_scale
 
             scale = float(skeleton_scale(torch.as_tensor(off, dtype=torch.float32), torch.as_tensor(eo, dtype=torch.float32)))
-            bl = np.linalg.norm(off[1:], axis=-1) / self.rest_len / scale - 1.0
-            el = np.linalg.norm(eo, axis=-1) / self.rest_end_len / scale - 1.0
-            self._sk = (scale, np.concatenate([bl, el]))
+            self._sk = (scale, skeleton_features(off, eo, np.asarray(scale), self.skeleton_input))
             self._sk_key = key
         return self._sk
 

@@ -23,8 +23,12 @@ Input encoding (:func:`encode`)
    divided by it.
 4. Features: canonical positions of the given keypoints (zeros where
    missing), the mask, the given effector orientations as 6D (zeros where
-   missing) and their mask, and bone lengths relative to the scaled
-   canonical skeleton. Standardised with stored mean/std.
+   missing) and their mask, and the skeleton (:func:`skeleton_features`):
+   the bone lengths relative to the scaled canonical skeleton (networks
+   with ``skeleton_input`` "lengths") or every offset in its parent's frame,
+   divided by the scale, minus the canonical offset ("offsets": where the
+   joints sit, not only how far apart, so the rotations answer the
+   skeleton they are given). Standardised with stored mean/std.
 
 Output (:func:`decode`): 22 local rotations as 6D (added to the identity's
 6D) and the root position relative to the centre, in the canonical frame and
@@ -46,6 +50,9 @@ __all__ = [
     "HINT_KP",
     "EFFECTOR_JOINTS",
     "NUM_FEATURES",
+    "SKELETON_INPUTS",
+    "num_features",
+    "skeleton_features",
     "NUM_OUTPUTS",
     "IKNet",
     "TemporalMix",
@@ -80,13 +87,56 @@ for _i, _n in enumerate(KEYPOINTS):
 _BONE_IDX = {"spine": [1, 2, 3, 4, 5], "legs": [KEYPOINTS.index(n) for n in ("calf_l", "foot_l", "calf_r", "foot_r")]}
 _REST_LEN = np.linalg.norm(REST_OFFSETS, axis=1)
 _REST_END_LEN = np.linalg.norm(END_OFFSETS, axis=1)
-_REST_LEN_1 = _REST_LEN[1:].copy()
 _ID6 = np.array([1.0, 0, 0, 0, 1, 0])
 _HEAD_TOP_END = 0  # index of head_top in END_OFFSETS
 _REST_SIZE = float(_REST_LEN[_BONE_IDX["spine"]].sum() + _REST_END_LEN[_HEAD_TOP_END] + _REST_LEN[_BONE_IDX["legs"]].sum() / 2)
 
-NUM_FEATURES = NUM_KEYPOINTS * 3 + NUM_KEYPOINTS + NUM_EFF * 6 + NUM_EFF + (NUM_JOINTS - 1) + len(END_OFFSETS)
+#: How a network reads the skeleton (``hparams["skeleton_input"]``) and its number of features:
+#: "lengths" (bone lengths only; the weights trained before 2 Dec) or "offsets" (every offset, so
+#: where the joints sit too).
+SKELETON_INPUTS = {"lengths": (NUM_JOINTS - 1) + len(END_OFFSETS), "offsets": 3 * ((NUM_JOINTS - 1) + len(END_OFFSETS))}
+_POSE_FEATURES = NUM_KEYPOINTS * 3 + NUM_KEYPOINTS + NUM_EFF * 6 + NUM_EFF
+#: Features of a network reading bone lengths (:func:`num_features` for either kind).
+NUM_FEATURES = _POSE_FEATURES + SKELETON_INPUTS["lengths"]
+_REST_ALL = np.concatenate([REST_OFFSETS[1:], END_OFFSETS])        # (31, 3)
+_REST_ALL_LEN = np.linalg.norm(_REST_ALL, axis=1)
 NUM_OUTPUTS = NUM_JOINTS * 6 + 3
+
+
+def num_features(skeleton_input: str = "lengths") -> int:
+    """Input size of a network that reads the skeleton as ``skeleton_input`` (:data:`SKELETON_INPUTS`)."""
+    if skeleton_input not in SKELETON_INPUTS:
+        raise ValueError(f"skeleton_input must be one of {tuple(SKELETON_INPUTS)}, got {skeleton_input!r}")
+    return _POSE_FEATURES + SKELETON_INPUTS[skeleton_input]
+
+
+def skeleton_features(offsets, end_offsets, scale, skeleton_input: str = "lengths"):
+    """The skeleton's features, shape (..., :data:`SKELETON_INPUTS` [kind]); torch or numpy alike.
+
+    Parameters
+    ----------
+    offsets : Tensor or ndarray, shape (..., 22, 3)
+    end_offsets : Tensor or ndarray, shape (..., 10, 3)
+    scale : Tensor or ndarray, shape (...,)
+        :func:`skeleton_scale` of the skeleton.
+    skeleton_input : str
+        "lengths": each bone's length over the scaled canonical one, minus 1;
+        "offsets": each offset (in its parent's frame) over the scale, minus
+        the canonical offset.
+    """
+    th = isinstance(offsets, torch.Tensor)
+    cat = torch.cat if th else np.concatenate
+    allo = cat([offsets[..., 1:, :], end_offsets], -2)       # (..., 31, 3)
+    s = scale[..., None, None]
+    if skeleton_input == "offsets":
+        rest = device_constant(_REST_ALL, allo.dtype, allo.device) if th else _REST_ALL
+        f = allo / s - rest
+        return f.reshape(f.shape[:-2] + (-1,))
+    if skeleton_input != "lengths":
+        raise ValueError(f"skeleton_input must be one of {tuple(SKELETON_INPUTS)}, got {skeleton_input!r}")
+    rest = device_constant(_REST_ALL_LEN, allo.dtype, allo.device) if th else _REST_ALL_LEN
+    ln = allo.norm(dim=-1) if th else np.linalg.norm(allo, axis=-1)
+    return ln / rest / s[..., 0] - 1.0
 
 
 def skeleton_scale(offsets: torch.Tensor, end_offsets: torch.Tensor) -> torch.Tensor:
@@ -124,7 +174,7 @@ def estimate_heading(kp: torch.Tensor, mask: torch.Tensor, orient=None, orient_m
     return torch.where(degenerate, torch.zeros_like(ang), ang)
 
 
-def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
+def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None, skeleton_input: str = "lengths"):
     """Network features and the frame needed to decode its output.
 
     Parameters
@@ -137,10 +187,12 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
     orient : Tensor, shape (B, 6, 3, 3), optional
         World orientations of the six effectors (pelvis, head, hands, feet).
     orient_mask : Tensor, shape (B, 6), bool, optional
+    skeleton_input : str
+        How the skeleton is read (:func:`skeleton_features`).
 
     Returns
     -------
-    feats : Tensor, shape (B, NUM_FEATURES)
+    feats : Tensor, shape (B, num_features(skeleton_input))
     frame : tuple (centre (B,3), heading rotation (B,3,3), scale (B,))
     """
     B = kp.shape[0]
@@ -164,13 +216,9 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None):
     rel = rel * m[..., None]
     om = orient_mask.to(dt)
     o6 = matrix_to_rot6d(rot_inv[:, None] @ torch.where(orient_mask[..., None, None], orient, torch.eye(3, dtype=dt, device=dev))) * om[..., None]
-    bl = offsets[:, 1:].norm(dim=-1) / device_constant(_REST_LEN_1, dt, dev) / scale[:, None] - 1.0
-    el = end_offsets.norm(dim=-1) / device_constant(_REST_END_LEN, dt, dev) / scale[:, None] - 1.0
-    feats = torch.cat([rel.reshape(B, -1), m, o6.reshape(B, -1), om, bl, el], dim=-1)
+    sk = skeleton_features(offsets, end_offsets, scale, skeleton_input)
+    feats = torch.cat([rel.reshape(B, -1), m, o6.reshape(B, -1), om, sk], dim=-1)
     return feats, (centre, rot_h, scale)
-
-
-
 
 
 def decode(out: torch.Tensor, frame):
@@ -294,14 +342,19 @@ class IKNet(nn.Module):
         Frames the temporal block reads (odd); 0: no temporal block.
     temporal_channels : int
         Width of the temporal block.
+    skeleton_input : str
+        How the skeleton is read (:func:`skeleton_features`): "lengths" or "offsets".
     """
 
     def __init__(self, width: int = 512, blocks: int = 3, dropout: float = 0.0, temporal: int = 0,
-                 temporal_channels: int = 128):
+                 temporal_channels: int = 128, skeleton_input: str = "lengths"):
         super().__init__()
+        n_in = num_features(skeleton_input)
+        self.skeleton_input = skeleton_input
         self.hparams = {"width": int(width), "blocks": int(blocks), "dropout": float(dropout),
-                        "temporal": int(temporal), "temporal_channels": int(temporal_channels)}
-        self.inp = nn.Linear(NUM_FEATURES, width)
+                        "temporal": int(temporal), "temporal_channels": int(temporal_channels),
+                        "skeleton_input": skeleton_input}
+        self.inp = nn.Linear(n_in, width)
         self.blocks = nn.Sequential(*[ResBlock(width, dropout) for _ in range(blocks)])
         #: the temporal block runs after this many residual blocks
         self.temporal_at = (blocks + 1) // 2
@@ -310,8 +363,8 @@ class IKNet(nn.Module):
         self.out = nn.Linear(width, NUM_OUTPUTS)
         nn.init.normal_(self.out.weight, std=1e-3)
         nn.init.zeros_(self.out.bias)
-        self.register_buffer("feat_mean", torch.zeros(NUM_FEATURES))
-        self.register_buffer("feat_std", torch.ones(NUM_FEATURES))
+        self.register_buffer("feat_mean", torch.zeros(n_in))
+        self.register_buffer("feat_std", torch.ones(n_in))
 
     @property
     def context(self) -> int:
@@ -326,7 +379,7 @@ class IKNet(nn.Module):
         self.feat_std.copy_(std)
 
     def forward(self, feats: torch.Tensor, window: int = 1, temporal: str = "off") -> torch.Tensor:
-        """Raw output (N, NUM_OUTPUTS) of features (N, NUM_FEATURES).
+        """Raw output (N, NUM_OUTPUTS) of features (N, :func:`num_features`).
 
         With ``temporal`` "centred" or "causal" (and a temporal block), the
         N rows are N / ``window`` sequences of ``window`` consecutive frames.
@@ -346,5 +399,5 @@ class IKNet(nn.Module):
     def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None, window: int = 1,
                 temporal: str = "off"):
         """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`."""
-        feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask)
+        feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask, self.skeleton_input)
         return decode(self(feats, window, temporal), frame)

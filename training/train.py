@@ -128,6 +128,10 @@ class TrainConfig:
         self.video_jitter_m = 0.015
         self.video_depth_m = 0.03
         self.p_fit_skeleton = 0.0
+        # how the network reads the skeleton ("lengths" or "offsets": model.network.skeleton_features); with
+        # "offsets", a fitted skeleton's measured directions are turned by up to this many degrees (sigma)
+        self.skeleton_input = "lengths"
+        self.fit_direction_deg = 3.0
         # keypoint noise leaves the pelvis keypoint exact (the whole noisy set shifted onto it): the
         # network places the root from the given pelvis, not from the other keypoints
         self.exact_pelvis = 0
@@ -437,14 +441,17 @@ class Augmenter:
         return torch.where(on[:, None, None], kp + jit + depth, kp)
 
     def _input_skeleton(self, off, eo, mask, sparse):
-        """The skeleton the solver would have (its bone lengths are all the network reads).
+        """The skeleton the solver would have.
 
         For a share ``p_fit_skeleton`` of the samples: in dense samples the
         lengths :func:`neural_ik.model.inference.fit_skeleton` measures (the
         true ones where both ends of a bone are given, the canonical ones
-        scaled to the body elsewhere); in sparse samples the canonical
-        skeleton scaled by the leg length (what a bake without a source
-        skeleton passes). The loss keeps the true skeleton.
+        scaled to the body elsewhere) and, for a network reading offsets, the
+        directions the solver's re-fit measures (``Solver._refit_directions``:
+        the true ones, turned by ``fit_direction_deg`` at random, where both
+        ends are given; the canonical ones elsewhere); in sparse samples the
+        canonical skeleton scaled by the leg length (what a bake without a
+        source skeleton passes). The loss keeps the true skeleton.
         """
         B = off.shape[0]
         on = self._rw(B) < self.cfg.p_fit_skeleton
@@ -463,7 +470,15 @@ class Augmenter:
         fit = torch.where(both & ~sparse[:, None], ln, lc * s[:, None])
         w = self._win
         fit = fit[::w].repeat_interleave(w, 0)   # one skeleton per window: its first frame's
-        dirs = canon / lc[:1, :, None].clamp_min(1e-9)
+        dirs = (canon / lc[:1, :, None].clamp_min(1e-9)).expand(B, -1, -1)
+        if self.cfg.skeleton_input == "offsets":
+            seen = allo / ln[..., None].clamp_min(1e-9)
+            if self.cfg.fit_direction_deg > 0:
+                aa = self._rwn(B, seen.shape[1], 3) * math.radians(self.cfg.fit_direction_deg)
+                seen = (axis_angle_to_matrix(aa) @ seen[..., None])[..., 0]
+            seen = seen[::w].repeat_interleave(w, 0)
+            measured = (both & ~sparse[:, None])[::w].repeat_interleave(w, 0)
+            dirs = torch.where(measured[..., None], seen, dirs)
         new = dirs * fit[..., None]
         new[:, 0] = allo[:, 0]
         allo = torch.where(on[:, None, None], new, allo)
@@ -574,7 +589,7 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
     data = data.to(dev)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed)
     aug = Augmenter(data, cfg, dev, gen)
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels).to(dev)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input).to(dev)
     window = max(1, int(cfg.window)) if cfg.temporal > 0 else 1
     if window > 1 and cfg.batch % window:
         raise ValueError(f"batch ({cfg.batch} frames) must be a multiple of window ({window})")
@@ -584,7 +599,7 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
         for _ in range(4):
             b = aug.sample(max(256, min(2048, cfg.batch * 2)))
             feats.append(encode(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
-                                b["orient_mask"])[0])
+                                b["orient_mask"], cfg.skeleton_input)[0])
         net.set_normalisation(torch.cat(feats))
     decay, no_decay = [], []
     for name, p in net.named_parameters():
@@ -664,12 +679,12 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
         {"format": "neural_ik", "format_version": 2,
          "keypoints": [...32 names...], "joints": [...22 names...],
          "num_features": int, "num_outputs": int,
-         "hparams": {"width", "blocks", "dropout", "temporal", "temporal_channels"},
+         "hparams": {"width", "blocks", "dropout", "temporal", "temporal_channels", "skeleton_input"},
          "state": {parameter name: tensor (float16 for weight matrices)},
          "feat_mean": tensor, "feat_std": tensor,   # normalisation stats
          "train": {...primitives: config, data, time...}}
     """
-    from neural_ik.model.network import NUM_FEATURES, NUM_OUTPUTS
+    from neural_ik.model.network import NUM_OUTPUTS, num_features
 
     state = {}
     for k, v in net.state_dict().items():
@@ -684,7 +699,7 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
         "format_version": FORMAT_VERSION,
         "keypoints": list(KEYPOINTS),
         "joints": list(JOINTS),
-        "num_features": NUM_FEATURES,
+        "num_features": num_features(net.skeleton_input),
         "num_outputs": NUM_OUTPUTS,
         "hparams": dict(net.hparams),
         "state": state,
@@ -704,7 +719,7 @@ def export_checkpoint(ckpt, path, info=None):
     """Export the network of a checkpoint (``checkpoint.pt`` or ``final.pt``) as shippable weights."""
     st = torch.load(ckpt, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**st["cfg"])
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input)
     net.load_state_dict(st["model"])
     extra = {"step": st.get("step", cfg.steps), "seconds": round(st.get("seconds", st.get("extra", {}).get("seconds", 0.0)), 1)}
     return export_weights(net.eval(), path, cfg, dict(st.get("info", {}), **extra, **(info or {})))

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,3 +120,37 @@ def test_limits_are_mirrored():
     assert torch.allclose(lo[l, 0], lo[r, 0]) and torch.allclose(hi[l, 0], hi[r, 0])
     assert torch.allclose(lo[l, 2], -hi[r, 2]) and torch.allclose(hi[l, 2], -lo[r, 2])
     assert math.isclose(float(hi[joint_index("calf_l"), 0]), math.radians(165))
+
+
+def test_skeleton_features_lengths_and_offsets():
+    off, eo = fk.skeleton_tensors(CANONICAL, dtype=torch.float64)
+    off, eo = off.expand(3, -1, -1).clone(), eo.expand(3, -1, -1).clone()
+    scale = N.skeleton_scale(off, eo)
+    for kind in N.SKELETON_INPUTS:      # the canonical skeleton reads as zeros, at any size
+        f = N.skeleton_features(off, eo, scale, kind)
+        assert f.shape == (3, N.SKELETON_INPUTS[kind]) and float(f.abs().max()) < 1e-9
+        f2 = N.skeleton_features(off * 1.3, eo * 1.3, N.skeleton_scale(off * 1.3, eo * 1.3), kind)
+        assert float(f2.abs().max()) < 1e-9
+    # a clavicle that sits elsewhere, as long as before: only the offsets show it
+    c = joint_index("clavicle_l")
+    turn = R.axis_angle_to_matrix(torch.tensor([0.3, 0.3, 0.3], dtype=torch.float64))
+    off2 = off.clone()
+    off2[0, c] = turn @ off[0, c]
+    lengths = N.skeleton_features(off2, eo, scale, "lengths")
+    offsets = N.skeleton_features(off2, eo, scale, "offsets")
+    assert float(lengths.abs().max()) < 1e-9
+    assert float(offsets[0].abs().max()) > 0.01 and float(offsets[1:].abs().max()) < 1e-9
+    np.testing.assert_allclose(offsets[0].reshape(-1, 3)[c - 1].numpy(), (off2[0, c] - off[0, c]).numpy() / float(scale[0]))
+    # the lengths as the network always read them: each bone over the scaled canonical one, minus 1
+    off3 = off * torch.linspace(0.8, 1.2, 22, dtype=torch.float64)[None, :, None]
+    s3 = N.skeleton_scale(off3, eo)
+    want = off3[:, 1:].norm(dim=-1) / off[:, 1:].norm(dim=-1) / s3[:, None] - 1.0
+    np.testing.assert_allclose(N.skeleton_features(off3, eo, s3, "lengths")[:, :21].numpy(), want.numpy(), atol=1e-12)
+    # numpy and torch alike
+    for kind in N.SKELETON_INPUTS:
+        a = N.skeleton_features(off2, eo, scale, kind).numpy()
+        b = N.skeleton_features(off2.numpy(), eo.numpy(), scale.numpy(), kind)
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    assert N.num_features("offsets") - N.num_features("lengths") == 2 * N.SKELETON_INPUTS["lengths"]
+    with pytest.raises(ValueError, match="skeleton_input"):
+        N.IKNet(8, 1, skeleton_input="angles")

@@ -87,3 +87,35 @@ def test_input_skeleton_is_what_fit_skeleton_measures():
         np.testing.assert_allclose(got[seen], want[seen], rtol=1e-4, atol=1e-5)   # measured: the same
         np.testing.assert_allclose(got, want, rtol=0.02)   # the others: torch's median of an even count differs
     assert isinstance(Skeleton(b["offsets_in"][0].numpy(), b["end_offsets_in"][0].numpy()), Skeleton)
+
+
+def test_input_skeleton_with_offsets_has_the_measured_directions():
+    """A network reading offsets gets, for a fitted skeleton, the directions the solver's re-fit
+    measures: the true ones (turned a little at random) where both ends are given, canonical elsewhere."""
+    exact, _ = _aug(p_fit_skeleton=1.0, p_variety=1.0, p_sparse=0.0, max_drop=0.0, p_missing=1.0,
+                    skeleton_input="offsets", fit_direction_deg=0.0)
+    b = exact.sample(64)
+    allo_in = torch.cat([b["offsets_in"][:, 1:], b["end_offsets_in"]], 1)
+    allo = torch.cat([b["offsets"][:, 1:], b["end_offsets"]], 1)
+    canon = torch.cat([exact.canon_off[1:], exact.canon_end])
+    unit = lambda v: v / v.norm(dim=-1, keepdim=True).clamp_min(1e-9)  # noqa: E731
+    seen = b["mask"][:, 1:] & b["mask"][:, T._CARRIER[1:]] & (allo.norm(dim=-1) > 1e-4)
+    cos_true = (unit(allo_in) * unit(allo)).sum(-1)
+    cos_canon = (unit(allo_in) * unit(canon)[None]).sum(-1)
+    assert seen.any() and (~seen).any()
+    assert (cos_true[seen] > 1 - 1e-5).all()
+    assert (cos_canon[~seen] > 1 - 1e-5).all()
+    assert (cos_true[~seen] < 1 - 1e-3).any()      # (the variety turned them: canonical is not the truth)
+    turned, _ = _aug(p_fit_skeleton=1.0, p_variety=1.0, p_sparse=0.0, max_drop=0.0, p_missing=1.0,
+                     skeleton_input="offsets", fit_direction_deg=3.0)
+    b = turned.sample(64)
+    allo_in = torch.cat([b["offsets_in"][:, 1:], b["end_offsets_in"]], 1)
+    allo = torch.cat([b["offsets"][:, 1:], b["end_offsets"]], 1)
+    seen = b["mask"][:, 1:] & b["mask"][:, T._CARRIER[1:]] & (allo.norm(dim=-1) > 1e-4)
+    ang = torch.rad2deg(torch.acos((unit(allo_in) * unit(allo)).sum(-1).clamp(-1, 1)))[seen]
+    assert 2.0 < float(ang.mean()) < 8.0
+    lengths, _ = _aug(p_fit_skeleton=1.0, p_variety=1.0, p_sparse=0.0, max_drop=0.0, p_missing=1.0)
+    b = lengths.sample(64)      # (a network reading lengths: canonical directions throughout)
+    allo_in = torch.cat([b["offsets_in"][:, 1:], b["end_offsets_in"]], 1)
+    ok = allo_in.norm(dim=-1) > 1e-6
+    assert ((unit(allo_in) * unit(canon)[None]).sum(-1)[ok] > 1 - 1e-5).all()
