@@ -47,7 +47,7 @@ from neural_ik.model.rotations import geodesic_angle
 from neural_ik.model.skeleton import JOINTS, PARENTS
 
 __all__ = ["LEAF_JOINTS", "pose_errors", "evaluate", "format_table", "world_rotations", "body_bones", "quat_angle_deg",
-           "evaluate_foreign", "format_foreign", "ISSUE11_TARGETS", "main"]
+           "evaluate_foreign", "format_foreign", "ISSUE11_TARGETS", "offset_free_angle_deg", "main"]
 
 #: Joints without child joints.
 LEAF_JOINTS = tuple(j for j in range(NUM_JOINTS) if j not in PARENTS)
@@ -208,6 +208,31 @@ def _angle_deg(Ra, Rb):
     return np.degrees(np.arccos(np.clip((tr - 1.0) / 2.0, -1.0, 1.0)))
 
 
+def offset_free_angle_deg(Rp, Rt):
+    """Angle (degrees) between ``Rp`` and ``Rt`` (T, 3, 3) once their constant offset is taken out.
+
+    The offset is the mean of ``Rt^T Rp`` over the frames (the rotation
+    nearest the arithmetic mean of the matrices), removed on the right:
+    a bone frame defined another way (a convention: where a skeleton puts
+    a bone's axes at rest, how it turns a bone that no joint shows turning)
+    costs nothing; how the pose moves away from the truth over the clip
+    does. A diagnostic beside the plain angle, never instead of it: a pose
+    wrong by the same turn in every frame reads zero here too.
+
+    Returns
+    -------
+    ndarray (T,)
+    """
+    Rp = np.asarray(Rp, dtype=np.float64)
+    Rt = np.asarray(Rt, dtype=np.float64)
+    rel = np.swapaxes(Rt, -1, -2) @ Rp
+    u, _, vt = np.linalg.svd(rel.mean(0))
+    m = u @ vt
+    if np.linalg.det(m) < 0:
+        m = u @ np.diag([1.0, 1.0, -1.0]) @ vt
+    return _angle_deg(Rp @ m.T, Rt)
+
+
 def quat_angle_deg(qa, qb):
     """Angle (degrees) between unit quaternions (..., 4) (w, x, y, z)."""
     d = np.abs(np.einsum("...i,...i->...", qa, qb))
@@ -264,6 +289,7 @@ def _bake_own(fc, solver, mode, device, iterations=None):
     """
     from neural_ik.pipeline.core import RigBake
     from neural_ik.pipeline.options import BakeOptions
+    from neural_ik.model.rotations_np import quat_to_matrix
     from neural_ik.retarget.solve import pose_rig
 
     src = fc.clip.source_rig
@@ -283,7 +309,10 @@ def _bake_own(fc, solver, mode, device, iterations=None):
     body, child = body_bones(src.rig, src.mapping)
     q_src = np.asarray(src.quaternions, dtype=np.float64)
     q_out = np.asarray(res.quaternions, dtype=np.float64)
-    ang = quat_angle_deg(q_out, q_src / np.linalg.norm(q_src, axis=-1, keepdims=True))
+    q_src = q_src / np.linalg.norm(q_src, axis=-1, keepdims=True)
+    ang = quat_angle_deg(q_out, q_src)
+    M_src, M_out = quat_to_matrix(q_src[:, body]), quat_to_matrix(q_out[:, body])
+    free = np.mean([offset_free_angle_deg(M_out[:, i], M_src[:, i]).mean() for i in range(len(body))])
     jp, js = h_out[:, body], h_src[:, body]
 
     def jit(p):
@@ -291,6 +320,7 @@ def _bake_own(fc, solver, mode, device, iterations=None):
 
     return {"joint_mm": float(np.linalg.norm(jp - js, axis=-1).mean() * 1000.0),
             "rot_deg": float(ang[:, body].mean()), "rot_child_deg": float(ang[:, child].mean()),
+            "rot_free_deg": float(free),
             "jitter": jit(jp), "source_jitter": jit(js), "seconds": sec}
 
 
@@ -337,6 +367,10 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
       rotations (relative to rest, so independent of bone rolls) over the
       body's bones / those with a child; ``jitter_ratio``: mean second
       difference of the body's joints, baked over the source's.
+    - ``rot_free_deg`` (both): the rotation error once each clip's constant
+      offset per joint or bone is taken out (:func:`offset_free_angle_deg`):
+      how much of ``rot_deg`` is each skeleton's own way of placing bone
+      frames, which positions do not show. A diagnostic, not a target.
     - *network alone, batch 4096*: frames per second of
       ``Solver.solve(refine=False)`` on held-out keypoints (with the
       temporal context a bake uses; a network with a temporal block is
@@ -373,15 +407,18 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
             finally:
                 solver.place_root = was
             d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
-            ang = _angle_deg(world_rotations(res.local_rot), fc.world_rot)[:, fc.given]
+            wr = world_rotations(res.local_rot)
+            ang = _angle_deg(wr, fc.world_rot)[:, fc.given]
+            free = np.mean([offset_free_angle_deg(wr[:, j], fc.world_rot[:, j]).mean() for j in np.flatnonzero(fc.given)])
             add(row, None, n, mpjpe_mm=float(d[mj].mean() * 1000.0), rot_deg=float(ang.mean()),
-                seconds=res.seconds["network"] / n)
+                rot_free_deg=float(free), seconds=res.seconds["network"] / n)
             line += f" network alone ({mode}{'' if place else ', own root'}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
         if bakes:
             for mode, row in (("dense", "rig-space solve, dense"), ("sparse", "rig-space solve, six effectors")):
                 b = _bake_own(fc, solver, mode, device)
                 add(row, None, n, joint_mm=b["joint_mm"], rot_deg=b["rot_deg"], rot_child_deg=b["rot_child_deg"],
-                    jitter=b["jitter"], source_jitter=b["source_jitter"], seconds=b["seconds"] / n)
+                    rot_free_deg=b["rot_free_deg"], jitter=b["jitter"], source_jitter=b["source_jitter"],
+                    seconds=b["seconds"] / n)
                 line += f" | {mode} bake {b['joint_mm']:6.2f} mm {b['rot_deg']:5.1f}/{b['rot_child_deg']:4.1f} deg"
                 line += f" jitter {b['jitter']:.2f}/{b['source_jitter']:.2f}"
         if log:
@@ -420,15 +457,16 @@ def format_foreign(result) -> str:
     rows = {r["name"]: r for r in result["rows"]}
     lines = [f"Held-out folders {', '.join(result['folders'])} of foreign/: {len(result['clips'])} clips, "
              f"{result['frames']} frames at {result['fps']:g} fps", "",
-             "| configuration | joints (mm) | rotation (deg) | rotation, joints with a child (deg) | jitter (mm/frame^2, baked / source) | ms/frame |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| configuration | joints (mm) | rotation (deg) | rotation, joints with a child (deg) | rotation less each clip's constant offset (deg) | jitter (mm/frame^2, baked / source) | ms/frame |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         if "frames_per_s" in r or "mib" in r:
             continue
         mm = r.get("mpjpe_mm", r.get("joint_mm", float("nan")))
         child = f"{r['rot_child_deg']:.2f}" if "rot_child_deg" in r else ""
         jit = f"{r['jitter']:.2f} / {r['source_jitter']:.2f} ({r['jitter_ratio']:.2f}x)" if "jitter" in r else ""
-        lines.append(f"| {r['name']} | {mm:.2f} | {r['rot_deg']:.2f} | {child} | {jit} | {1000 * r['seconds']:.3f} |")
+        free = f"{r['rot_free_deg']:.2f}" if "rot_free_deg" in r else ""
+        lines.append(f"| {r['name']} | {mm:.2f} | {r['rot_deg']:.2f} | {child} | {free} | {jit} | {1000 * r['seconds']:.3f} |")
     lines += ["", "| target | measured | |", "|---|---:|---|"]
     for row, key, bound, unit in ISSUE11_TARGETS:
         r = rows.get(row)

@@ -271,3 +271,38 @@ def test_evaluate_prints_the_table(tmp_path, monkeypatch, capsys):
     assert any("optimisation only" in n for n in names) and len(rows) == 10
     for r in rows:
         assert all(np.isfinite(float(v)) for v in r.split("|")[2:-1])
+
+
+def test_offset_free_angle_takes_out_a_constant_offset_only():
+    from training.evaluate import _angle_deg, offset_free_angle_deg
+
+    rng = np.random.default_rng(5)
+    Rt = Rotation.random(200, random_state=6).as_matrix()
+    C = Rotation.from_rotvec([0.0, 0.0, np.deg2rad(30.0)]).as_matrix()      # a bone frame placed otherwise
+    np.testing.assert_allclose(_angle_deg(Rt @ C, Rt), 30.0, atol=1e-6)
+    assert offset_free_angle_deg(Rt @ C, Rt).max() < 1e-5
+    noise = Rotation.from_rotvec(rng.normal(0.0, np.deg2rad(5.0), (200, 3))).as_matrix()
+    plain = _angle_deg(Rt @ noise, Rt)                                        # no offset: the error stays
+    free = offset_free_angle_deg(Rt @ noise, Rt)
+    assert abs(free.mean() - plain.mean()) < 0.5 and plain.mean() > 5.0
+    both = offset_free_angle_deg(Rt @ C @ noise, Rt)                          # the offset goes, the noise stays
+    assert abs(both.mean() - plain.mean()) < 0.5
+
+
+@pytest.mark.skipif(not WEIGHTS.is_file(), reason="weights/neural_ik.pt missing")
+def test_evaluate_foreign_prints_the_figures_and_targets(tmp_path, capsys):
+    """training/evaluate.py --foreign on a folder of one convention: every row, the targets table."""
+    from training import evaluate
+
+    (tmp_path / "studio").mkdir()
+    write_fake_cc(tmp_path / "studio" / "clip.bvh", np.random.default_rng(4), frames=40)
+    assert evaluate.main(["--foreign", "studio", "--data", str(tmp_path), "--max-frames", "40", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rotation less each clip's constant offset (deg)" in out
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.splitlines()
+            if (line.startswith("| network alone") or line.startswith("| rig-space solve")) and ":" not in line}
+    assert {"network alone, dense, fitted skeleton", "rig-space solve, dense", "rig-space solve, six effectors"} <= set(rows)
+    for name, cells in rows.items():
+        mm, rot, free = float(cells[0]), float(cells[1]), float(cells[3])
+        assert np.isfinite(mm) and 0.0 <= free <= rot + 1e-6, (name, cells)
+    assert "| network alone, dense, fitted skeleton: mpjpe_mm <= 25 mm |" in out
