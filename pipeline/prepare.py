@@ -107,10 +107,9 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
     if missing:
         warnings.append("missing and inferred by the network: " + ", ".join(missing))
     # a body that is not there: every point at one place
-    from ..readers.base import frame_extents
+    from ..readers.base import frame_sides
 
-    with np.errstate(invalid="ignore"):
-        spread = np.fmax.reduce(frame_extents(kp), axis=-1)
+    spread = frame_sides(kp)
     if np.isfinite(spread).any() and np.nanmax(spread) < 1e-3:
         raise BakeError("every keypoint sits at one point (the body has no size): the clip holds no pose")
     return warnings

@@ -29,6 +29,8 @@ __all__ = [
     "MAX_GAP",
     "convert_up_axis",
     "body_size",
+    "frame_sides",
+    "frame_extents",
     "fill_gaps",
     "resample",
     "to_canonical",
@@ -186,11 +188,12 @@ def body_size(points: np.ndarray) -> float:
     p = np.asarray(points, dtype=np.float64)
     if p.size == 0:
         return float("nan")
-    return _median_side(_frame_sides(p))
+    return _median_side(frame_sides(p))
 
 
-def _frame_sides(p):
-    """Each frame's largest bounding-box side (T,), NaN for a frame without points, inf on overflow."""
+def frame_sides(p):
+    """Each frame's largest bounding-box side (T,) of points ``p`` (T, J, 3), NaN for a frame without
+    points, inf on overflow (:func:`frame_extents`)."""
     with np.errstate(invalid="ignore", over="ignore"), _quiet():
         d = frame_extents(p)
         return np.fmax(np.fmax(d[:, 0], d[:, 1]), d[:, 2])
@@ -253,7 +256,7 @@ def check_body_size(path, points: np.ndarray, names, size: float | None = None) 
         more than :data:`MAX_DISTANCE` body sizes from the origin.
     """
     p = np.asarray(points, dtype=np.float64)
-    side = _frame_sides(p) if p.size else np.zeros(0)   # (T,), NaN on empty frames
+    side = frame_sides(p) if p.size else np.zeros(0)   # (T,), NaN on empty frames
     if size is None:
         size = _median_side(side) if p.size else float("nan")
     overflow = np.isinf(side)

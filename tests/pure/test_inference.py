@@ -167,9 +167,10 @@ def test_single_frame_numpy_path_matches_torch(weights, poses):
         np.testing.assert_allclose(one.keypoints[0], batch.keypoints[0], atol=2e-5)
         ref1 = s.solve(x[0], skeleton=sk, refine_steps=3, orientations=None if o is None else o[0])
         ref2 = s.solve(x[:2], skeleton=sk, refine_steps=3, orientations=None if o is None else o[:2])
-        # (three LM steps from an untrained network's pose: the numpy and torch refinements part by
-        # up to a quarter of a millimetre from some starts)
-        np.testing.assert_allclose(ref1.keypoints[0], ref2.keypoints[0], atol=5e-4)
+        # (three LM steps from an untrained network's pose: from the offsets network's start the numpy
+        # and torch refinements part by up to a quarter of a millimetre)
+        np.testing.assert_allclose(ref1.keypoints[0], ref2.keypoints[0],
+                                   atol=2e-4 if s.net.skeleton_input == "lengths" else 5e-4)
         assert np.isfinite(ref1.error_mm).all()
 
 

@@ -1299,3 +1299,18 @@ def test_a_knee_bent_backwards_is_turned_to_bend_forwards(degrees, turned):
     else:
         assert not done.any()
         np.testing.assert_allclose(knee_fwd1, knee_fwd0, atol=1e-12)
+
+
+def test_a_body_collapsed_to_one_point_is_refused_before_any_work():
+    """Keypoints all at one place (a tracker that lost the body) are refused with what is wrong; a body
+    of some size with a few points missing passes."""
+    from neural_ik.pipeline.prepare import check_required
+
+    kp = np.broadcast_to(CANONICAL.rest_keypoints(), (5, len(KEYPOINTS), 3)).copy()
+    valid = np.ones(kp.shape[:2], dtype=bool)
+    kp[1, 7] = np.nan                     # a missing point: left out of the body's size
+    valid[1, 7] = False
+    assert check_required(kp, valid, 0, "dense") == []
+    one = np.where(valid[..., None], np.array([0.3, -0.2, 0.9]), np.nan)
+    with pytest.raises(BakeError, match="every keypoint sits at one point"):
+        check_required(one, valid, 0, "dense")
