@@ -682,6 +682,32 @@ def _ramp(contact, blend):
     return _smoothstep(1.0 - d / (blend + 1.0))
 
 
+def _hold_over_runs(v, runs, blend):
+    """``v`` (T, D) with each run of True frames of ``runs`` at the run's mean, faded over ``blend`` frames.
+
+    Frames outside the runs blend towards the nearest run's mean as
+    :func:`_ramp` weighs them (1 in a run, 0 from ``blend`` frames off it).
+    """
+    v = np.asarray(v, dtype=np.float64)
+    runs = np.asarray(runs, dtype=bool)
+    T = len(runs)
+    if not runs.any():
+        return v.copy()
+    starts = runs & ~np.concatenate([[False], runs[:-1]])
+    rid = np.cumsum(starts) - 1                       # each frame's run (meaningful in a run)
+    nrun = int(starts.sum())
+    sums = np.zeros((nrun,) + v.shape[1:])
+    np.add.at(sums, rid[runs], v[runs])
+    means = sums / np.bincount(rid[runs], minlength=nrun).reshape((-1,) + (1,) * (v.ndim - 1))
+    idx = np.arange(T)
+    big = 10 * T + 10
+    last = np.maximum.accumulate(np.where(runs, idx, -big))
+    nxt = np.minimum.accumulate(np.where(runs, idx, big)[::-1])[::-1]
+    near = np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, T - 1)
+    r = _ramp(runs, blend).reshape((-1,) + (1,) * (v.ndim - 1))
+    return (1.0 - r) * v + r * means[rid[near]]
+
+
 def _median_length(src, a, b, mask):
     ok = mask[:, a] & mask[:, b]
     if not ok.any():
@@ -1124,7 +1150,9 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     where its ankle stands (:func:`stance`, faded in and out over
     :data:`CONTACT_BLEND` seconds) its ball is held at the ankle target's
     height less the rig's own flat-foot drop from ankle to ball: the foot
-    stands flat.
+    stands flat, and its direction is the stance's mean (the start pose's
+    turns frame by frame slid the ball of a planted foot: a foot's heading
+    holds while it stands).
 
     Returns
     -------
@@ -1134,6 +1162,13 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     info = TargetInfo()
     x = src * scale
     rest = plan.rig.head
+    # where each ankle given alone stands (its foot's own points unknown)
+    still = {}
+    if n is not None and fps and len(src) >= 3:
+        for s in "lr":
+            ka = _K[f"foot_{s}"]
+            if mask[:, ka].any() and not mask[:, _K[f"toe_{s}"]].any():
+                still[s] = stance(src, mask, n, fps, ka)
     for name in SPARSE_EFFECTORS + SPARSE_HINTS:
         b = _bone(plan, name)
         k = _K[name]
@@ -1196,6 +1231,10 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             L = float(np.linalg.norm(rest[tb] - rest[fb]))
             nd = vector_norm(d, keepdims=True)
             ok = mask[:, _K[f"foot_{s}"]] & (nd[:, 0] > 1e-9) & ~mask[:, _K[f"toe_{s}"]]
+            if L > 1e-9 and ok.any() and s in still and still[s].any():
+                # a standing foot keeps one heading: the stance's mean direction (faded in and out)
+                d = _hold_over_runs(d / np.maximum(nd, 1e-12), still[s], _blend_frames(fps))
+                nd = vector_norm(d, keepdims=True)
             if L > 1e-9 and ok.any():
                 tg.add({tg.point(tb): 1.0, tg.point(fb): -1.0}, L * d / np.maximum(nd, 1e-12),
                        weights["sparse_foot"] * ok, name=f"foot_{s} direction", kind="pole", perpendicular=True)
@@ -1203,14 +1242,13 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
         fp = foot_points(plan, n)
         for s in "lr":
             ka = _K[f"foot_{s}"]
-            if s not in fp or mask[:, _K[f"toe_{s}"]].any():   # (a given toe says how the foot stands)
+            if s not in fp or s not in still:   # (a given toe says how the foot stands)
                 continue
-            still = stance(src, mask, n, fps, ka)
-            if not still.any():
+            if not still[s].any():
                 continue
             (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
             tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
-            wt = weights["flat_foot"] * _ramp(still, _blend_frames(fps)) * mask[:, ka]
+            wt = weights["flat_foot"] * _ramp(still[s], _blend_frames(fps)) * mask[:, ka]
             tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
             tb = _bone(plan, f"toe_{s}")
             if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball
