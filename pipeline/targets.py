@@ -690,7 +690,6 @@ def _hold_over_runs(v, runs, blend):
     """
     v = np.asarray(v, dtype=np.float64)
     runs = np.asarray(runs, dtype=bool)
-    T = len(runs)
     if not runs.any():
         return v.copy()
     starts = runs & ~np.concatenate([[False], runs[:-1]])
@@ -699,13 +698,80 @@ def _hold_over_runs(v, runs, blend):
     sums = np.zeros((nrun,) + v.shape[1:])
     np.add.at(sums, rid[runs], v[runs])
     means = sums / np.bincount(rid[runs], minlength=nrun).reshape((-1,) + (1,) * (v.ndim - 1))
+    return _fade_to(v, means[rid], runs, blend)
+
+
+def _fade_to(v, held, frames, blend):
+    """``v`` (T, D) taking ``held`` (T, D) on ``frames`` (T,) bool, faded in and out over ``blend`` frames.
+
+    A frame outside ``frames`` blends towards the value held on the nearest
+    frame of ``frames``, as :func:`_ramp` weighs it.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    frames = np.asarray(frames, dtype=bool)
+    if not frames.any():
+        return v.copy()
+    r = _ramp(frames, blend).reshape((-1,) + (1,) * (v.ndim - 1))
+    return (1.0 - r) * v + r * np.asarray(held, dtype=np.float64)[_nearest(frames)]
+
+
+def _nearest(frames):
+    """Each frame's nearest frame (T,) int among ``frames`` (T,) bool (at least one True)."""
+    T = len(frames)
     idx = np.arange(T)
     big = 10 * T + 10
-    last = np.maximum.accumulate(np.where(runs, idx, -big))
-    nxt = np.minimum.accumulate(np.where(runs, idx, big)[::-1])[::-1]
-    near = np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, T - 1)
-    r = _ramp(runs, blend).reshape((-1,) + (1,) * (v.ndim - 1))
-    return (1.0 - r) * v + r * means[rid[near]]
+    last = np.maximum.accumulate(np.where(frames, idx, -big))
+    nxt = np.minimum.accumulate(np.where(frames, idx, big)[::-1])[::-1]
+    return np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, T - 1)
+
+
+#: The longest a foot pivots on the ball after its ankle stops standing (heel-off to toe-off), seconds.
+PIVOT_SECONDS = 0.5
+#: A pivoting foot's ankle stays within these shares of the ankle-to-ball length from where its ball stood.
+PIVOT_REACH = (0.8, 1.03)
+
+
+def _ball_pivots(ankle, still, ok, heading, length, drop, n, fps):
+    """Where a foot given by its ankle alone pivots on its ball after standing, and where that ball stays.
+
+    Walking, the heel rises before the toes leave: the ball of the foot stays
+    where it stood while the ankle rises and moves on. After each stance of
+    the ankle (``still``), as long as the ankle targets (``ankle``, (T, 3))
+    stay within :data:`PIVOT_REACH` of the foot's ankle-to-ball ``length``
+    from the ball's place at the stance's end (for at most
+    :data:`PIVOT_SECONDS`), the ball stays there: at the flat foot's height
+    (``drop`` below the ankle) along the stance's ``heading`` (T, 3).
+
+    Returns
+    -------
+    pivot : ndarray (T,) bool
+    ball : ndarray (T, 3)
+        The ball's place on the pivot frames (zero elsewhere).
+    """
+    n = np.asarray(n, dtype=np.float64)
+    T = len(still)
+    pivot = np.zeros(T, dtype=bool)
+    ball = np.zeros((T, 3))
+    reach = float(np.sqrt(max(length ** 2 - drop ** 2, 0.0)))    # ankle to ball across the floor, flat
+    if reach <= 0.0:
+        return pivot, ball
+    most = max(int(round(PIVOT_SECONDS * float(fps))), 1)
+    ends = np.flatnonzero(still & ~np.concatenate([still[1:], [False]]) & ok)
+    for e in ends:   # (per stance: a few a second)
+        h = heading[e] - (heading[e] @ n) * n
+        nh = float(np.linalg.norm(h))
+        if nh < 1e-9:
+            continue
+        b = ankle[e] - drop * n + reach * h / nh
+        t = np.arange(e + 1, min(T, e + 1 + most))
+        if not t.size:
+            continue
+        dist = vector_norm(b - ankle[t]) / length
+        good = ok[t] & ~still[t] & (dist >= PIVOT_REACH[0]) & (dist <= PIVOT_REACH[1])
+        k = t[np.cumprod(good).astype(bool)]     # the frames after the stance until one is not
+        pivot[k] = True
+        ball[k] = b
+    return pivot, ball
 
 
 def _median_length(src, a, b, mask):
@@ -1152,7 +1218,9 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     height less the rig's own flat-foot drop from ankle to ball: the foot
     stands flat, and its direction is the stance's mean (the start pose's
     turns frame by frame slid the ball of a planted foot: a foot's heading
-    holds while it stands).
+    holds while it stands). After a stance the foot pivots on its ball
+    (:func:`_ball_pivots`): heel first, the ball staying where it stood
+    (the start pose's foot turned toes down through the floor there).
 
     Returns
     -------
@@ -1162,8 +1230,9 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     info = TargetInfo()
     x = src * scale
     rest = plan.rig.head
-    # where each ankle given alone stands (its foot's own points unknown)
-    still = {}
+    # where each ankle given alone stands (its foot's own points unknown), and pivots on its ball after
+    still, pivots, along = {}, {}, {}
+    fp = foot_points(plan, n) if n is not None and fps and len(src) >= 3 else {}
     if n is not None and fps and len(src) >= 3:
         for s in "lr":
             ka = _K[f"foot_{s}"]
@@ -1232,14 +1301,33 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             nd = vector_norm(d, keepdims=True)
             ok = mask[:, _K[f"foot_{s}"]] & (nd[:, 0] > 1e-9) & ~mask[:, _K[f"toe_{s}"]]
             if L > 1e-9 and ok.any() and s in still and still[s].any():
-                # a standing foot keeps one heading: the stance's mean direction (faded in and out)
-                d = _hold_over_runs(d / np.maximum(nd, 1e-12), still[s], _blend_frames(fps))
+                # a standing foot keeps one heading (the stance's mean direction); then, heel
+                # first, it turns about its ball, which stays where it stood (faded in and out)
+                blend = _blend_frames(fps)
+                u = d / np.maximum(nd, 1e-12)
+                held = _hold_over_runs(u, still[s], 0)
+                if s in fp and fp[s][1][1] == tb:   # (the ball is the toe bone's head: the row's end)
+                    drop = fp[s][0][3] - fp[s][1][3]
+                    # standing, flat: the ball at the flat foot's drop below the ankle, as the ball's
+                    # height row holds it (the start pose's pitch jumped to it where the pivot began)
+                    h = held - (held @ n)[:, None] * n
+                    h /= np.maximum(vector_norm(h, keepdims=True), 1e-12)
+                    reach = np.sqrt(max(L ** 2 - drop ** 2, 0.0))
+                    held = np.where(still[s][:, None], (reach * h - drop * n) / L, held)
+                    pivots[s] = _ball_pivots(x[:, _K[f"foot_{s}"]], still[s], ok, held, L, drop, n, fps)
+                    pv, ball = pivots[s]
+                    to_ball = ball - x[:, _K[f"foot_{s}"]]
+                    held = np.where(pv[:, None], to_ball / np.maximum(vector_norm(to_ball, keepdims=True), 1e-12),
+                                    held)
+                contact = still[s] | (pivots[s][0] if s in pivots else False)
+                along[s] = (L, held[_nearest(contact)])
+                d = _fade_to(u, held, contact, blend)
                 nd = vector_norm(d, keepdims=True)
+                ok = ok & (nd[:, 0] > 1e-6)    # (a start pose's foot turned the other way: no direction)
             if L > 1e-9 and ok.any():
                 tg.add({tg.point(tb): 1.0, tg.point(fb): -1.0}, L * d / np.maximum(nd, 1e-12),
                        weights["sparse_foot"] * ok, name=f"foot_{s} direction", kind="pole", perpendicular=True)
     if n is not None and fps and len(src) >= 3:
-        fp = foot_points(plan, n)
         for s in "lr":
             ka = _K[f"foot_{s}"]
             if s not in fp or s not in still:   # (a given toe says how the foot stands)
@@ -1248,7 +1336,17 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                 continue
             (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
             tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
-            wt = weights["flat_foot"] * _ramp(still[s], _blend_frames(fps)) * mask[:, ka]
+            contact = still[s]
+            if s in along:
+                # as high as the foot's direction row puts it: flat where the foot stands, where it
+                # stood while the foot pivots on it, and fading out from the ankle along the
+                # foot's last direction (the height it stood at held the ball down while the
+                # ankle rose: the foot pointed down, the knee popped; the flat foot's drop below
+                # the rising ankle pulled the toes up)
+                L, held = along[s]
+                tgt = x[:, ka] + L * held
+                contact = contact | pivots[s][0] if s in pivots else contact
+            wt = weights["flat_foot"] * _ramp(contact, _blend_frames(fps)) * mask[:, ka]
             tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
             tb = _bone(plan, f"toe_{s}")
             if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball

@@ -1045,6 +1045,92 @@ def test_six_effectors_hold_a_standing_foots_heading():
     assert job.figures.effector_reach_mm[1] < 1.0, job.figures
 
 
+def test_ball_pivots_follow_heel_off():
+    """After a stance the foot pivots on its ball while the ankle stays a foot's length from where the ball stood."""
+    from neural_ik.pipeline.targets import PIVOT_REACH, _ball_pivots
+
+    T, fps, L, drop = 40, 30.0, 0.15, 0.05
+    reach = np.sqrt(L ** 2 - drop ** 2)
+    ankle = np.zeros((T, 3))
+    ankle[:, 2] = 0.08
+    still = np.zeros(T, dtype=bool)
+    still[:10] = True
+    # heel-off: the ankle turns up about the ball (at x = reach, z = 0.03) for 6 frames, then moves away
+    ball0 = np.array([reach, 0.0, 0.08 - drop])
+    ang = np.radians(np.arange(1, 7) * 8.0)
+    ankle[10:16] = ball0 + L * np.stack([-np.cos(np.arcsin(drop / L) + ang), 0 * ang, np.sin(np.arcsin(drop / L) + ang)], -1)
+    ankle[16:] = ankle[15] + np.outer(np.arange(1, T - 15), [0.05, 0.0, 0.02])
+    heading = np.tile([1.0, 0.0, 0.0], (T, 1))
+    pivot, ball = _ball_pivots(ankle, still, np.ones(T, dtype=bool), heading, L, drop, np.array([0.0, 0.0, 1.0]), fps)
+    np.testing.assert_array_equal(np.flatnonzero(pivot), np.arange(10, 16))
+    np.testing.assert_allclose(ball[pivot], np.tile(ball0, (6, 1)), atol=1e-9)
+    d = np.linalg.norm(ball[pivot] - ankle[pivot], axis=-1) / L
+    assert (d >= PIVOT_REACH[0]).all() and (d <= PIVOT_REACH[1]).all()
+    # no stance, no pivot; a foot never standing long enough, none either
+    none, _ = _ball_pivots(ankle, np.zeros(T, dtype=bool), np.ones(T, dtype=bool), heading, L, drop,
+                           np.array([0.0, 0.0, 1.0]), fps)
+    assert not none.any()
+
+
+def test_six_effectors_pivot_on_the_ball_without_toes_through_the_floor():
+    """Six effectors of a walk whose start pose turns its feet anyhow: heel first, the ball stays where it stood.
+
+    A per-frame start pose turned the feet toes down as the heel rose (the
+    held-out `sfu` walk's toe tips 5 cm under the floor at each heel-off,
+    their ball sliding away); after a stance the foot now pivots on its
+    ball (:func:`.targets._ball_pivots`).
+    """
+    import dataclasses
+
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+    from neural_ik.model.skeleton import JOINTS, SPARSE_EFFECTORS
+
+    plan, mapping, truth = _walk_on(_rig("T_default"), seconds=4.0)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    mask = np.broadcast_to(np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS), kp.shape[:2]).copy()
+    job = RigBake(plan.rig, mapping, np.where(mask[..., None], kp, np.nan), mask, 30.0,
+                  BakeOptions(device="cpu", mode="sparse", smooth="none"))
+    job.solve()
+    local = job.solved.local_rot.copy()
+    rng = np.random.default_rng(2)
+    for name in ("foot_l", "foot_r"):   # toes down by 10-30 degrees, a different turn each frame
+        k = JOINTS.index(name)
+        local[:, k] = local[:, k] @ axis_angle_to_matrix(np.outer(rng.uniform(0.17, 0.5, len(local)), [1.0, 0, 0]))
+    job.solved = dataclasses.replace(job.solved, local_rot=local)
+    pivots = []
+    from neural_ik.pipeline import targets as tmod
+    real = tmod._ball_pivots
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        pivots.append(out)
+        return out
+
+    tmod._ball_pivots = spy
+    try:
+        job.fit()
+    finally:
+        tmod._ball_pivots = real
+    job.measure()
+    assert job.figures.effector_reach_mm[1] < 1.0, job.figures
+    W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
+    Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
+    floor = min(float(Ht[:, plan.rig.index(mapping.entries[f"toe_{s}"]), 2].min()) for s in "lr")
+    assert len(pivots) >= 2
+    seen = 0
+    for s, (pv, ball) in zip("lr", pivots[:2]):
+        t = plan.rig.index(mapping.entries[f"toe_{s}"])
+        if not pv.any():
+            continue
+        seen += int(pv.sum())
+        # the ball (the toe bone's head) stays where it stood, within 5 mm (without the pivot: up to 10.5 mm)
+        off = np.linalg.norm(H[pv, t] - ball[pv], axis=-1)
+        assert off.max() < 0.005 and off.mean() < 0.003, (s, off)
+        tip = H[:, t] + W[:, t] @ (plan.rig.rest_rotation()[t].T @ (plan.rig.tail[t] - plan.rig.head[t]))
+        assert tip[pv, 2].min() > floor - 0.01, (s, tip[pv, 2].min(), floor)
+    assert seen >= 4
+
+
 def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
     """A file's own rotations onto a rig of other proportions: one Gauss-Newton step lands where two do.
 
