@@ -682,37 +682,45 @@ def _ramp(contact, blend):
     return _smoothstep(1.0 - d / (blend + 1.0))
 
 
-def _hold_over_runs(v, runs, blend):
-    """``v`` (T, D) with each run of True frames of ``runs`` at the run's mean, faded over ``blend`` frames.
+def _ramp_within(contact, blend, lead=0):
+    """Weights fading in over ``blend`` frames from ``lead`` frames before each run of ``contact``, out over ``blend`` after it.
 
-    Frames outside the runs blend towards the nearest run's mean as
-    :func:`_ramp` weighs them (1 in a run, 0 from ``blend`` frames off it).
+    With ``lead`` under ``blend`` the fade-in lies mostly within the run
+    (:func:`_ramp` centres it on the run's first frame): a foot landing
+    heel first rolls flat as its ankle stops, not before.
     """
+    c = np.asarray(contact, dtype=bool)
+    T = c.shape[0]
+    if not c.any():
+        return np.zeros(T)
+    idx = np.arange(T)
+    big = 10 * T + 10
+    starts = c & ~np.concatenate([[False], c[:-1]])
+    nxt_start = np.minimum.accumulate(np.where(starts, idx, big)[::-1])[::-1]
+    start = np.maximum.accumulate(np.where(starts, idx, -big))
+    start = np.where(c, start, nxt_start)            # (before a run: the run to come)
+    w_in = _smoothstep(np.clip((idx - start + lead + 1.0) / (blend + 1.0), 0.0, 1.0))
+    last = np.maximum.accumulate(np.where(c, idx, -big))
+    after = ~c & (last >= 0)
+    w_out = np.where(after, w_in[np.maximum(last, 0)] * _smoothstep(1.0 - (idx - last) / (blend + 1.0)), 0.0)
+    return np.where(c, w_in, np.maximum(np.where(nxt_start < big, w_in, 0.0), w_out))
+
+
+def _run_means(v, runs):
+    """``v`` (T, D) with every frame of each run of True frames of ``runs`` at the run's mean (others as they are)."""
     v = np.asarray(v, dtype=np.float64)
     runs = np.asarray(runs, dtype=bool)
+    out = v.copy()
     if not runs.any():
-        return v.copy()
+        return out
     starts = runs & ~np.concatenate([[False], runs[:-1]])
     rid = np.cumsum(starts) - 1                       # each frame's run (meaningful in a run)
     nrun = int(starts.sum())
     sums = np.zeros((nrun,) + v.shape[1:])
     np.add.at(sums, rid[runs], v[runs])
     means = sums / np.bincount(rid[runs], minlength=nrun).reshape((-1,) + (1,) * (v.ndim - 1))
-    return _fade_to(v, means[rid], runs, blend)
-
-
-def _fade_to(v, held, frames, blend):
-    """``v`` (T, D) taking ``held`` (T, D) on ``frames`` (T,) bool, faded in and out over ``blend`` frames.
-
-    A frame outside ``frames`` blends towards the value held on the nearest
-    frame of ``frames``, as :func:`_ramp` weighs it.
-    """
-    v = np.asarray(v, dtype=np.float64)
-    frames = np.asarray(frames, dtype=bool)
-    if not frames.any():
-        return v.copy()
-    r = _ramp(frames, blend).reshape((-1,) + (1,) * (v.ndim - 1))
-    return (1.0 - r) * v + r * np.asarray(held, dtype=np.float64)[_nearest(frames)]
+    out[runs] = means[rid[runs]]
+    return out
 
 
 def _nearest(frames):
@@ -725,53 +733,14 @@ def _nearest(frames):
     return np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, T - 1)
 
 
-#: The longest a foot pivots on the ball after its ankle stops standing (heel-off to toe-off), seconds.
-PIVOT_SECONDS = 0.5
-#: A pivoting foot's ankle stays within these shares of the ankle-to-ball length from where its ball stood.
-PIVOT_REACH = (0.8, 1.03)
-
-
-def _ball_pivots(ankle, still, ok, heading, length, drop, n, fps):
-    """Where a foot given by its ankle alone pivots on its ball after standing, and where that ball stays.
-
-    Walking, the heel rises before the toes leave: the ball of the foot stays
-    where it stood while the ankle rises and moves on. After each stance of
-    the ankle (``still``), as long as the ankle targets (``ankle``, (T, 3))
-    stay within :data:`PIVOT_REACH` of the foot's ankle-to-ball ``length``
-    from the ball's place at the stance's end (for at most
-    :data:`PIVOT_SECONDS`), the ball stays there: at the flat foot's height
-    (``drop`` below the ankle) along the stance's ``heading`` (T, 3).
-
-    Returns
-    -------
-    pivot : ndarray (T,) bool
-    ball : ndarray (T, 3)
-        The ball's place on the pivot frames (zero elsewhere).
-    """
-    n = np.asarray(n, dtype=np.float64)
-    T = len(still)
-    pivot = np.zeros(T, dtype=bool)
-    ball = np.zeros((T, 3))
-    reach = float(np.sqrt(max(length ** 2 - drop ** 2, 0.0)))    # ankle to ball across the floor, flat
-    if reach <= 0.0:
-        return pivot, ball
-    most = max(int(round(PIVOT_SECONDS * float(fps))), 1)
-    ends = np.flatnonzero(still & ~np.concatenate([still[1:], [False]]) & ok)
-    for e in ends:   # (per stance: a few a second)
-        h = heading[e] - (heading[e] @ n) * n
-        nh = float(np.linalg.norm(h))
-        if nh < 1e-9:
-            continue
-        b = ankle[e] - drop * n + reach * h / nh
-        t = np.arange(e + 1, min(T, e + 1 + most))
-        if not t.size:
-            continue
-        dist = vector_norm(b - ankle[t]) / length
-        good = ok[t] & ~still[t] & (dist >= PIVOT_REACH[0]) & (dist <= PIVOT_REACH[1])
-        k = t[np.cumprod(good).astype(bool)]     # the frames after the stance until one is not
-        pivot[k] = True
-        ball[k] = b
-    return pivot, ball
+#: Seconds over which a foot given by its ankle alone turns to lie flat as its ankle stands, and back ...
+FOOT_TURN_BLEND = CONTACT_BLEND
+#: ... from this long before its ankle stands: a foot landing heel first rolls flat as it stops (held-out
+#: six effectors, 200 frames a clip: frames with a pop 56 / 58 / 65 at 0 / 2 / 4 frames of 30 fps,
+#: the symmetric fade of the contacts' 89; at 0 the toes stood 6 cm up on a stance's first frame).
+FOOT_TURN_LEAD = 2.0 / 30.0
+#: A ball of the foot within this share of the foot's length (ankle to ball) of the floor has its toes flat on it.
+TOE_FLOOR_GAP = 0.1
 
 
 def _median_length(src, a, b, mask):
@@ -1216,11 +1185,11 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     where its ankle stands (:func:`stance`, faded in and out over
     :data:`CONTACT_BLEND` seconds) its ball is held at the ankle target's
     height less the rig's own flat-foot drop from ankle to ball: the foot
-    stands flat, and its direction is the stance's mean (the start pose's
-    turns frame by frame slid the ball of a planted foot: a foot's heading
-    holds while it stands). After a stance the foot pivots on its ball
-    (:func:`_ball_pivots`): heel first, the ball staying where it stood
-    (the start pose's foot turned toes down through the floor there).
+    stands flat, its heading the stance's mean (the start pose's turns
+    frame by frame slid the ball of a planted foot), faded in once the ankle
+    stands (the heel lands first) and out after; and the foot's direction
+    never puts its ball under the floor it stood on (the start pose's foot,
+    pitched toes down as the heel rose, stabbed 5 cm into it).
 
     Returns
     -------
@@ -1230,8 +1199,8 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     info = TargetInfo()
     x = src * scale
     rest = plan.rig.head
-    # where each ankle given alone stands (its foot's own points unknown), and pivots on its ball after
-    still, pivots, along = {}, {}, {}
+    # where each ankle given alone stands (its foot's own points unknown)
+    still, along = {}, {}
     fp = foot_points(plan, n) if n is not None and fps and len(src) >= 3 else {}
     if n is not None and fps and len(src) >= 3:
         for s in "lr":
@@ -1301,27 +1270,33 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             nd = vector_norm(d, keepdims=True)
             ok = mask[:, _K[f"foot_{s}"]] & (nd[:, 0] > 1e-9) & ~mask[:, _K[f"toe_{s}"]]
             if L > 1e-9 and ok.any() and s in still and still[s].any():
-                # a standing foot keeps one heading (the stance's mean direction); then, heel
-                # first, it turns about its ball, which stays where it stood (faded in and out)
-                blend = _blend_frames(fps)
-                u = d / np.maximum(nd, 1e-12)
-                held = _hold_over_runs(u, still[s], 0)
-                if s in fp and fp[s][1][1] == tb:   # (the ball is the toe bone's head: the row's end)
+                ka = _K[f"foot_{s}"]
+                near = _nearest(still[s])
+                held = _run_means(d / np.maximum(nd, 1e-12), still[s])[near]   # the nearest stance's heading
+                flat = s in fp and fp[s][1][1] == tb     # (the ball is the toe bone's head: the row's end)
+                if flat:   # standing, the foot lies flat: its ball the rig's flat-foot drop below the ankle
                     drop = fp[s][0][3] - fp[s][1][3]
-                    # standing, flat: the ball at the flat foot's drop below the ankle, as the ball's
-                    # height row holds it (the start pose's pitch jumped to it where the pivot began)
                     h = held - (held @ n)[:, None] * n
                     h /= np.maximum(vector_norm(h, keepdims=True), 1e-12)
-                    reach = np.sqrt(max(L ** 2 - drop ** 2, 0.0))
-                    held = np.where(still[s][:, None], (reach * h - drop * n) / L, held)
-                    pivots[s] = _ball_pivots(x[:, _K[f"foot_{s}"]], still[s], ok, held, L, drop, n, fps)
-                    pv, ball = pivots[s]
-                    to_ball = ball - x[:, _K[f"foot_{s}"]]
-                    held = np.where(pv[:, None], to_ball / np.maximum(vector_norm(to_ball, keepdims=True), 1e-12),
-                                    held)
-                contact = still[s] | (pivots[s][0] if s in pivots else False)
-                along[s] = (L, held[_nearest(contact)])
-                d = _fade_to(u, held, contact, blend)
+                    held = (np.sqrt(max(L ** 2 - drop ** 2, 0.0)) * h - drop * n) / L
+                r = _ramp_within(still[s], max(int(round(FOOT_TURN_BLEND * float(fps))), 1),
+                                 int(round(FOOT_TURN_LEAD * float(fps))))[:, None]
+                d = (1.0 - r) * d / np.maximum(nd, 1e-12) + r * held
+                d /= np.maximum(vector_norm(d, keepdims=True), 1e-12)
+                if flat:   # the ball never under the floor the foot stood on
+                    a_z = x[:, ka] @ n
+                    floor = (a_z - drop)[near]
+                    low = ok & (a_z + L * (d @ n) < floor) & (a_z - floor < L)
+                    if low.any():
+                        dz = (floor[low] - a_z[low]) / L
+                        h = d[low] - (d[low] @ n)[:, None] * n
+                        h /= np.maximum(vector_norm(h, keepdims=True), 1e-12)
+                        d[low] = h * np.sqrt(np.maximum(1.0 - dz ** 2, 0.0))[:, None] + dz[:, None] * n
+                    # the ball on that floor (within TOE_FLOOR_GAP of it): the toes lie flat on it too
+                    # (toes bent down through it as the heel rose: 3 cm under on the held-out walk)
+                    ball_gap = a_z + L * (d @ n) - floor
+                    on_floor = _smoothstep(1.0 - np.clip(ball_gap / (TOE_FLOOR_GAP * L), 0.0, 1.0))
+                    along[s] = (L * d, r[:, 0], np.maximum(r[:, 0], on_floor * ok))
                 nd = vector_norm(d, keepdims=True)
                 ok = ok & (nd[:, 0] > 1e-6)    # (a start pose's foot turned the other way: no direction)
             if L > 1e-9 and ok.any():
@@ -1336,23 +1311,21 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                 continue
             (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
             tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
-            contact = still[s]
             if s in along:
-                # as high as the foot's direction row puts it: flat where the foot stands, where it
-                # stood while the foot pivots on it, and fading out from the ankle along the
-                # foot's last direction (the height it stood at held the ball down while the
-                # ankle rose: the foot pointed down, the knee popped; the flat foot's drop below
-                # the rising ankle pulled the toes up)
-                L, held = along[s]
-                tgt = x[:, ka] + L * held
-                contact = contact | pivots[s][0] if s in pivots else contact
-            wt = weights["flat_foot"] * _ramp(contact, _blend_frames(fps)) * mask[:, ka]
+                # as high as the foot's direction row puts it: flat where the foot stands, and
+                # from the ankle along the foot's direction as the row fades in and out
+                to_ball, r, r_toe = along[s]
+                tgt = x[:, ka] + to_ball
+                wt = weights["flat_foot"] * r * mask[:, ka]
+                wt_toe = weights["flat_foot"] * r_toe * mask[:, ka]
+            else:
+                wt = wt_toe = weights["flat_foot"] * _ramp(still[s], _blend_frames(fps)) * mask[:, ka]
             tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
             tb = _bone(plan, f"toe_{s}")
             if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball
                 Q = plan.rig.rest_rotation()
                 tip = Q[tb].T @ (plan.rig.tail[tb] - plan.rig.head[tb])
                 h_tip = float(np.dot(n, plan.rig.tail[tb] - plan.rig.head[tb]))
-                tg.add({tg.point(tb, tip): 1.0}, tgt + n * h_tip, wt, axes=np.outer(n, n), name=f"toe_{s} flat",
+                tg.add({tg.point(tb, tip): 1.0}, tgt + n * h_tip, wt_toe, axes=np.outer(n, n), name=f"toe_{s} flat",
                        kind="height")
     return tg, info

@@ -980,24 +980,30 @@ def test_six_effectors_settle_what_they_leave_open_over_time(shape, monkeypatch)
     assert 0.2 < bar[len(bar) // 2] < 0.8, bar
 
 
-def test_hold_over_runs():
-    """Each run of frames takes its mean, faded in and out; frames far from any run keep their values."""
-    from neural_ik.pipeline.targets import _hold_over_runs
+def test_run_means_and_ramp_within():
+    """Each run of frames takes its mean; the foot's fade starts where its ankle stops, not before."""
+    from neural_ik.pipeline.targets import _nearest, _ramp_within, _run_means
 
     T = 40
     v = np.stack([np.arange(T, dtype=float), -np.arange(T, dtype=float)], -1)
     runs = np.zeros(T, dtype=bool)
     runs[5:11] = True       # mean 7.5
     runs[25:31] = True      # mean 27.5
-    got = _hold_over_runs(v, runs, 3)
+    got = _run_means(v, runs)
     np.testing.assert_allclose(got[5:11, 0], 7.5)
     np.testing.assert_allclose(got[25:31, 1], -27.5)
-    np.testing.assert_allclose(got[16:20], v[16:20])          # 5 frames or more from both runs
-    np.testing.assert_allclose(got[0], v[0])
-    # between a run and the free frames: partway, no jump larger than the values' own steps and the fade's
-    assert 7.5 < got[12, 0] < 12.0 and 11.0 < got[13, 0] < 13.0
-    assert np.abs(np.diff(got[:, 0])).max() < 4.0
-    np.testing.assert_array_equal(_hold_over_runs(v, np.zeros(T, dtype=bool), 3), v)
+    np.testing.assert_array_equal(got[~runs], v[~runs])
+    np.testing.assert_array_equal(_nearest(runs)[[0, 4, 12, 17, 18, 39]], [5, 5, 10, 10, 25, 30])
+    r = _ramp_within(runs, 3)
+    assert (r[:5] == 0).all() and (r[15:25] == 0).all()       # nothing before a run, nothing 4 frames after
+    np.testing.assert_allclose(r[8:11], 1.0)                   # in full from the 4th frame of a run
+    assert 0.0 < r[5] < r[6] < r[7] < 1.0 and 1.0 > r[11] > r[12] > r[13] > 0.0
+    np.testing.assert_array_equal(_ramp_within(np.zeros(T, dtype=bool), 3), np.zeros(T))
+    # a lead: the fade-in starts that many frames before the run, the fade-out is as before
+    led = _ramp_within(runs, 3, 2)
+    assert led[2] == 0.0 and 0.0 < led[3] < led[4] < led[5] < 1.0 and led[5] > r[5]
+    np.testing.assert_allclose(led[6:11], 1.0)
+    np.testing.assert_allclose(led[11:15], r[11:15])
 
 
 def test_six_effectors_hold_a_standing_foots_heading():
@@ -1045,40 +1051,14 @@ def test_six_effectors_hold_a_standing_foots_heading():
     assert job.figures.effector_reach_mm[1] < 1.0, job.figures
 
 
-def test_ball_pivots_follow_heel_off():
-    """After a stance the foot pivots on its ball while the ankle stays a foot's length from where the ball stood."""
-    from neural_ik.pipeline.targets import PIVOT_REACH, _ball_pivots
+def test_six_effectors_keep_the_ball_of_the_foot_above_the_floor():
+    """Six effectors of a walk whose start pose pitches its feet toes down: the balls and toes stay above the floor.
 
-    T, fps, L, drop = 40, 30.0, 0.15, 0.05
-    reach = np.sqrt(L ** 2 - drop ** 2)
-    ankle = np.zeros((T, 3))
-    ankle[:, 2] = 0.08
-    still = np.zeros(T, dtype=bool)
-    still[:10] = True
-    # heel-off: the ankle turns up about the ball (at x = reach, z = 0.03) for 6 frames, then moves away
-    ball0 = np.array([reach, 0.0, 0.08 - drop])
-    ang = np.radians(np.arange(1, 7) * 8.0)
-    ankle[10:16] = ball0 + L * np.stack([-np.cos(np.arcsin(drop / L) + ang), 0 * ang, np.sin(np.arcsin(drop / L) + ang)], -1)
-    ankle[16:] = ankle[15] + np.outer(np.arange(1, T - 15), [0.05, 0.0, 0.02])
-    heading = np.tile([1.0, 0.0, 0.0], (T, 1))
-    pivot, ball = _ball_pivots(ankle, still, np.ones(T, dtype=bool), heading, L, drop, np.array([0.0, 0.0, 1.0]), fps)
-    np.testing.assert_array_equal(np.flatnonzero(pivot), np.arange(10, 16))
-    np.testing.assert_allclose(ball[pivot], np.tile(ball0, (6, 1)), atol=1e-9)
-    d = np.linalg.norm(ball[pivot] - ankle[pivot], axis=-1) / L
-    assert (d >= PIVOT_REACH[0]).all() and (d <= PIVOT_REACH[1]).all()
-    # no stance, no pivot; a foot never standing long enough, none either
-    none, _ = _ball_pivots(ankle, np.zeros(T, dtype=bool), np.ones(T, dtype=bool), heading, L, drop,
-                           np.array([0.0, 0.0, 1.0]), fps)
-    assert not none.any()
-
-
-def test_six_effectors_pivot_on_the_ball_without_toes_through_the_floor():
-    """Six effectors of a walk whose start pose turns its feet anyhow: heel first, the ball stays where it stood.
-
-    A per-frame start pose turned the feet toes down as the heel rose (the
-    held-out `sfu` walk's toe tips 5 cm under the floor at each heel-off,
-    their ball sliding away); after a stance the foot now pivots on its
-    ball (:func:`.targets._ball_pivots`).
+    A per-frame start pose pitched the foot toes down as the heel rose and
+    the ball of the foot went through the floor it had stood on (the
+    held-out `sfu` walk: toe tips 5 cm under at each heel-off); the foot's
+    direction now never takes its ball under that floor, and while the ball
+    is on it the toes lie flat.
     """
     import dataclasses
 
@@ -1092,43 +1072,22 @@ def test_six_effectors_pivot_on_the_ball_without_toes_through_the_floor():
                   BakeOptions(device="cpu", mode="sparse", smooth="none"))
     job.solve()
     local = job.solved.local_rot.copy()
-    rng = np.random.default_rng(2)
-    for name in ("foot_l", "foot_r"):   # toes down by 10-30 degrees, a different turn each frame
+    for name in ("foot_l", "foot_r"):   # toes down by 35 degrees on every frame
         k = JOINTS.index(name)
-        local[:, k] = local[:, k] @ axis_angle_to_matrix(np.outer(rng.uniform(0.17, 0.5, len(local)), [1.0, 0, 0]))
+        local[:, k] = local[:, k] @ axis_angle_to_matrix(np.tile([0.6, 0.0, 0.0], (len(local), 1)))
     job.solved = dataclasses.replace(job.solved, local_rot=local)
-    pivots = []
-    from neural_ik.pipeline import targets as tmod
-    real = tmod._ball_pivots
-
-    def spy(*a, **k):
-        out = real(*a, **k)
-        pivots.append(out)
-        return out
-
-    tmod._ball_pivots = spy
-    try:
-        job.fit()
-    finally:
-        tmod._ball_pivots = real
+    job.fit()
     job.measure()
     assert job.figures.effector_reach_mm[1] < 1.0, job.figures
     W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
     Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
-    floor = min(float(Ht[:, plan.rig.index(mapping.entries[f"toe_{s}"]), 2].min()) for s in "lr")
-    assert len(pivots) >= 2
-    seen = 0
-    for s, (pv, ball) in zip("lr", pivots[:2]):
+    for s in "lr":
         t = plan.rig.index(mapping.entries[f"toe_{s}"])
-        if not pv.any():
-            continue
-        seen += int(pv.sum())
-        # the ball (the toe bone's head) stays where it stood, within 5 mm (without the pivot: up to 10.5 mm)
-        off = np.linalg.norm(H[pv, t] - ball[pv], axis=-1)
-        assert off.max() < 0.005 and off.mean() < 0.003, (s, off)
-        tip = H[:, t] + W[:, t] @ (plan.rig.rest_rotation()[t].T @ (plan.rig.tail[t] - plan.rig.head[t]))
-        assert tip[pv, 2].min() > floor - 0.01, (s, tip[pv, 2].min(), floor)
-    assert seen >= 4
+        off = plan.rig.rest_rotation()[t].T @ (plan.rig.tail[t] - plan.rig.head[t])
+        floor = float(Ht[:, t, 2].min())          # the truth's ball of the foot at its lowest
+        assert H[:, t, 2].min() > floor - 0.005, (s, H[:, t, 2].min(), floor)
+        tip, tip_true = H[:, t] + W[:, t] @ off, Ht[:, t] + Wt[:, t] @ off
+        assert tip[:, 2].min() > float(tip_true[:, 2].min()) - 0.01, (s, tip[:, 2].min(), tip_true[:, 2].min())
 
 
 def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
