@@ -668,16 +668,23 @@ def _smoothstep(x):
     return x * x * (3.0 - 2.0 * x)
 
 
+def _around(flags):
+    """``(idx, last, nxt)`` of ``flags`` (T,) bool: each frame's index, the last flagged frame at or before it
+    (``-big`` where none) and the next at or after it (``big`` where none), ``big`` beyond any distance."""
+    T = len(flags)
+    idx = np.arange(T)
+    big = 10 * T + 10
+    last = np.maximum.accumulate(np.where(flags, idx, -big))
+    nxt = np.minimum.accumulate(np.where(flags, idx, big)[::-1])[::-1]
+    return idx, last, nxt
+
+
 def _ramp(contact, blend):
     """Weights 1 on contact frames fading to 0 over ``blend`` frames around them."""
     c = np.asarray(contact, dtype=bool)
-    T = c.shape[0]
     if not c.any():
-        return np.zeros(T)
-    idx = np.arange(T)
-    big = 10 * T + 10
-    last = np.maximum.accumulate(np.where(c, idx, -big))
-    nxt = np.minimum.accumulate(np.where(c, idx, big)[::-1])[::-1]
+        return np.zeros(c.shape[0])
+    idx, last, nxt = _around(c)
     d = np.minimum(idx - last, nxt - idx).astype(np.float64)
     return _smoothstep(1.0 - d / (blend + 1.0))
 
@@ -690,20 +697,15 @@ def _ramp_within(contact, blend, lead=0):
     heel first rolls flat as its ankle stops, not before.
     """
     c = np.asarray(contact, dtype=bool)
-    T = c.shape[0]
     if not c.any():
-        return np.zeros(T)
-    idx = np.arange(T)
-    big = 10 * T + 10
-    starts = c & ~np.concatenate([[False], c[:-1]])
-    nxt_start = np.minimum.accumulate(np.where(starts, idx, big)[::-1])[::-1]
-    start = np.maximum.accumulate(np.where(starts, idx, -big))
-    start = np.where(c, start, nxt_start)            # (before a run: the run to come)
+        return np.zeros(c.shape[0])
+    idx, first, next_first = _around(c & ~np.concatenate([[False], c[:-1]]))   # (the runs' first frames)
+    start = np.where(c, first, next_first)            # (before a run: the run to come)
     w_in = _smoothstep(np.clip((idx - start + lead + 1.0) / (blend + 1.0), 0.0, 1.0))
-    last = np.maximum.accumulate(np.where(c, idx, -big))
+    _, last, _ = _around(c)
     after = ~c & (last >= 0)
     w_out = np.where(after, w_in[np.maximum(last, 0)] * _smoothstep(1.0 - (idx - last) / (blend + 1.0)), 0.0)
-    return np.where(c, w_in, np.maximum(np.where(nxt_start < big, w_in, 0.0), w_out))
+    return np.where(c, w_in, np.maximum(np.where(next_first <= idx[-1], w_in, 0.0), w_out))
 
 
 def _run_means(v, runs):
@@ -725,12 +727,8 @@ def _run_means(v, runs):
 
 def _nearest(frames):
     """Each frame's nearest frame (T,) int among ``frames`` (T,) bool (at least one True)."""
-    T = len(frames)
-    idx = np.arange(T)
-    big = 10 * T + 10
-    last = np.maximum.accumulate(np.where(frames, idx, -big))
-    nxt = np.minimum.accumulate(np.where(frames, idx, big)[::-1])[::-1]
-    return np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, T - 1)
+    idx, last, nxt = _around(np.asarray(frames, dtype=bool))
+    return np.clip(np.where(idx - last <= nxt - idx, last, nxt), 0, len(idx) - 1)
 
 
 #: Seconds over which a foot given by its ankle alone turns to lie flat as its ankle stands, and back ...

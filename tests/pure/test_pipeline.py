@@ -922,33 +922,41 @@ def test_file_effectors_on_other_proportions_stand_flat():
         assert np.abs(tip[still, 2]).max() * 100.0 < 2.0, (s, tip[still, 2])
 
 
-def _six_effector_bake_of_a_wandering_start(shape, rounds, monkeypatch, degrees=10.0):
-    """Six effectors of the demo walk on ``shape``; the network's start pose given 10 degrees of noise
-    frame by frame on the torso and the limbs' roots (where a per-frame guess wanders). Returns
-    (job, plan, mapping, truth)."""
+def _six_effector_walk(shape, turns):
+    """Six effectors of the demo walk (4 s) on ``shape``, the network's start pose turned by ``turns``
+    (joint name -> (T, 3) axis-angles in the joint's frame). Returns (job, plan, mapping, truth, kp, mask)."""
     import dataclasses
 
     from neural_ik.model.rotations_np import axis_angle_to_matrix
     from neural_ik.model.skeleton import JOINTS, SPARSE_EFFECTORS
-    from neural_ik.pipeline import core
 
-    monkeypatch.setattr(core, "SPARSE_SETTLE_ROUNDS", rounds)
     plan, mapping, truth = _walk_on(_rig(shape), seconds=4.0)
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
     mask = np.broadcast_to(np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS), kp.shape[:2]).copy()
     job = RigBake(plan.rig, mapping, np.where(mask[..., None], kp, np.nan), mask, 30.0,
                   BakeOptions(device="cpu", mode="sparse", smooth="none"))
     job.solve()
-    rng = np.random.default_rng(0)
     local = job.solved.local_rot.copy()
-    for name in ("pelvis", "spine1", "spine2", "spine3", "neck", "upperarm_l", "upperarm_r", "thigh_l", "thigh_r"):
+    for name, turn in turns(len(local)).items():
         k = JOINTS.index(name)
-        local[:, k] = local[:, k] @ axis_angle_to_matrix(rng.normal(0.0, np.radians(degrees), (len(local), 3)))
+        local[:, k] = local[:, k] @ axis_angle_to_matrix(turn)
     job.solved = dataclasses.replace(job.solved, local_rot=local)
     job.bar = []
     job.fit(progress=lambda fraction, stage: job.bar.append((stage, fraction)))
     job.measure()
-    return job, plan, mapping, truth
+    return job, plan, mapping, truth, kp, mask
+
+
+def _six_effector_bake_of_a_wandering_start(shape, rounds, monkeypatch, degrees=10.0):
+    """Six effectors of the demo walk on ``shape``; the network's start pose given 10 degrees of noise
+    frame by frame on the torso and the limbs' roots (where a per-frame guess wanders). Returns
+    (job, plan, mapping, truth)."""
+    from neural_ik.pipeline import core
+
+    monkeypatch.setattr(core, "SPARSE_SETTLE_ROUNDS", rounds)
+    rng = np.random.default_rng(0)
+    names = ("pelvis", "spine1", "spine2", "spine3", "neck", "upperarm_l", "upperarm_r", "thigh_l", "thigh_r")
+    return _six_effector_walk(shape, lambda T: {n: rng.normal(0.0, np.radians(degrees), (T, 3)) for n in names})[:4]
 
 
 @pytest.mark.parametrize("shape", ["T_default", "four_spine_long_limbs"])
@@ -1015,26 +1023,11 @@ def test_six_effectors_hold_a_standing_foots_heading():
     six effectors, 200 frames a clip: foot skating 2.23 -> 1.67 mm a frame
     on `sfu`'s walk, 5.14 -> 4.35 on a `fair1` clip).
     """
-    import dataclasses
-
-    from neural_ik.model.rotations_np import axis_angle_to_matrix
-    from neural_ik.model.skeleton import JOINTS, SPARSE_EFFECTORS
     from neural_ik.pipeline.targets import stance
 
-    plan, mapping, truth = _walk_on(_rig("T_default"), seconds=4.0)
-    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
-    mask = np.broadcast_to(np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS), kp.shape[:2]).copy()
-    job = RigBake(plan.rig, mapping, np.where(mask[..., None], kp, np.nan), mask, 30.0,
-                  BakeOptions(device="cpu", mode="sparse", smooth="none"))
-    job.solve()
     rng = np.random.default_rng(1)
-    local = job.solved.local_rot.copy()
-    for name in ("foot_l", "foot_r"):
-        k = JOINTS.index(name)
-        local[:, k] = local[:, k] @ axis_angle_to_matrix(rng.normal(0.0, np.radians(12.0), (len(local), 3)))
-    job.solved = dataclasses.replace(job.solved, local_rot=local)
-    job.fit()
-    job.measure()
+    job, plan, mapping, truth, kp, mask = _six_effector_walk(
+        "T_default", lambda T: {n: rng.normal(0.0, np.radians(12.0), (T, 3)) for n in ("foot_l", "foot_r")})
     W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
     Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
     for s in "lr":
@@ -1060,24 +1053,8 @@ def test_six_effectors_keep_the_ball_of_the_foot_above_the_floor():
     direction now never takes its ball under that floor, and while the ball
     is on it the toes lie flat.
     """
-    import dataclasses
-
-    from neural_ik.model.rotations_np import axis_angle_to_matrix
-    from neural_ik.model.skeleton import JOINTS, SPARSE_EFFECTORS
-
-    plan, mapping, truth = _walk_on(_rig("T_default"), seconds=4.0)
-    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
-    mask = np.broadcast_to(np.isin(np.array(KEYPOINTS), SPARSE_EFFECTORS), kp.shape[:2]).copy()
-    job = RigBake(plan.rig, mapping, np.where(mask[..., None], kp, np.nan), mask, 30.0,
-                  BakeOptions(device="cpu", mode="sparse", smooth="none"))
-    job.solve()
-    local = job.solved.local_rot.copy()
-    for name in ("foot_l", "foot_r"):   # toes down by 35 degrees on every frame
-        k = JOINTS.index(name)
-        local[:, k] = local[:, k] @ axis_angle_to_matrix(np.tile([0.6, 0.0, 0.0], (len(local), 1)))
-    job.solved = dataclasses.replace(job.solved, local_rot=local)
-    job.fit()
-    job.measure()
+    job, plan, mapping, truth, _kp, _mask = _six_effector_walk(   # toes down by 35 degrees on every frame
+        "T_default", lambda T: {n: np.tile([0.6, 0.0, 0.0], (T, 1)) for n in ("foot_l", "foot_r")})
     assert job.figures.effector_reach_mm[1] < 1.0, job.figures
     W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
     Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
