@@ -118,6 +118,9 @@ START_JUMP_FACTOR = 10.0
 #: low-pass of the start pose over this many seconds either side.
 START_JUMP_SOURCE = 5.0
 START_JUMP_SECONDS = 0.15
+#: Sparse (:meth:`RigBake._mend_islands`): the longest run of solved frames (seconds) on another branch than
+#: the runs beside it that is solved again from theirs.
+ISLAND_SECONDS = 0.5
 #: The prior fades down to this fraction of its weight. Lower (1e-3) leaves the
 #: directions no effector constrains undamped: steps there get rejected, whole
 #: iterations are lost and effectors end farther away; higher keeps more of the
@@ -711,6 +714,7 @@ class RigBake:
                 span[0] = span[1]   # (the second pass holds the bar where it is; a cancel still stops it)
                 fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
                 if settles:
+                    fit = self._mend_islands(fit, targets, free, kw)
                     fit = self._settle_in_time(fit, targets, free, kw, span)
                     fit, targets, info = self._second_pass(fit, targets, info, src, scale, free, prior, kw)
             elif iterations > 0:
@@ -820,6 +824,65 @@ class RigBake:
             q[a:b] = part / vector_norm(part, keepdims=True)
         init.quaternions = quat_continuity(q, out=q)
         init.heads = None     # (stale now; no dense target reads them: posed where needed)
+
+    def _mend_islands(self, fit, targets, free, kw):
+        """Sparse clips: a short run of frames the solve left on another branch, solved again from its neighbours'.
+
+        Six effectors leave two good spines for many poses (the chest ahead of
+        the pelvis-head line or behind it), and the solve of one frame lands
+        on either: where the solved pose jumps (a bone turning more than
+        :data:`START_JUMP_DEG` and :data:`START_JUMP_FACTOR` times its median
+        step in one frame) and no effector does (:data:`START_JUMP_SOURCE`
+        times its median step), the clip splits into runs. A run of at most
+        :data:`ISLAND_SECONDS`, shorter than the runs beside it, is solved
+        again from their pose (at a clip's end, the next run's first or the
+        last run's last pose; between two runs, from one to the other), its
+        prior on that pose. The low-passes that settle the clip afterwards
+        average such a run away in the middle of a clip only partly, and at
+        its ends not at all: four `fair1` clips opened with the chest 12-13
+        cm off for four frames, then jumped back. Returns the new fit.
+        """
+        from ..model.rotations_np import quat_slerp
+        from ..retarget.rigsolve import solve_rig
+
+        q = fit.quaternions
+        T = len(q)
+        # (the spine's branches: the bones from the pelvis to the head)
+        cols = np.array([b for b in free if b in set(self.plan.path)], dtype=np.int64)
+        if T < 3 or not cols.size:
+            return fit
+        step = np.degrees(2.0 * np.arccos(np.abs((q[1:, cols] * q[:-1, cols]).sum(-1)).clip(0.0, 1.0)))
+        jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
+        moved = np.nan_to_num(vector_norm(np.diff(self.src_m, axis=0)), nan=0.0).max(1)
+        jump &= moved < START_JUMP_SOURCE * np.median(moved)
+        if not jump.any():
+            return fit
+        bounds = [0, *(np.flatnonzero(jump) + 1).tolist(), T]    # the runs between jumps
+        runs = np.diff(bounds)
+        most = max(int(round(ISLAND_SECONDS * self.fps)), 1)
+        start = np.array(q, dtype=np.float64)
+        sub = []
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):   # (per run: a few a clip)
+            left = runs[i - 1] if i > 0 else 0
+            right = runs[i + 1] if i + 1 < len(runs) else 0
+            if runs[i] > most or runs[i] >= max(left, right):
+                continue
+            if i == 0:
+                start[a:b] = start[b]
+            elif i == len(runs) - 1:
+                start[a:b] = start[a - 1]
+            else:
+                f = (np.arange(a, b) - a + 1.0) / (b - a + 1.0)
+                start[a:b] = quat_slerp(np.broadcast_to(start[a - 1], start[a:b].shape),
+                                        np.broadcast_to(start[b], start[a:b].shape),
+                                        np.broadcast_to(f[:, None], start[a:b].shape[:2]))
+            sub.extend(range(a, b))
+        if not sub:
+            return fit
+        sub = np.asarray(sub)
+        again = solve_rig(self.plan.rig, start[sub], fit.locations[sub], targets.frames(sub), free, self.plan.root,
+                          **dict(kw, progress=None))
+        return fit.take_frames(sub, again)
 
     def _settle_in_time(self, fit, targets, free, kw, span):
         """Sparse clips: the pose the effectors leave open, made to flow from frame to frame.
