@@ -775,6 +775,19 @@ class RigBake:
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
 
+    def _pose_jumps(self, q):
+        """Frames (T-1,) bool after which the rotations ``q`` (T, B, 4) jump and the source does not.
+
+        A bone turning more than :data:`START_JUMP_DEG` and :data:`START_JUMP_FACTOR`
+        times its median step in one frame, while no source point moves more
+        than :data:`START_JUMP_SOURCE` times its median step (a cut in the
+        source is the source's).
+        """
+        step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
+        jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
+        moved = np.nan_to_num(vector_norm(np.diff(self.src_m, axis=0)), nan=0.0).max(1)
+        return jump & (moved < START_JUMP_SOURCE * np.median(moved))
+
     def _ease_start_jumps(self, init):
         """Dense, from the network: ease the start pose across frames where it jumps and the source does not.
 
@@ -795,10 +808,7 @@ class RigBake:
         from ..retarget.solve import quat_continuity
 
         q = init.quaternions           # (read; the clip's whole array is copied only where it jumps)
-        step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
-        jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
-        moved = np.nan_to_num(vector_norm(np.diff(self.src_m, axis=0)), nan=0.0).max(1)
-        jump &= moved < START_JUMP_SOURCE * np.median(moved)
+        jump = self._pose_jumps(q)
         if not jump.any():
             return
         T = len(q)
@@ -851,10 +861,7 @@ class RigBake:
         cols = np.array([b for b in free if b in set(self.plan.path)], dtype=np.int64)
         if T < 3 or not cols.size:
             return fit
-        step = np.degrees(2.0 * np.arccos(np.abs((q[1:, cols] * q[:-1, cols]).sum(-1)).clip(0.0, 1.0)))
-        jump = (step > np.maximum(START_JUMP_DEG, START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
-        moved = np.nan_to_num(vector_norm(np.diff(self.src_m, axis=0)), nan=0.0).max(1)
-        jump &= moved < START_JUMP_SOURCE * np.median(moved)
+        jump = self._pose_jumps(q[:, cols])
         if not jump.any():
             return fit
         bounds = [0, *(np.flatnonzero(jump) + 1).tolist(), T]    # the runs between jumps
