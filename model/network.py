@@ -124,6 +124,7 @@ def skeleton_features(offsets, end_offsets, scale, skeleton_input: str = "length
         "offsets": each offset (in its parent's frame) over the scale, minus
         the canonical offset.
     """
+    num_features(skeleton_input)     # (an unknown kind is refused there)
     th = isinstance(offsets, torch.Tensor)
     cat = torch.cat if th else np.concatenate
     allo = cat([offsets[..., 1:, :], end_offsets], -2)       # (..., 31, 3)
@@ -132,8 +133,6 @@ def skeleton_features(offsets, end_offsets, scale, skeleton_input: str = "length
         rest = device_constant(_REST_ALL, allo.dtype, allo.device) if th else _REST_ALL
         f = allo / s - rest
         return f.reshape(f.shape[:-2] + (-1,))
-    if skeleton_input != "lengths":
-        raise ValueError(f"skeleton_input must be one of {tuple(SKELETON_INPUTS)}, got {skeleton_input!r}")
     rest = device_constant(_REST_ALL_LEN, allo.dtype, allo.device) if th else _REST_ALL_LEN
     ln = allo.norm(dim=-1) if th else np.linalg.norm(allo, axis=-1)
     return ln / rest / s[..., 0] - 1.0

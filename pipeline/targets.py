@@ -699,7 +699,7 @@ def _ramp_within(contact, blend, lead=0):
     c = np.asarray(contact, dtype=bool)
     if not c.any():
         return np.zeros(c.shape[0])
-    idx, first, next_first = _around(c & ~np.concatenate([[False], c[:-1]]))   # (the runs' first frames)
+    idx, first, next_first = _around(_run_starts(c))
     start = np.where(c, first, next_first)            # (before a run: the run to come)
     w_in = _smoothstep(np.clip((idx - start + lead + 1.0) / (blend + 1.0), 0.0, 1.0))
     _, last, _ = _around(c)
@@ -715,7 +715,7 @@ def _run_means(v, runs):
     out = v.copy()
     if not runs.any():
         return out
-    starts = runs & ~np.concatenate([[False], runs[:-1]])
+    starts = _run_starts(runs)
     rid = np.cumsum(starts) - 1                       # each frame's run (meaningful in a run)
     nrun = int(starts.sum())
     sums = np.zeros((nrun,) + v.shape[1:])
@@ -723,6 +723,17 @@ def _run_means(v, runs):
     means = sums / np.bincount(rid[runs], minlength=nrun).reshape((-1,) + (1,) * (v.ndim - 1))
     out[runs] = means[rid[runs]]
     return out
+
+
+def _run_starts(flags):
+    """The first frame of each run of True frames of ``flags`` (T,) bool, as (T,) bool."""
+    return flags & ~np.concatenate([[False], flags[:-1]])
+
+
+def _level(v, n):
+    """The unit direction (T, 3) of ``v`` (T, 3) across the up direction ``n`` (3,)."""
+    h = v - (v @ n)[:, None] * n
+    return h / np.maximum(vector_norm(h, keepdims=True), 1e-12)
 
 
 def _nearest(frames):
@@ -1274,9 +1285,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                 flat = s in fp and fp[s][1][1] == tb     # (the ball is the toe bone's head: the row's end)
                 if flat:   # standing, the foot lies flat: its ball the rig's flat-foot drop below the ankle
                     drop = fp[s][0][3] - fp[s][1][3]
-                    h = held - (held @ n)[:, None] * n
-                    h /= np.maximum(vector_norm(h, keepdims=True), 1e-12)
-                    held = (np.sqrt(max(L ** 2 - drop ** 2, 0.0)) * h - drop * n) / L
+                    held = (np.sqrt(max(L ** 2 - drop ** 2, 0.0)) * _level(held, n) - drop * n) / L
                 r = _ramp_within(still[s], max(int(round(FOOT_TURN_BLEND * float(fps))), 1),
                                  int(round(FOOT_TURN_LEAD * float(fps))))[:, None]
                 d = (1.0 - r) * d / np.maximum(nd, 1e-12) + r * held
@@ -1287,9 +1296,7 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
                     low = ok & (a_z + L * (d @ n) < floor) & (a_z - floor < L)
                     if low.any():
                         dz = (floor[low] - a_z[low]) / L
-                        h = d[low] - (d[low] @ n)[:, None] * n
-                        h /= np.maximum(vector_norm(h, keepdims=True), 1e-12)
-                        d[low] = h * np.sqrt(np.maximum(1.0 - dz ** 2, 0.0))[:, None] + dz[:, None] * n
+                        d[low] = _level(d[low], n) * np.sqrt(np.maximum(1.0 - dz ** 2, 0.0))[:, None] + dz[:, None] * n
                     # the ball on that floor (within TOE_FLOOR_GAP of it): the toes lie flat on it too
                     # (toes bent down through it as the heel rose: 3 cm under on the held-out walk)
                     ball_gap = a_z + L * (d @ n) - floor
