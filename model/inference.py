@@ -103,7 +103,7 @@ import numpy as np
 import torch
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_OUTPUTS, SKELETON_INPUTS, IKNet, num_features
+from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_OUTPUTS, POSE_INPUTS, SKELETON_INPUTS, IKNet, bone_directions, num_features
 from .refine import DEFAULTS as REFINE_DEFAULTS
 from .refine import _np_fk, refine_numpy
 from .refine import refine as _refine
@@ -297,13 +297,17 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
     if kind not in SKELETON_INPUTS:
         raise WeightsError(f"{path}: unknown skeleton input {kind!r} (this version reads "
                            f"{', '.join(SKELETON_INPUTS)}): update Neural IK or use the weights it ships with")
-    n_in = num_features(kind)
+    pose = hp.get("pose_input", "positions")     # (files written before 2 Dec read positions)
+    if pose not in POSE_INPUTS:
+        raise WeightsError(f"{path}: unknown pose input {pose!r} (this version reads "
+                           f"{', '.join(POSE_INPUTS)}): update Neural IK or use the weights it ships with")
+    n_in = num_features(kind, pose)
     if blob.get("num_features") != n_in or blob.get("num_outputs") != NUM_OUTPUTS:
         raise WeightsError(f"{path}: wrong input/output size ({blob.get('num_features')}/{blob.get('num_outputs')}, "
                            f"expected {n_in}/{NUM_OUTPUTS})")
     try:
         net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0, int(hp.get("temporal", 0)),
-                    int(hp.get("temporal_channels", 128)), kind)
+                    int(hp.get("temporal_channels", 128)), kind, pose)
         state = {k: v.float() for k, v in state.items()}
         net.load_state_dict(state, strict=True)
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as ex:
@@ -343,6 +347,7 @@ class _NumpyNet:
         self.pw = np.array(_PAIRS_W, dtype=np.float64)
         self.pelvis = _PELVIS
         self.skeleton_input = net.skeleton_input
+        self.directions = net.pose_input == "directions"
         self._sk_key = None
         self._sk = None
 
@@ -393,7 +398,10 @@ class _NumpyNet:
         else:
             ro = rot_h.T @ ori  # (6, 3, 3)
             o6 = (np.concatenate([ro[:, :, 0], ro[:, :, 1]], -1) * om[:, None]).reshape(-1)
-        feats = np.concatenate([rel.reshape(-1), m, o6, om, lens]).astype(np.float32)
+        parts = [rel.reshape(-1)]
+        if self.directions:
+            parts.append(bone_directions(rel, m))
+        feats = np.concatenate(parts + [m, o6, om, lens]).astype(np.float32)
         x = (feats - self.mean) * self.inv_std
         w, b = self.inp
         x = w @ x + b
@@ -611,16 +619,55 @@ class Solver:
                            {"network": out["seconds"][0], "refine": out["seconds"][1],
                             "total": time.perf_counter() - t_start}, dev.type)
 
-    def _refit_directions(self, kp, m, ori, omask, skeleton, batch_size, rounds=1, max_frames=None):
+    def measure_skeleton(self, keypoints, mask=None, *, refine=True, batch_size=4096) -> Skeleton:
+        """The skeleton :meth:`solve` fits to a clip's dense keypoints when it is given none.
+
+        Lengths from :func:`fit_skeleton`, then every offset's direction
+        measured in its parent's frame over up to :attr:`REFIT_FRAMES` frames
+        solved by the network and the refinement (``refine`` True, what
+        :meth:`solve` does: rotations stay turns from the canonical T-pose) or
+        by the network alone (``refine`` False: the skeleton on which the
+        network's own rotations meet the keypoints as well as they can, a
+        diagnostic of how much of the network's joint error is where a
+        convention places its joints rather than how the network turns the
+        bones; ``training.evaluate`` prints it).
+
+        Parameters
+        ----------
+        keypoints : array_like, shape (T, 32, 3)
+        mask : array_like, shape (T, 32) bool, optional
+        refine : bool
+        batch_size : int
+
+        Returns
+        -------
+        Skeleton
+        """
+        kp = np.asarray(keypoints, dtype=np.float64)
+        if kp.ndim != 3 or kp.shape[1:] != (NUM_KEYPOINTS, 3):
+            raise ValueError(f"keypoints must have shape (T, {NUM_KEYPOINTS}, 3), got {kp.shape}")
+        m = np.isfinite(kp).all(-1)
+        if mask is not None:
+            m &= np.asarray(mask, dtype=bool)
+        return self._refit_directions(kp, m, None, None, fit_skeleton(kp, m), batch_size, refine=refine)
+
+    def _refit_directions(self, kp, m, ori, omask, skeleton, batch_size, rounds=1, max_frames=None, refine=True):
         """Bone directions of a fitted skeleton from the solved poses.
 
         :func:`fit_skeleton` measures lengths only. Here each keypoint's offset
         is re-measured in its parent joint's frame (median over frames) using
-        the world rotations of a network + refinement solve, ``rounds`` times.
-        Long clips are subsampled: at most ``max_frames`` (default
-        :attr:`REFIT_FRAMES`) evenly spread frames are solved (a median over a
-        few dozen frames is as good as over thousands, and this pre-pass
-        would otherwise cost a full solve with refinement).
+        the world rotations of a network + refinement solve, ``rounds`` times:
+        where the canonical directions cannot meet the keypoints (two points
+        that coincide, as a CMU skeleton's upper spine and neck) the offset
+        takes what the keypoints show, and elsewhere the directions stay
+        nearly canonical (the refinement has bent the rotations onto them), so
+        the rotations stay turns from the canonical T-pose, as a bake onto
+        another rig needs them. With ``refine`` False the poses are the
+        network's own (:meth:`measure_skeleton`). Long clips are subsampled:
+        at most ``max_frames`` (default :attr:`REFIT_FRAMES`) evenly spread
+        frames are solved (a median over a few dozen frames is as good as over
+        thousands, and this pre-pass would otherwise cost a full solve with
+        refinement).
         """
         T = kp.shape[0]
         n_max = int(self.REFIT_FRAMES if max_frames is None else max_frames)
@@ -636,8 +683,8 @@ class Solver:
         carrier = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # frame each keypoint's offset lives in
         base = carrier  # joint the offset starts at
         for _ in range(rounds):
-            out = self._solve_frames(kp0, m, ori, omask, sk, True, REFINE_DEFAULTS["steps"], True, batch_size, None,
-                                     np.float64, dev, "off")  # evenly spread frames: no temporal context
+            out = self._solve_frames(kp0, m, ori, omask, sk, bool(refine), REFINE_DEFAULTS["steps"], True, batch_size,
+                                     None, np.float64, dev, "off")  # evenly spread frames: no temporal context
             W, P, _ = _np_fk(out["L"], out["root"], np.asarray(sk.offsets, dtype=np.float64),
                              np.asarray(sk.end_offsets, dtype=np.float64))
             rel = kp0 - kp0[:, base]  # (T, 32, 3) world offsets from the start joint

@@ -43,7 +43,7 @@ from torch import nn
 
 from .fk import NUM_JOINTS, NUM_KEYPOINTS
 from .rotations import device_constant, matrix_to_rot6d, rot6d_to_matrix, rot_z
-from .skeleton import END_OFFSETS, KEYPOINTS, MIRROR_KEYPOINTS, REST_OFFSETS, SPARSE_EFFECTORS, SPARSE_HINTS
+from .skeleton import END_OFFSETS, END_PARENTS, KEYPOINTS, MIRROR_KEYPOINTS, PARENTS, REST_OFFSETS, SPARSE_EFFECTORS, SPARSE_HINTS
 
 __all__ = [
     "EFFECTOR_KP",
@@ -51,6 +51,8 @@ __all__ = [
     "EFFECTOR_JOINTS",
     "NUM_FEATURES",
     "SKELETON_INPUTS",
+    "POSE_INPUTS",
+    "bone_directions",
     "num_features",
     "skeleton_features",
     "NUM_OUTPUTS",
@@ -95,19 +97,61 @@ _REST_SIZE = float(_REST_LEN[_BONE_IDX["spine"]].sum() + _REST_END_LEN[_HEAD_TOP
 #: "lengths" (bone lengths only; the weights trained before 2 Dec) or "offsets" (every offset, so
 #: where the joints sit too).
 SKELETON_INPUTS = {"lengths": (NUM_JOINTS - 1) + len(END_OFFSETS), "offsets": 3 * ((NUM_JOINTS - 1) + len(END_OFFSETS))}
+#: Each bone as (parent keypoint, child keypoint): every joint but the root and every end point.
+_BONE_CHILD = np.arange(1, NUM_KEYPOINTS)
+_BONE_PARENT = np.array([PARENTS[k] for k in range(1, NUM_JOINTS)] + list(END_PARENTS))
+#: How a network reads the pose (``hparams["pose_input"]``) and its extra features: "positions"
+#: (the keypoints in the body's frame; the weights trained before 2 Dec) or "directions" (also
+#: every bone's direction between its two keypoints, :func:`bone_directions`: the same for a
+#: child's body and an adult's, so the rotations need not be read through the proportions).
+POSE_INPUTS = {"positions": 0, "directions": 3 * len(_BONE_CHILD)}
+#: A bone shorter than this (body-size units, metres of the canonical skeleton) gives a shorter
+#: direction vector, smoothly (:func:`bone_directions`).
+DIRECTION_SOFT_LENGTH = 0.02
 _POSE_FEATURES = NUM_KEYPOINTS * 3 + NUM_KEYPOINTS + NUM_EFF * 6 + NUM_EFF
-#: Features of a network reading bone lengths (:func:`num_features` for either kind).
+#: Features of a network reading bone lengths and positions (:func:`num_features` for every kind).
 NUM_FEATURES = _POSE_FEATURES + SKELETON_INPUTS["lengths"]
 _REST_ALL = np.concatenate([REST_OFFSETS[1:], END_OFFSETS])        # (31, 3)
 _REST_ALL_LEN = np.linalg.norm(_REST_ALL, axis=1)
 NUM_OUTPUTS = NUM_JOINTS * 6 + 3
 
 
-def num_features(skeleton_input: str = "lengths") -> int:
-    """Input size of a network that reads the skeleton as ``skeleton_input`` (:data:`SKELETON_INPUTS`)."""
+def num_features(skeleton_input: str = "lengths", pose_input: str = "positions") -> int:
+    """Input size of a network that reads the skeleton as ``skeleton_input`` (:data:`SKELETON_INPUTS`)
+    and the pose as ``pose_input`` (:data:`POSE_INPUTS`)."""
     if skeleton_input not in SKELETON_INPUTS:
         raise ValueError(f"skeleton_input must be one of {tuple(SKELETON_INPUTS)}, got {skeleton_input!r}")
-    return _POSE_FEATURES + SKELETON_INPUTS[skeleton_input]
+    if pose_input not in POSE_INPUTS:
+        raise ValueError(f"pose_input must be one of {tuple(POSE_INPUTS)}, got {pose_input!r}")
+    return _POSE_FEATURES + SKELETON_INPUTS[skeleton_input] + POSE_INPUTS[pose_input]
+
+
+def bone_directions(rel, m):
+    """Every bone's direction between its keypoints, shape (..., 31 * 3); torch or numpy alike.
+
+    Parameters
+    ----------
+    rel : Tensor or ndarray, shape (..., 32, 3)
+        Keypoints in the body's frame, divided by the body size.
+    m : Tensor or ndarray, shape (..., 32)
+        1 where a keypoint is given, 0 where not.
+
+    Returns
+    -------
+    The child's keypoint minus the parent's over ``sqrt(length**2 +``
+    :data:`DIRECTION_SOFT_LENGTH` ``**2)``: a unit vector for a bone of a few
+    centimetres or more, shorter for shorter ones (two points that nearly
+    coincide, as some conventions' spine and neck, give no direction worth
+    reading, and no jump as they part); zero where either end is missing.
+    """
+    d = rel[..., _BONE_CHILD, :] - rel[..., _BONE_PARENT, :]
+    both = m[..., _BONE_CHILD] * m[..., _BONE_PARENT]
+    if isinstance(d, torch.Tensor):
+        n = (d * d).sum(-1, keepdim=True).add(DIRECTION_SOFT_LENGTH ** 2).sqrt()
+    else:
+        n = np.sqrt((d * d).sum(-1, keepdims=True) + DIRECTION_SOFT_LENGTH ** 2)
+    f = d / n * both[..., None]
+    return f.reshape(f.shape[:-2] + (-1,))
 
 
 def skeleton_features(offsets, end_offsets, scale, skeleton_input: str = "lengths"):
@@ -173,7 +217,8 @@ def estimate_heading(kp: torch.Tensor, mask: torch.Tensor, orient=None, orient_m
     return torch.where(degenerate, torch.zeros_like(ang), ang)
 
 
-def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None, skeleton_input: str = "lengths"):
+def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None, skeleton_input: str = "lengths",
+           pose_input: str = "positions"):
     """Network features and the frame needed to decode its output.
 
     Parameters
@@ -188,10 +233,12 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None, skelet
     orient_mask : Tensor, shape (B, 6), bool, optional
     skeleton_input : str
         How the skeleton is read (:func:`skeleton_features`).
+    pose_input : str
+        "directions": the bones' directions (:func:`bone_directions`) follow the positions.
 
     Returns
     -------
-    feats : Tensor, shape (B, num_features(skeleton_input))
+    feats : Tensor, shape (B, num_features(skeleton_input, pose_input))
     frame : tuple (centre (B,3), heading rotation (B,3,3), scale (B,))
     """
     B = kp.shape[0]
@@ -216,7 +263,12 @@ def encode(kp, mask, offsets, end_offsets, orient=None, orient_mask=None, skelet
     om = orient_mask.to(dt)
     o6 = matrix_to_rot6d(rot_inv[:, None] @ torch.where(orient_mask[..., None, None], orient, torch.eye(3, dtype=dt, device=dev))) * om[..., None]
     sk = skeleton_features(offsets, end_offsets, scale, skeleton_input)
-    feats = torch.cat([rel.reshape(B, -1), m, o6.reshape(B, -1), om, sk], dim=-1)
+    parts = [rel.reshape(B, -1)]
+    if pose_input == "directions":
+        parts.append(bone_directions(rel, m))
+    elif pose_input != "positions":
+        num_features(skeleton_input, pose_input)     # (refuses an unknown kind)
+    feats = torch.cat(parts + [m, o6.reshape(B, -1), om, sk], dim=-1)
     return feats, (centre, rot_h, scale)
 
 
@@ -343,16 +395,19 @@ class IKNet(nn.Module):
         Width of the temporal block.
     skeleton_input : str
         How the skeleton is read (:func:`skeleton_features`): "lengths" or "offsets".
+    pose_input : str
+        How the pose is read (:data:`POSE_INPUTS`): "positions" or "directions".
     """
 
     def __init__(self, width: int = 512, blocks: int = 3, dropout: float = 0.0, temporal: int = 0,
-                 temporal_channels: int = 128, skeleton_input: str = "lengths"):
+                 temporal_channels: int = 128, skeleton_input: str = "lengths", pose_input: str = "positions"):
         super().__init__()
-        n_in = num_features(skeleton_input)
+        n_in = num_features(skeleton_input, pose_input)
         self.skeleton_input = skeleton_input
+        self.pose_input = pose_input
         self.hparams = {"width": int(width), "blocks": int(blocks), "dropout": float(dropout),
                         "temporal": int(temporal), "temporal_channels": int(temporal_channels),
-                        "skeleton_input": skeleton_input}
+                        "skeleton_input": skeleton_input, "pose_input": pose_input}
         self.inp = nn.Linear(n_in, width)
         self.blocks = nn.Sequential(*[ResBlock(width, dropout) for _ in range(blocks)])
         #: the temporal block runs after this many residual blocks
@@ -398,5 +453,5 @@ class IKNet(nn.Module):
     def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None, window: int = 1,
                 temporal: str = "off"):
         """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`."""
-        feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask, self.skeleton_input)
+        feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask, self.skeleton_input, self.pose_input)
         return decode(self(feats, window, temporal), frame)

@@ -51,6 +51,9 @@ __all__ = ["LEAF_JOINTS", "pose_errors", "evaluate", "format_table", "world_rota
 
 #: Joints without child joints.
 LEAF_JOINTS = tuple(j for j in range(NUM_JOINTS) if j not in PARENTS)
+#: A diagnostic row of :func:`evaluate_foreign`: the network's rotations on the skeleton measured in its
+#: own frames (:meth:`Solver.measure_skeleton` with ``refine=False``), not the one the solver fits.
+NETWORK_FRAMES_ROW = "network alone, dense, skeleton measured in the network's frames (diagnostic)"
 
 
 def pose_errors(local_rot, root_pos, gt_local, gt_root, offsets, end_offsets, given_mask=None, pred_offsets=None, pred_end=None):
@@ -358,7 +361,12 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
       angle between the network's world rotations and the source skeleton's
       own (over the joints it has a bone for). The root is placed on the
       given keypoints as the solver does (``Solver.place_root``); the row
-      *the network's own root* leaves it where the network put it.
+      *the network's own root* leaves it where the network put it. The row
+      :data:`NETWORK_FRAMES_ROW` (a diagnostic, not a target) puts the same
+      rotations on the skeleton whose directions are measured in the
+      network's own frames (:meth:`Solver.measure_skeleton`, ``refine``
+      False): what is left is how the network turns the bones, not where a
+      convention places its joints at rest.
     - *rig-space solve*: the keypoints alone (the source skeleton's
       rotations withheld, so the network is the start and prior) baked onto
       the source's own skeleton by :class:`neural_ik.pipeline.core.RigBake`,
@@ -398,12 +406,14 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         line = f"{fc.name:44s} {n:5d} frames "
         for row, mode, place in (("network alone, dense, fitted skeleton", "auto", True),
                                  ("network alone, dense, fitted skeleton, per frame", "off", True),
-                                 ("network alone, dense, fitted skeleton, the network's own root", "auto", False)):
+                                 ("network alone, dense, fitted skeleton, the network's own root", "auto", False),
+                                 (NETWORK_FRAMES_ROW, "auto", True)):
             if mode == "off" and not temporal:
                 continue
             was, solver.place_root = solver.place_root, place
             try:
-                res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False, temporal=mode)
+                sk = solver.measure_skeleton(fc.keypoints, fc.mask, refine=False) if row == NETWORK_FRAMES_ROW else None
+                res = solver.solve(fc.keypoints, fc.mask, mode="dense", refine=False, temporal=mode, skeleton=sk)
             finally:
                 solver.place_root = was
             d = np.linalg.norm(res.keypoints[:, :NUM_JOINTS] - np.nan_to_num(fc.keypoints[:, :NUM_JOINTS]), axis=-1)
@@ -412,7 +422,8 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
             free = np.mean([offset_free_angle_deg(wr[:, j], fc.world_rot[:, j]).mean() for j in np.flatnonzero(fc.given)])
             add(row, None, n, mpjpe_mm=float(d[mj].mean() * 1000.0), rot_deg=float(ang.mean()),
                 rot_free_deg=float(free), seconds=res.seconds["network"] / n)
-            line += f" network alone ({mode}{'' if place else ', own root'}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
+            tag = "network's frames" if row == NETWORK_FRAMES_ROW else mode + ("" if place else ", own root")
+            line += f" network alone ({tag}) {d[mj].mean() * 1000:6.1f} mm {ang.mean():5.1f} deg"
         if bakes:
             for mode, row in (("dense", "rig-space solve, dense"), ("sparse", "rig-space solve, six effectors")):
                 b = _bake_own(fc, solver, mode, device)

@@ -132,6 +132,8 @@ class TrainConfig:
         # "offsets", a fitted skeleton's measured directions are turned by up to this many degrees (sigma)
         self.skeleton_input = "lengths"
         self.fit_direction_deg = 3.0
+        # how the network reads the pose ("positions" or "directions": model.network.POSE_INPUTS)
+        self.pose_input = "positions"
         # keypoint noise leaves the pelvis keypoint exact (the whole noisy set shifted onto it): the
         # network places the root from the given pelvis, not from the other keypoints
         self.exact_pelvis = 0
@@ -589,7 +591,8 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
     data = data.to(dev)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed)
     aug = Augmenter(data, cfg, dev, gen)
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input).to(dev)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input,
+                cfg.pose_input).to(dev)
     window = max(1, int(cfg.window)) if cfg.temporal > 0 else 1
     if window > 1 and cfg.batch % window:
         raise ValueError(f"batch ({cfg.batch} frames) must be a multiple of window ({window})")
@@ -599,7 +602,7 @@ def train(cfg: TrainConfig, data: PoseData, out_dir=None, heldout: PoseData | No
         for _ in range(4):
             b = aug.sample(max(256, min(2048, cfg.batch * 2)))
             feats.append(encode(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
-                                b["orient_mask"], cfg.skeleton_input)[0])
+                                b["orient_mask"], cfg.skeleton_input, cfg.pose_input)[0])
         net.set_normalisation(torch.cat(feats))
     decay, no_decay = [], []
     for name, p in net.named_parameters():
@@ -679,7 +682,8 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
         {"format": "neural_ik", "format_version": 2,
          "keypoints": [...32 names...], "joints": [...22 names...],
          "num_features": int, "num_outputs": int,
-         "hparams": {"width", "blocks", "dropout", "temporal", "temporal_channels", "skeleton_input"},
+         "hparams": {"width", "blocks", "dropout", "temporal", "temporal_channels", "skeleton_input",
+                     "pose_input"},
          "state": {parameter name: tensor (float16 for weight matrices)},
          "feat_mean": tensor, "feat_std": tensor,   # normalisation stats
          "train": {...primitives: config, data, time...}}
@@ -699,7 +703,7 @@ def export_weights(net: IKNet, path, cfg: TrainConfig | None = None, info: dict 
         "format_version": FORMAT_VERSION,
         "keypoints": list(KEYPOINTS),
         "joints": list(JOINTS),
-        "num_features": num_features(net.skeleton_input),
+        "num_features": num_features(net.skeleton_input, net.pose_input),
         "num_outputs": NUM_OUTPUTS,
         "hparams": dict(net.hparams),
         "state": state,
@@ -719,7 +723,8 @@ def export_checkpoint(ckpt, path, info=None):
     """Export the network of a checkpoint (``checkpoint.pt`` or ``final.pt``) as shippable weights."""
     st = torch.load(ckpt, map_location="cpu", weights_only=False)
     cfg = TrainConfig(**st["cfg"])
-    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input)
+    net = IKNet(cfg.width, cfg.blocks, cfg.dropout, cfg.temporal, cfg.temporal_channels, cfg.skeleton_input,
+                cfg.pose_input)
     net.load_state_dict(st["model"])
     extra = {"step": st.get("step", cfg.steps), "seconds": round(st.get("seconds", st.get("extra", {}).get("seconds", 0.0)), 1)}
     return export_weights(net.eval(), path, cfg, dict(st.get("info", {}), **extra, **(info or {})))

@@ -306,3 +306,7 @@ def test_evaluate_foreign_prints_the_figures_and_targets(tmp_path, capsys):
         mm, rot, free = float(cells[0]), float(cells[1]), float(cells[3])
         assert np.isfinite(mm) and 0.0 <= free <= rot + 1e-6, (name, cells)
     assert "| network alone, dense, fitted skeleton: mpjpe_mm <= 25 mm |" in out
+    # the diagnostic row: the same rotations on the skeleton measured in the network's frames, no target
+    diag = rows[evaluate.NETWORK_FRAMES_ROW]
+    assert float(diag[0]) < float(rows["network alone, dense, fitted skeleton"][0])
+    assert not any(line.startswith("| " + evaluate.NETWORK_FRAMES_ROW + ":") for line in out.splitlines())

@@ -154,3 +154,39 @@ def test_skeleton_features_lengths_and_offsets():
     assert N.num_features("offsets") - N.num_features("lengths") == 2 * N.SKELETON_INPUTS["lengths"]
     with pytest.raises(ValueError, match="skeleton_input"):
         N.IKNet(8, 1, skeleton_input="angles")
+
+
+def test_bone_directions_read_the_pose_the_same_for_other_proportions():
+    # the same pose on a body with 30 % longer thighs and shins and a longer spine: the keypoints'
+    # positions move, every bone's direction stays; a bone with a missing end reads zero
+    L, root, off, eo = _poses(4, seed=3)
+    kp = fk.fk_keypoints(L, root, off, eo)
+    off2 = off.clone()
+    for n, f in (("calf_l", 1.3), ("calf_r", 1.3), ("foot_l", 1.3), ("foot_r", 1.3), ("spine2", 1.2)):
+        off2[joint_index(n)] *= f
+    kp2 = fk.fk_keypoints(L, root, off2, eo)
+    mask = torch.ones(4, 32, dtype=torch.bool)
+    m = mask.double()
+    a = N.bone_directions(kp, m).reshape(4, 31, 3)
+    b = N.bone_directions(kp2, m).reshape(4, 31, 3)
+    assert float((kp - kp2).abs().max()) > 0.05
+    n = a.norm(dim=-1)
+    long = torch.cat([off[1:], eo]).norm(dim=-1) > 0.1     # (unit vectors, but for the shortest bones)
+    np.testing.assert_allclose(n[:, long].numpy(), 1.0, atol=0.02)
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=0.005)
+    mask[:, joint_index("forearm_l")] = False
+    c = N.bone_directions(kp, mask.double()).reshape(4, 31, 3)
+    hit = [i for i in range(31) if i + 1 == joint_index("forearm_l") or int(N._BONE_PARENT[i]) == joint_index("forearm_l")]
+    assert len(hit) == 2 and float(c[:, hit].abs().max()) == 0.0    # the upper arm and the forearm
+    keep = [i for i in range(31) if i not in hit]
+    np.testing.assert_allclose(c[:, keep].numpy(), a[:, keep].numpy())
+    np.testing.assert_allclose(N.bone_directions(kp.numpy(), m.numpy()), N.bone_directions(kp, m).numpy(), atol=1e-12)
+    # in the features, after the positions, for a network that reads them
+    feats, _ = N.encode(kp, mask, off, eo, pose_input="directions")
+    plain, _ = N.encode(kp, mask, off, eo)
+    assert feats.shape[1] == N.num_features("lengths", "directions") == plain.shape[1] + 93
+    np.testing.assert_allclose(feats[:, :96].numpy(), plain[:, :96].numpy())
+    np.testing.assert_allclose(feats[:, 96:189].numpy(), N.bone_directions(feats[:, :96].reshape(4, 32, 3), mask.double()).numpy(),
+                               atol=1e-12)
+    with pytest.raises(ValueError, match="pose_input"):
+        N.IKNet(8, 1, pose_input="velocities")

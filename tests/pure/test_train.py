@@ -11,6 +11,7 @@ from _pkg import pkg  # noqa: E402
 
 pkg()
 from neural_ik.model import fk  # noqa: E402
+from neural_ik.model.network import num_features  # noqa: E402
 from training import train as T  # noqa: E402
 from neural_ik.model.skeleton import MIRROR_KEYPOINTS  # noqa: E402
 
@@ -25,6 +26,30 @@ def test_tiny_training_lowers_loss(tmp_path):
     assert last < 0.8 * first, (first, last)
     assert (tmp_path / "run" / "checkpoint.pt").exists() and (tmp_path / "run" / "final.pt").exists()
     assert "heldout_dense_deg" in hist[-1]
+
+
+def test_a_network_reading_bone_directions_trains_exports_and_loads(tmp_path):
+    # --pose-input directions end to end: trained, its checkpoint exported, the file read back by the
+    # solver (its hparams say how to read the pose) and solving as the network it was
+    from neural_ik.model import inference as I
+
+    data = T.synthetic_pose_data(256, seed=0)
+    cfg = T.TrainConfig(steps=30, batch=64, width=64, blocks=1, lr=3e-3, log_every=10, ckpt_every=30, eval_every=1000,
+                        pose_input="directions")
+    net, hist = T.train(cfg, data, tmp_path / "run", progress=False)
+    assert hist[-1]["loss"] < 0.9 * hist[0]["loss"]
+    assert net.pose_input == "directions" and net.inp.in_features == num_features("lengths", "directions")
+    path = T.export_checkpoint(tmp_path / "run" / "final.pt", tmp_path / "w.pt")
+    assert torch.load(path, weights_only=True)["hparams"]["pose_input"] == "directions"
+    s = I.Solver(path, device="cpu")
+    assert s.net.pose_input == "directions"
+    kp = fk.fk_keypoints(data.local_rot[:3], data.root_pos[:3], data.offsets[:3], data.end_offsets[:3]).numpy()
+    r = s.solve(kp.astype(np.float64), refine=False)
+    with torch.no_grad():
+        L, _, _ = net.eval().predict(torch.as_tensor(kp, dtype=torch.float32), torch.ones(3, 32, dtype=torch.bool),
+                                     torch.as_tensor(r.skeleton.offsets, dtype=torch.float32),
+                                     torch.as_tensor(r.skeleton.end_offsets, dtype=torch.float32))
+    np.testing.assert_allclose(r.local_rot[:, 1:], L[:, 1:].numpy(), atol=2e-2)   # (float16 weights in the file)
 
 
 def test_resume_continues_from_checkpoint(tmp_path):
