@@ -22,7 +22,8 @@ Input encoding (:func:`encode`)
    (:func:`skeleton_scale`, 1.0 for the canonical skeleton); positions are
    divided by it.
 4. Features: canonical positions of the given keypoints (zeros where
-   missing), the mask, the given effector orientations as 6D (zeros where
+   missing), for a network with ``pose_input`` "directions" every bone's
+   direction between its two keypoints (:func:`bone_directions`), the mask, the given effector orientations as 6D (zeros where
    missing) and their mask, and the skeleton (:func:`skeleton_features`):
    the bone lengths relative to the scaled canonical skeleton (networks
    with ``skeleton_input`` "lengths") or every offset in its parent's frame,
