@@ -23,8 +23,9 @@ Input encoding (:func:`encode`)
    divided by it.
 4. Features: canonical positions of the given keypoints (zeros where
    missing), for a network with ``pose_input`` "directions" every bone's
-   direction between its two keypoints (:func:`bone_directions`), the mask, the given effector orientations as 6D (zeros where
-   missing) and their mask, and the skeleton (:func:`skeleton_features`):
+   direction between its two keypoints (:func:`bone_directions`), the
+   mask, the given effector orientations as 6D (zeros where missing) and
+   their mask, and the skeleton (:func:`skeleton_features`):
    the bone lengths relative to the scaled canonical skeleton (networks
    with ``skeleton_input`` "lengths") or every offset in its parent's frame,
    divided by the scale, minus the canonical offset ("offsets": where the
