@@ -1209,9 +1209,9 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
     x = src * scale
     rest = plan.rig.head
     # where each ankle given alone stands (its foot's own points unknown)
-    still, along = {}, {}
-    fp = foot_points(plan, n) if n is not None and fps and len(src) >= 3 else {}
+    still, along, fp = {}, {}, {}
     if n is not None and fps and len(src) >= 3:
+        fp = foot_points(plan, n)
         for s in "lr":
             ka = _K[f"foot_{s}"]
             if mask[:, ka].any() and not mask[:, _K[f"toe_{s}"]].any():
@@ -1307,30 +1307,27 @@ def sparse_targets(plan, src, mask, scale, weights=WEIGHTS, init_heads=None, str
             if L > 1e-9 and ok.any():
                 tg.add({tg.point(tb): 1.0, tg.point(fb): -1.0}, L * d / np.maximum(nd, 1e-12),
                        weights["sparse_foot"] * ok, name=f"foot_{s} direction", kind="pole", perpendicular=True)
-    if n is not None and fps and len(src) >= 3:
-        for s in "lr":
-            ka = _K[f"foot_{s}"]
-            if s not in fp or s not in still:   # (a given toe says how the foot stands)
-                continue
-            if not still[s].any():
-                continue
-            (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
-            tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
-            if s in along:
-                # as high as the foot's direction row puts it: flat where the foot stands, and
-                # from the ankle along the foot's direction as the row fades in and out
-                to_ball, r, r_toe = along[s]
-                tgt = x[:, ka] + to_ball
-                wt = weights["flat_foot"] * r * mask[:, ka]
-                wt_toe = weights["flat_foot"] * r_toe * mask[:, ka]
-            else:
-                wt = wt_toe = weights["flat_foot"] * _ramp(still[s], _blend_frames(fps)) * mask[:, ka]
-            tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
-            tb = _bone(plan, f"toe_{s}")
-            if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball
-                Q = plan.rig.rest_rotation()
-                tip = Q[tb].T @ (plan.rig.tail[tb] - plan.rig.head[tb])
-                h_tip = float(np.dot(n, plan.rig.tail[tb] - plan.rig.head[tb]))
-                tg.add({tg.point(tb, tip): 1.0}, tgt + n * h_tip, wt_toe, axes=np.outer(n, n), name=f"toe_{s} flat",
-                       kind="height")
+    for s in still:     # (a given toe says how the foot stands: no stance of its own)
+        ka = _K[f"foot_{s}"]
+        if s not in fp or not still[s].any():
+            continue
+        (_, _, _, h_ankle), (_, bb, boff, h_ball) = fp[s][0], fp[s][1]
+        tgt = x[:, ka] - n * (h_ankle - h_ball)        # the ball at flat-foot height under the ankle
+        if s in along:
+            # as high as the foot's direction row puts it: flat where the foot stands, and
+            # from the ankle along the foot's direction as the row fades in and out
+            to_ball, r, r_toe = along[s]
+            tgt = x[:, ka] + to_ball
+            wt = weights["flat_foot"] * r * mask[:, ka]
+            wt_toe = weights["flat_foot"] * r_toe * mask[:, ka]
+        else:
+            wt = wt_toe = weights["flat_foot"] * _ramp(still[s], _blend_frames(fps)) * mask[:, ka]
+        tg.add({tg.point(bb, boff): 1.0}, tgt, wt, axes=np.outer(n, n), name=f"ball_{s} flat", kind="height")
+        tb = _bone(plan, f"toe_{s}")
+        if tb is not None and tb == bb:   # the toes flat too: their tip as high as the ball
+            Q = plan.rig.rest_rotation()
+            tip = Q[tb].T @ (plan.rig.tail[tb] - plan.rig.head[tb])
+            h_tip = float(np.dot(n, plan.rig.tail[tb] - plan.rig.head[tb]))
+            tg.add({tg.point(tb, tip): 1.0}, tgt + n * h_tip, wt_toe, axes=np.outer(n, n), name=f"toe_{s} flat",
+                   kind="height")
     return tg, info
