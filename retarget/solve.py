@@ -45,6 +45,16 @@ with parent ``p``: ``M_b = M_p @ Rest_p^-1 @ Rest_b @ Basis_b``, so
 (bones between mapped ones stay at rest, which also folds a missing clavicle
 into the upper arm: its world rotation is still matched).
 
+Spine shape (``spine``): by default every bone on the pelvis -> head path
+points up in the T-pose (``"segments"``): the canonical spine's shape is
+carried onto the rig's as it is. With ``spine="rest"`` the path keeps its
+rest shape and the line from the pelvis' head to the head's is what points
+up: a rig's own posture (its author's S-curve, a skeleton's chest behind its
+hips) is its upright, and the canonical spine's bend is added to it. Only a
+standing rest has a posture: a path bone more than
+:data:`SPINE_REST_MAX_DEGREES` off that line (a skeleton lying along an axis,
+a spine bent through a right angle) falls back to ``"segments"``.
+
 Spine and neck: bones on the pelvis -> head path that are mapped follow their
 joint; the others (``BoneMapping.extra_spine``) get a slerp of the world
 rotations of the mapped bones around them by path position. With 2 spine
@@ -101,6 +111,13 @@ __all__ = ["RetargetPlan", "RetargetResult", "plan_retarget", "retarget", "pose_
 #: outputs, temporaries of one chunk (a 100,000-frame clip's (T, B, 3, 3)
 #: temporaries would take gigabytes). Results do not depend on it.
 CHUNK_FRAMES = 4096
+
+#: The most (degrees) by which a pelvis -> head path bone may point away from the line from the
+#: pelvis' head to the head's for its rest to be taken as the rig's posture (``spine="rest"``):
+#: fair1's hips-to-spine bone is 33 degrees off it, Rokoko's, whose rest lies along an axis, 77.
+SPINE_REST_MAX_DEGREES = 45.0
+#: The ways :func:`plan_retarget` carries the canonical spine's shape onto a rig.
+SPINE_SHAPES = ("segments", "rest")
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 _END_JOINTS = tuple(JOINTS[i] for i in range(len(JOINTS)) if BONE_CHILD[i] >= len(JOINTS))
@@ -200,6 +217,10 @@ class RetargetPlan:
     leg_length : float
         Target thigh + calf length, armature units.
     twist_share : float
+    spine : str
+        ``"segments"`` or ``"rest"``: how the canonical spine's shape is
+        carried onto the rig (the one used: a ``"rest"`` asked of a rig whose
+        rest is no standing posture is ``"segments"``).
     """
 
     rig: object
@@ -218,6 +239,7 @@ class RetargetPlan:
     leg_length: float = 0.0
     twist_share: float = 0.0
     path: list = field(default_factory=list)
+    spine: str = "segments"
 
 
 @dataclass
@@ -252,7 +274,7 @@ class RetargetResult:
     root_bone: str | None = None
 
 
-def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
+def plan_retarget(rig, mapping, *, twist_share: float = 0.0, spine: str = "segments") -> RetargetPlan:
     """Precompute the retargeting of canonical rotations onto ``rig``.
 
     Parameters
@@ -263,6 +285,9 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
     twist_share : float
         Share in [0, 1] of the child joint's twist given to twist bones;
         0 leaves them at rest.
+    spine : str
+        One of :data:`SPINE_SHAPES` (see the module docstring): ``"rest"``
+        keeps the rig's rest posture as its upright.
 
     Returns
     -------
@@ -273,6 +298,8 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
     ValueError
         When the mapping names bones missing from the rig.
     """
+    if spine not in SPINE_SHAPES:
+        raise ValueError(f"unknown spine shape {spine!r} (one of {', '.join(SPINE_SHAPES)})")
     missing = [b for b in mapping.entries.values() if not rig.has(b)]
     if missing:
         raise ValueError(f"mapping names bones missing from the rig: {missing}")
@@ -306,6 +333,18 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
         path = [ent["pelvis"]] + rig.path(ent["pelvis"], ent["head"]) + [ent["head"]]
     plan.path = path
     offsets = {}
+    up = np.array([0.0, 0.0, 1.0])
+    if spine == "rest":
+        spine = "segments"
+        line = _unit(K.T @ (ha[path[-1]] - ha[path[0]])) if path else None
+        if line is not None:
+            segs = [_unit(K.T @ (ha[path[k + 1]] - ha[path[k]])) for k in range(len(path) - 1)]
+            if all(e is None or np.dot(e, line) >= np.cos(np.radians(SPINE_REST_MAX_DEGREES)) for e in segs):
+                spine = "rest"
+                upright = rotation_between(line, up)
+                for b in path[:-1]:
+                    offsets[b] = upright
+    plan.spine = spine
 
     def tail_or_inherit(b, j):
         d = CANONICAL_DIRS[_J[j]]
@@ -320,8 +359,7 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0) -> RetargetPlan:
         return np.eye(3) if e is None else rotation_between(e, d)
 
     # process joints parents first so end bones can inherit
-    up = np.array([0.0, 0.0, 1.0])
-    for k, b in enumerate(path[:-1]):
+    for k, b in enumerate(path[:-1] if spine == "segments" else ()):
         # the next path head away from this one (a BVH root often shares its
         # head with the first spine joint: its direction is the spine's, not
         # its tail's, which a converter may point anywhere)

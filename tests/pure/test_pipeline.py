@@ -790,6 +790,21 @@ def test_dragged_effectors_are_reached(move):
     assert not job.figures.unreachable and job.figures.effector_reach_mm[1] < 1.0
 
 
+def test_effectors_keep_the_rigs_posture():
+    """Six effectors say nothing of the spine's shape: the meta-rig's effectors left where Add Effectors
+    puts them keep its S-curve (chest and neck within 35 mm of rest; the spine straightened as for a
+    dense bake moves them 47 and 49 mm). A dense bake carries the source's shape as it is."""
+    rig = rigs.rigify_metarig_description()
+    mapping = auto_map(rig)
+    job = _sparse_pose_job(rig, mapping, np.zeros(3))
+    assert job.plan.spine == "rest"
+    for j in ("spine3", "neck"):
+        b = rig.index(mapping.entries[j])
+        assert np.linalg.norm(job.result.heads[0, b] - rig.head[b]) * 1000.0 < 35.0, j
+    dense = RigBake(rig, mapping, walk_keypoints(8), None, 30.0, BakeOptions(device="cpu", mode="dense"))
+    assert dense.mode == "dense" and dense.plan.spine == "segments"
+
+
 def test_unreachable_effector_is_named():
     rig = rigs.rigify_metarig_description()
     mapping = auto_map(rig)

@@ -313,3 +313,77 @@ def test_hand_roll_from_knuckles(roll):
         a = unit(kp[:, KEYPOINTS.index(e)] - kp[:, J[j]])
         b = unit(ckp[:, KEYPOINTS.index(e)] - ckp[:, J[j]])
         assert angle_deg(a, b).max() < 1e-3
+
+
+def _path_heads(plan, res):
+    """Posed heads (T, P, 3) of the pelvis -> head path bones, in the rig's body axes (left, back, up)."""
+    return res.heads[:, plan.path] @ plan.K
+
+
+def test_spine_rest_keeps_the_rigs_posture():
+    """``spine="rest"``: the T-pose gives the meta-rig its own S-curve, the pelvis -> head line upright;
+    ``"segments"`` straightens it. Limbs point the same way under both."""
+    rig = rigify_metarig_description()
+    mapping = auto_map(rig)
+    seg, rest = plan_retarget(rig, mapping), plan_retarget(rig, mapping, spine="rest")
+    assert (seg.spine, rest.spine) == ("segments", "rest")
+    assert seg.path == rest.path and len(rest.path) >= 5
+    R = np.tile(np.eye(3), (1, len(JOINTS), 1, 1))
+    root = CANONICAL.offsets[0][None]
+    h_rest = rig.head[rest.path] @ rest.K
+
+    def bends(h):   # angles (deg) between successive path segments: the spine's shape
+        d = unit(np.diff(h, axis=-2))
+        return angle_deg(d[..., 1:, :], d[..., :-1, :])
+
+    def off_line(h):   # each path head's distance (mm) from the pelvis -> head line
+        d = h - h[..., :1, :]
+        u = unit(d[..., -1:, :])
+        return np.linalg.norm(d - np.sum(d * u, axis=-1, keepdims=True) * u, axis=-1) * 1000.0
+
+    assert off_line(h_rest).max() > 20.0          # the meta-rig's rest spine is curved ...
+    h = _path_heads(rest, retarget(rest, R, root))[0]
+    assert np.allclose(bends(h), bends(h_rest), atol=1e-6)       # ... and keeps its curve
+    assert np.allclose(off_line(h), off_line(h_rest), atol=1e-6)
+    assert angle_deg(unit(h[-1] - h[0]), np.array([0.0, 0.0, 1.0])) < 1e-6   # its line upright
+    h = _path_heads(seg, retarget(seg, R, root))[0]
+    assert off_line(h).max() < 1e-6               # every segment up: straightened
+    # only the path's bones differ
+    others = [b for b in seg.align if b not in seg.path[:-1]]
+    assert len(others) > 15
+    for b in others:
+        assert np.allclose(seg.align[b], rest.align[b], atol=1e-9), rig.names[b]
+    R, root = random_motion(seed=7)
+    cd = canonical_dirs(R, root)
+    for j, d in bone_dirs(rest, retarget(rest, R, root)).items():
+        if j not in ("spine3", "pelvis"):
+            assert angle_deg(d, cd[j]).max() < 1e-3, j
+
+
+def test_spine_rest_falls_back_for_a_spine_that_is_no_posture():
+    """A path bone pointing over 45 degrees off the pelvis -> head line (a rest lying along an axis,
+    Rokoko's hips below a horizontal spine): the segments, as without asking."""
+    from neural_ik.retarget.solve import SPINE_REST_MAX_DEGREES
+
+    rig = humanoid("mixamo")
+    mapping = auto_map(rig)
+    i = rig.index(mapping.entries["spine2"])
+    for back in (0.05, 0.30):     # 12 and 52 degrees off the line
+        bent = humanoid("mixamo")
+        bent.head[i] += [0.0, back, 0.0]
+        bent.matrix_local[i, :3, 3] = bent.head[i]
+        plan = plan_retarget(bent, mapping, spine="rest")
+        seg = plan_retarget(bent, mapping)
+        d = unit(np.diff(bent.head[plan.path], axis=0))
+        line = unit(bent.head[plan.path[-1]] - bent.head[plan.path[0]])
+        worst = angle_deg(d, line).max()
+        assert (worst > SPINE_REST_MAX_DEGREES) == (back > 0.1), worst
+        if back > 0.1:
+            assert plan.spine == "segments"
+            for b in seg.align:
+                assert np.allclose(seg.align[b], plan.align[b], atol=1e-12)
+        else:
+            assert plan.spine == "rest"
+            assert not np.allclose(seg.align[i], plan.align[i], atol=1e-3)
+    with pytest.raises(ValueError, match="unknown spine shape 'curved'"):
+        plan_retarget(rig, mapping, spine="curved")
