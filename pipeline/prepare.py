@@ -16,7 +16,7 @@ from ..model.skeleton import JOINTS, KEYPOINTS
 from .options import BakeError
 
 __all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_required", "ground_keypoints",
-           "resolve_frames", "REQUIRED_KEYPOINTS"]
+           "resolve_frames", "REQUIRED_KEYPOINTS", "facing_apart", "FACING_APART_DEGREES"]
 
 #: Keypoints that must be present on every baked frame: only the pelvis; the
 #: network infers every other joint (a long gap elsewhere is masked).
@@ -106,6 +106,13 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
     missing = [f"{n} ({c} frames)" for n, c in missing if c]
     if missing:
         warnings.append("missing and inferred by the network: " + ", ".join(missing))
+    twisted = facing_apart(kp, valid)
+    if twisted.any():
+        bad = np.flatnonzero(twisted)
+        warnings.append(f"the chest faces away from the hips (their left-to-right lines over {FACING_APART_DEGREES:g} "
+                        f"degrees apart) on {bad.size} of {len(kp)} frames (first: source frame {int(bad[0]) + offset}): "
+                        "the source's left and right of the arms or of the legs may be swapped there, and no body "
+                        "turns so; the bake follows the points")
     # a body that is not there: every point at one place
     from ..readers.base import frame_sides
 
@@ -113,6 +120,33 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
     if np.isfinite(spread).any() and np.nanmax(spread) < 1e-3:
         raise BakeError("every keypoint sits at one point (the body has no size): the clip holds no pose")
     return warnings
+
+
+#: The angle (degrees) between the hips' and the shoulders' left-to-right lines past which a frame's
+#: chest faces away from its hips. A spine turns under 90 degrees (CMU's dancer reaches 122 at a
+#: spin's end, the most in 13,243 frames of ../shared/mocap/cmu); a source whose arms' or legs'
+#: left and right are swapped (a pose estimator's flip, a mislabelled skeleton) reads near 180
+#: (foreign/fair1's hist_5yr_old__skipping: 144-180 on every frame, the only one of 31 clips).
+FACING_APART_DEGREES = 140.0
+
+
+def facing_apart(kp, valid) -> np.ndarray:
+    """Frames (T,) bool on which the shoulders' left-to-right line points over
+    :data:`FACING_APART_DEGREES` away from the hips' (thighs' heads; upper arms' heads, else the
+    clavicles'); False where a point is missing."""
+    def line(a, b):
+        ia, ib = KEYPOINTS.index(a), KEYPOINTS.index(b)
+        return kp[:, ia] - kp[:, ib], valid[:, ia] & valid[:, ib]
+
+    hips, hv = line("thigh_l", "thigh_r")
+    arms, av = line("upperarm_l", "upperarm_r")
+    clav, cv = line("clavicle_l", "clavicle_r")
+    arms = np.where(av[:, None], arms, clav)
+    ok = hv & (av | cv)
+    with np.errstate(invalid="ignore"):
+        n = np.linalg.norm(hips, axis=-1) * np.linalg.norm(arms, axis=-1)
+        cos = np.einsum("ti,ti->t", np.nan_to_num(hips), np.nan_to_num(arms)) / np.where(n > 1e-9, n, 1.0)
+    return ok & (n > 1e-9) & (cos < np.cos(np.radians(FACING_APART_DEGREES)))
 
 
 def ground_keypoints(kp, valid):

@@ -1470,3 +1470,28 @@ def test_a_body_collapsed_to_one_point_is_refused_before_any_work():
     one = np.where(valid[..., None], np.array([0.3, -0.2, 0.9]), np.nan)
     with pytest.raises(BakeError, match="every keypoint sits at one point"):
         check_required(one, valid, 0, "dense")
+
+
+def test_a_chest_facing_away_from_its_hips_is_named():
+    """Arms whose left and right are swapped on some frames (a pose estimator's flip): the bake says
+    on how many and where, before solving; the walk as it is says nothing of it."""
+    from neural_ik.pipeline.prepare import facing_apart, prepare_source
+
+    kp = walk_keypoints(2.0)
+    T = len(kp)
+    opts = BakeOptions(device="cpu")
+    assert not facing_apart(kp, np.isfinite(kp).all(-1)).any()
+    assert not any("faces away" in w for w in prepare_source(kp, None, 30.0, opts).warnings)
+    flipped = kp.copy()
+    for part in ("clavicle", "upperarm", "forearm", "hand", "hand_tip", "thumb"):
+        a, b = KEYPOINTS.index(part + "_l"), KEYPOINTS.index(part + "_r")
+        flipped[10:22, [a, b]] = kp[10:22, [b, a]]
+    assert np.flatnonzero(facing_apart(flipped, np.isfinite(flipped).all(-1))).tolist() == list(range(10, 22))
+    job = RigBake(rigs.rigify_metarig_description(), auto_map(rigs.rigify_metarig_description()), flipped, None, 30.0,
+                  BakeOptions(device="cpu", frames=(4, T)))
+    said = [w for w in job.warnings if "faces away" in w]
+    assert len(said) == 1 and f"on 12 of {T - 4} frames (first: source frame 10)" in said[0], job.warnings
+    # the clavicles stand in for missing upper arms
+    no_arms = flipped.copy()
+    no_arms[:, [KEYPOINTS.index("upperarm_l"), KEYPOINTS.index("upperarm_r")]] = np.nan
+    assert facing_apart(no_arms, np.isfinite(no_arms).all(-1)).sum() == 12
