@@ -407,7 +407,12 @@ def _limb_bones(plan, limbs):
     return toe_of, bones
 
 
-def settle_hinges(plan, quats, locations, chunk=None) -> None:
+def _free_of_locks(bones, locked) -> bool:
+    """True when none of ``bones`` has a locked rotation axis in ``locked`` (bone -> (3,) bool)."""
+    return not locked or not any(np.any(locked.get(int(b), False)) for b in bones)
+
+
+def settle_hinges(plan, quats, locations, chunk=None, locked=None) -> None:
     """Turn the upper and lower bone of each knee and elbow about themselves so that it bends about its hinge axis.
 
     ``quats`` in place. Joint positions leave a thigh's (an upper arm's)
@@ -427,14 +432,16 @@ def settle_hinges(plan, quats, locations, chunk=None) -> None:
     :data:`HINGE_OFF` off the plane already. A straight knee whose foot has
     a toe bone faces where the foot points instead: its axis goes across
     the leg and the ankle-to-ball line (held-out studios, 200 frames a
-    clip: dense rotations 7.77 -> 7.24 deg).
+    clip: dense rotations 7.77 -> 7.24 deg). A limb with a locked rotation
+    axis on any of its three bones (``locked``: bone -> (3,) bool, as the
+    rig-space solve's) is left as the solve made it.
     """
     from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from ..retarget.solve import frame_chunks, pose_rig
 
     rig = plan.rig
     Q = rig.rest_rotation()
-    limbs = hinge_axes(plan)
+    limbs = [lb for lb in hinge_axes(plan) if _free_of_locks(lb[:3], locked)]
     if not limbs:
         return
     # a straight knee shows no plane: its foot says where it faces (the ankle-to-ball line, across the leg)
@@ -522,7 +529,7 @@ def _unbend_setup(plan):
     return Q, limbs, flex, thighs, toe_of, bones
 
 
-def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
+def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np.ndarray:
     """Knees and elbows bent backwards a little, turned to bend forwards as much (``quats`` in place).
 
     Near a limb's full reach its bend's direction is nearly free: a knee
@@ -535,7 +542,8 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     line from its upper joint to its end (the upper and the lower bone each
     turn about the normal of the limb's plane; the end bone keeps its
     rotation in the world): the end stays where it was, the bend is as
-    large, now forwards. Returns the frames (T,) bool in which a limb turned.
+    large, now forwards. A limb with a locked rotation axis (``locked``) is
+    left alone. Returns the frames (T,) bool in which a limb turned.
     """
     from ..model.rotations_np import matrix_to_quat, quat_to_matrix, rotation_between
     from ..retarget.solve import frame_chunks, pose_rig
@@ -546,6 +554,7 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     if cached is None:   # (per plan: a Live Solve tick asks again and again)
         cached = plan.__dict__["_unbend"] = _unbend_setup(plan)
     Q, limbs, flex, thighs, toe_of, bones = cached
+    limbs = [lb for lb in limbs if _free_of_locks(lb[:3], locked)]
     if not limbs:
         return turned
     T = len(quats)
@@ -623,7 +632,7 @@ def unbend_backwards(plan, quats, locations=None, chunk=None) -> np.ndarray:
     return turned
 
 
-def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:
+def settle_clavicles(plan, quats, locations=None, chunk=None, locked=None) -> None:
     """Take each clavicle's turn about its own line out of its rotation (``quats`` in place).
 
     Joint positions show where a clavicle points, not how it is turned about
@@ -632,7 +641,9 @@ def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:
     12-28 degrees off the source's). A clavicle turns little about itself;
     here it turns none (its rotation from rest is a swing: CMU's skeletons
     move theirs so), about its current line, so its end does not move, and
-    the upper arm keeps its rotation in the world: no joint moves.
+    the upper arm keeps its rotation in the world: no joint moves. A side
+    whose clavicle or upper arm has a locked rotation axis (``locked``) is
+    left alone.
     """
     from ..model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from ..retarget.solve import frame_chunks, pose_rig, twist_angle
@@ -642,7 +653,7 @@ def settle_clavicles(plan, quats, locations=None, chunk=None) -> None:
     pairs = []
     for s in "lr":
         c, u = _bone(plan, f"clavicle_{s}"), _bone(plan, f"upperarm_{s}")
-        if c is None or u is None or int(rig.parents[u]) != c:
+        if c is None or u is None or int(rig.parents[u]) != c or not _free_of_locks((c, u), locked):
             continue
         d = rig.head[u] - rig.head[c]
         if float(np.linalg.norm(d)) < 1e-9:

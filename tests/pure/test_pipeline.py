@@ -1495,3 +1495,47 @@ def test_a_chest_facing_away_from_its_hips_is_named():
     no_arms = flipped.copy()
     no_arms[:, [KEYPOINTS.index("upperarm_l"), KEYPOINTS.index("upperarm_r")]] = np.nan
     assert facing_apart(no_arms, np.isfinite(no_arms).all(-1)).sum() == 12
+
+
+def test_settles_leave_a_limb_with_a_locked_axis_alone():
+    """The hinge, clavicle and backward-knee settles after the rig-space solve turn bones about their
+    own lines: a limb (a clavicle and its upper arm) with a locked rotation axis keeps the solve's
+    rotations, the other side is settled as before."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+    from neural_ik.pipeline.targets import hinge_axes, settle_clavicles, settle_hinges, unbend_backwards
+
+    plan, mapping, truth = _walk_on(_rig("T_default"), seconds=1.0)
+    rig = plan.rig
+    b = {j: rig.index(mapping.entries[j]) for j in ("clavicle_l", "clavicle_r", "upperarm_l", "upperarm_r",
+                                                    "forearm_l", "forearm_r", "thigh_l")}
+    q = truth.quaternions.copy()
+    T = len(q)
+
+    def turn(bone, axis, deg):   # the bone's pose rotation turned about ``axis`` of its own frame
+        R = quat_to_matrix(q[:, bone]) @ axis_angle_to_matrix(np.radians(deg) * np.asarray(axis, float))
+        q[:, bone] = matrix_to_quat(R)
+
+    for s in "lr":
+        turn(b[f"clavicle_{s}"], (0.0, 1.0, 0.0), 25.0)       # a clavicle turned about itself
+        turn(b[f"forearm_{s}"], (0.0, 1.0, 0.0), 12.0)        # an elbow's hinge turned off its plane
+    locked = {b["clavicle_l"]: np.array([False, True, False]), b["forearm_l"]: np.array([True, False, False])}
+    for settle in (settle_clavicles, settle_hinges):
+        for lk, changed in ((None, ("l", "r")), (locked, ("r",))):
+            out = q.copy()
+            settle(plan, out, truth.locations, locked=lk)
+            for s in "lr":
+                bones = ([b[f"clavicle_{s}"], b[f"upperarm_{s}"]] if settle is settle_clavicles
+                         else [b[f"upperarm_{s}"], b[f"forearm_{s}"]])
+                moved = np.abs(out[:, bones] - q[:, bones]).max() > 1e-3
+                assert moved == (s in changed), (settle.__name__, lk is not None, s)
+    # a knee bent backwards: turned forwards unless locked
+    t, c, f, a = next(lb for lb in hinge_axes(plan) if lb[0] == b["thigh_l"])
+    bent = truth.quaternions.copy()
+    q = bent
+    turn(c, a, 8.0)
+    for lk, expect in ((None, True), ({c: np.array([True, False, False])}, False)):
+        out = bent.copy()
+        turned = unbend_backwards(plan, out, truth.locations, locked=lk)
+        if expect:
+            assert turned.any()
+        assert (np.abs(out[:, c] - bent[:, c]).max() > 1e-3) == expect
