@@ -730,8 +730,10 @@ class RigBake:
                 # keypoints leave the thighs' and upper arms' turn about themselves open (the solve
                 # met the joints with a knee or elbow turned any way): the knees and elbows as hinges
                 # settle it, every joint unmoved (a source skeleton's rotations carry their own; six
-                # effectors: held-out rotations 25.83 -> 26.15 deg, those with a child 27.47 -> 26.76:
-                # not done)
+                # effectors: held-out rotations 25.83 -> 26.15 deg, those with a child 27.47 -> 26.76;
+                # with the rig's own spine posture 20.38 -> 20.27 and 20.60 -> 19.31, but the
+                # CMU-converted folders, whose elbows bend off the straight-arm rule, 13.11 -> 15.90,
+                # 200 frames a clip: not done)
                 settle_hinges(plan, quats, locs, chunk=self.chunk, locked=self.locked)
                 settle_clavicles(plan, quats, locs, chunk=self.chunk, locked=self.locked)
                 quat_continuity(quats, out=quats)

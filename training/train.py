@@ -128,6 +128,10 @@ class TrainConfig:
         self.video_jitter_m = 0.015
         self.video_depth_m = 0.03
         self.p_fit_skeleton = 0.0
+        # share of a dense sample's position loss measured on the skeleton the network is given (the
+        # solver's fit, with p_fit_skeleton) instead of the true one: the network's rotations are
+        # used on that skeleton, so there they should meet the keypoints
+        self.w_pos_given = 0.0
         # how the network reads the skeleton ("lengths" or "offsets": model.network.skeleton_features); with
         # "offsets", a fitted skeleton's measured directions are turned by up to this many degrees (sigma)
         self.skeleton_input = "lengths"
@@ -502,7 +506,15 @@ def compute_loss(net: IKNet, b: dict, cfg: TrainConfig, temporal: str = "off"):
     wr_gt = _world_rot(b["local"])
     g_local = geodesic_angle(local, b["local"]).mean()
     g_world = geodesic_angle(wr, wr_gt).mean()
-    pos = (kp - b["kp"]).norm(dim=-1).mean()
+    d = (kp - b["kp"]).norm(dim=-1).mean(1)
+    if cfg.w_pos_given > 0:
+        # dense samples: the given keypoints on the given skeleton (what the solver's network alone returns)
+        kg = fk_keypoints(local, root, b["offsets_in"], b["end_offsets_in"])
+        m = b["mask"].to(kg.dtype)
+        dg = ((kg - b["kp"]).norm(dim=-1) * m).sum(1) / m.sum(1).clamp_min(1.0)
+        a = cfg.w_pos_given * (~b["sparse"]).to(kg.dtype)
+        d = (1.0 - a) * d + a * dg
+    pos = d.mean()
     limit = lim.limit_penalty(local)
     # keep the raw 6D near unit length (well conditioned Gram-Schmidt)
     reg = ((rot6[..., :3].norm(dim=-1) - 1) ** 2).mean() + ((rot6[..., 3:].norm(dim=-1) - 1) ** 2).mean()

@@ -101,3 +101,29 @@ def test_export_is_small_and_loads_weights_only(tmp_path):
     assert blob["format_version"] == T.FORMAT_VERSION
     assert blob["state"]["inp.weight"].dtype == torch.float16
     assert len(blob["keypoints"]) == 32
+
+
+def test_position_loss_on_the_given_skeleton():
+    """``w_pos_given``: a dense sample's position loss is taken on the skeleton the network is given (the
+    solver's fit), a sparse sample's on the true one; at 0 every sample's is on the true one."""
+    data = T.synthetic_pose_data(64, seed=5)
+    cfg = T.TrainConfig(p_fit_skeleton=1.0, p_variety=1.0, p_sparse=0.5, noise_m=0.0)
+    aug = T.Augmenter(data, cfg, torch.device("cpu"), torch.Generator().manual_seed(1))
+    b = aug.sample(64)
+    dense = ~b["sparse"]
+    assert dense.any() and b["sparse"].any()
+    assert not torch.allclose(b["offsets_in"][dense], b["offsets"][dense], atol=1e-4)   # a fitted skeleton
+    net = T.IKNet(32, 1)
+    with torch.no_grad():
+        local, root, _ = net.predict(b["kp_in"], b["mask"], b["offsets_in"], b["end_offsets_in"], b["orient"],
+                                     b["orient_mask"])
+    true = (fk.fk_keypoints(local, root, b["offsets"], b["end_offsets"]) - b["kp"]).norm(dim=-1).mean(1)
+    kg = fk.fk_keypoints(local, root, b["offsets_in"], b["end_offsets_in"])
+    m = b["mask"].float()
+    given = ((kg - b["kp"]).norm(dim=-1) * m).sum(1) / m.sum(1)
+    for w, want in ((0.0, true.mean()), (1.0, torch.where(dense, given, true).mean()),
+                    (0.5, torch.where(dense, 0.5 * (true + given), true).mean())):
+        cfg.w_pos_given = w
+        with torch.no_grad():
+            _, parts = T.compute_loss(net, b, cfg)
+        assert abs(parts["pos_mm"] - 1000.0 * float(want)) < 1e-3, (w, parts["pos_mm"], 1000.0 * float(want))
