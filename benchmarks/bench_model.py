@@ -53,10 +53,11 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=None, help="refinement steps (default: the solver's)")
     p.add_argument("--quick", action="store_true", help="fewer repeats")
+    p.add_argument("--precision", default="auto", help="the solver's: auto, float32 or bfloat16 (CPU batches)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     inference, network, train, CANONICAL, fk_np = _pkg()
-    solver = inference.Solver(a.weights, device=a.device)
+    solver = inference.Solver(a.weights, device=a.device, precision=a.precision)
     steps = a.steps if a.steps is not None else inference.REFINE_DEFAULTS["steps"]
     d = train.synthetic_pose_data(4096, seed=0, sigma_deg=15.0)
     kp = fk_np(d.local_rot.numpy(), d.root_pos.numpy(), CANONICAL)
@@ -66,7 +67,7 @@ def main(argv=None):
     sk = CANONICAL
     rep = 2 if a.quick else 5
     print(f"Neural IK speed: device {solver.device}, {torch.get_num_threads()} torch threads, refinement {steps} steps, "
-          f"torch {torch.__version__}")
+          f"torch {torch.__version__}, CPU batches in {solver.precision} ({a.precision})")
     print()
     print("| input | batch | network alone (frames/s) | network + refinement (frames/s) |")
     print("|---|---:|---:|---:|")

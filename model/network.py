@@ -453,7 +453,16 @@ class IKNet(nn.Module):
         return self.out(torch.nn.functional.silu(self.norm(x)))
 
     def predict(self, kp, mask, offsets, end_offsets, orient=None, orient_mask=None, window: int = 1,
-                temporal: str = "off"):
-        """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`."""
+                temporal: str = "off", compute_dtype=None):
+        """Encode, run and decode: ``(local_rot, root_pos, rot6)``, see :func:`decode`.
+
+        ``compute_dtype`` (e.g. ``torch.bfloat16``): the layers run in it
+        (``torch.autocast`` on the features' device); encoding and decoding
+        stay in float32, and so do the outputs.
+        """
         feats, frame = encode(kp, mask, offsets, end_offsets, orient, orient_mask, self.skeleton_input, self.pose_input)
-        return decode(self(feats, window, temporal), frame)
+        if compute_dtype is None:
+            return decode(self(feats, window, temporal), frame)
+        with torch.autocast(feats.device.type, dtype=compute_dtype):
+            y = self(feats, window, temporal)
+        return decode(y.float(), frame)

@@ -160,9 +160,10 @@ def test_shipped_weights(poses):
 
 
 def test_single_frame_numpy_path_matches_torch(weights, poses):
-    # one CPU frame runs the numpy twin of the network (+ numpy refinement)
+    # one CPU frame runs the numpy twin of the network (+ numpy refinement); the batches in float32,
+    # as the twin computes
     kp, sk = poses
-    s = I.Solver(weights, device="cpu")
+    s = I.Solver(weights, device="cpu", precision="float32")
     assert s._np_net is not None
     ori = np.full((len(kp), 6, 3, 3), np.nan)
     ori[:, 0] = np.eye(3)
@@ -188,7 +189,7 @@ def test_numpy_twin_reads_a_skeleton_of_other_placements_as_the_network_does(wei
     off = np.array(sk.offsets)
     off[1:] = off[1:] @ turn.T
     sk2 = Skeleton(off, np.array(sk.end_offsets) * 1.1)
-    s = I.Solver(weights, device="cpu")
+    s = I.Solver(weights, device="cpu", precision="float32")
     batch = s.solve(kp[:2], skeleton=sk2, refine=False)
     one = s.solve(kp[0], skeleton=sk2, refine=False)
     np.testing.assert_allclose(one.local_rot[0], batch.local_rot[0], atol=2e-5)
@@ -203,7 +204,7 @@ def test_the_networks_root_is_placed_on_the_given_keypoints(poses):
     # as a whole: the mean difference over the given keypoints is zero, in the batched (torch) and
     # the single-frame (numpy) path alike, dense and sparse; off, the root is the network's own
     kp, sk = poses
-    s = I.Solver(device="cpu")
+    s = I.Solver(device="cpu", precision="float32")   # (the batches as the numpy twin computes)
     sp = np.full_like(kp, np.nan)
     eff = [KEYPOINTS.index(n) for n in ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")]
     sp[:, eff] = kp[:, eff] + np.array([0.0, 0.0, 0.03])   # a body 3 cm off its own skeleton's pelvis height
@@ -255,3 +256,25 @@ def test_measure_skeleton_in_the_networks_frames(poses):
     assert abs(miss(None) - miss(fitted)) < 1e-9
     with pytest.raises(ValueError, match="shape"):
         s.measure_skeleton(kp[0])
+
+
+def test_bfloat16_batches_are_the_float32_network_within_its_rounding(weights, poses):
+    """``precision``: the layers of CPU batches in bfloat16 turn the bones within a few tenths of a
+    degree of float32's (outputs stay float32, rotations orthonormal); "auto" is bfloat16 only where
+    the CPU has it natively; an unknown precision is refused."""
+    kp, sk = poses
+    a = I.Solver(weights, device="cpu", precision="float32")
+    b = I.Solver(weights, device="cpu", precision="bfloat16")
+    assert (a.precision, b.precision) == ("float32", "bfloat16")
+    assert I.Solver(weights, device="cpu").precision == ("bfloat16" if I.cpu_has_bfloat16() else "float32")
+    ra, rb = a.solve(kp, skeleton=sk, refine=False), b.solve(kp, skeleton=sk, refine=False)
+    assert rb.local_rot.dtype == ra.local_rot.dtype
+    eye = np.broadcast_to(np.eye(3), rb.local_rot.shape)
+    np.testing.assert_allclose(rb.local_rot @ np.swapaxes(rb.local_rot, -1, -2), eye, atol=1e-5)
+    cos = (np.einsum("...ij,...ij->...", ra.local_rot, rb.local_rot) - 1.0) / 2.0
+    deg = np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+    assert 0.0 < deg.max() < 3.0 and deg.mean() < 0.5, (deg.mean(), deg.max())
+    one = b.solve(kp[0], skeleton=sk, refine=False)    # a lone frame: the float32 numpy twin
+    np.testing.assert_allclose(one.local_rot[0], a.solve(kp[:2], skeleton=sk, refine=False).local_rot[0], atol=2e-5)
+    with pytest.raises(ValueError, match="unknown precision 'float16'"):
+        I.Solver(weights, device="cpu", precision="float16")
