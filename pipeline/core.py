@@ -732,8 +732,8 @@ class RigBake:
                 # settle it, every joint unmoved (a source skeleton's rotations carry their own; six
                 # effectors: held-out rotations 25.83 -> 26.15 deg, those with a child 27.47 -> 26.76;
                 # with the rig's own spine posture 20.38 -> 20.27 and 20.60 -> 19.31, but the
-                # CMU-converted folders, whose elbows bend off the straight-arm rule, 13.11 -> 15.90,
-                # 200 frames a clip: not done)
+                # CMU-converted folders, whose elbows bend off the straight-arm rule, 13.11 -> 15.90;
+                # the knees alone 20.38 -> 19.88 and 13.11 -> 13.45; 200 frames a clip: not done)
                 settle_hinges(plan, quats, locs, chunk=self.chunk, locked=self.locked)
                 settle_clavicles(plan, quats, locs, chunk=self.chunk, locked=self.locked)
                 quat_continuity(quats, out=quats)
