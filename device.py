@@ -8,6 +8,8 @@ import warnings
 
 #: Values accepted for the "compute device" setting (preferences and ``--device``).
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+#: Values accepted for the network's precision on the CPU (``Solver(precision=...)``, ``--precision``).
+PRECISION_CHOICES = ("auto", "float32", "bfloat16")
 
 
 def torch_version():

@@ -213,7 +213,7 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
 
 
 def get_solver(args):
-    """The solver for ``--device`` and ``--weights``, loaded when a clip first needs the network.
+    """The solver for ``--device``, ``--precision`` and ``--weights``, loaded when a clip first needs the network.
 
     A clip whose source skeleton gives every rotation is baked without it (a
     batch of BVH clips never imports torch). An unknown device or a missing
@@ -222,11 +222,11 @@ def get_solver(args):
     """
     from ..pipeline.cache import LazySolver
     from ..pipeline.options import BakeError
-    from .parser import device_choice
+    from .parser import device_choice, precision_choice
 
     try:
         return LazySolver(device_choice(args), weights=getattr(args, "weights", None),
-                          on_error=lambda ex: CliError(str(ex)))
+                          on_error=lambda ex: CliError(str(ex)), precision=precision_choice(args))
     except BakeError as ex:
         raise CliError(str(ex)) from None
 

@@ -64,6 +64,8 @@ def _bake_args(args, target):
         argv.append("--no-refine")
     if args.device:
         argv += ["--device", args.device]
+    if getattr(args, "precision", "auto") != "auto":
+        argv += ["--precision", args.precision]
     if args.quiet:
         argv.append("--quiet")
     if args.weights:

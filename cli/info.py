@@ -5,7 +5,7 @@ import os
 import platform
 import sys
 
-from .parser import add_device_argument, device_choice
+from .parser import add_device_argument, device_choice, precision_choice
 
 #: Weights file relative to the package root.
 WEIGHTS_RELPATH = os.path.join("weights", "neural_ik.pt")
@@ -124,6 +124,17 @@ def weights_report(path):
     return rows + [("weights status", "ok")]
 
 
+def _precision_in_use(args, in_use):
+    """``--precision`` and what the network's CPU batches compute in with it, e.g. "auto (bfloat16 on the CPU)"."""
+    choice = precision_choice(args)
+    if str(in_use).startswith("none"):
+        return choice
+    from ..model.inference import cpu_has_bfloat16
+
+    low = choice == "bfloat16" or (choice == "auto" and cpu_has_bfloat16())
+    return "{} ({} on the CPU)".format(choice, "bfloat16" if low else "float32")
+
+
 def run(args):
     """Print the report; returns 0."""
     import warnings
@@ -143,6 +154,7 @@ def run(args):
         ("numpy", _version("numpy")),
         ("device setting", device_choice(args)),
         ("device in use", in_use),
+        ("precision", _precision_in_use(args, in_use)),
     ]
     rows += weights_report(os.path.abspath(args.weights) if args.weights else default_weights_path())
     width = max(len(key) for key, _ in rows)

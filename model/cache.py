@@ -7,8 +7,8 @@ __all__ = ["cached_solver", "clear_solver_cache"]
 _SOLVERS: dict = {}
 
 
-def cached_solver(device, weights=None):
-    """The solver for a resolved ``device`` (``"cpu"``, ``"cuda"``) and weights path, loaded once.
+def cached_solver(device, weights=None, precision="auto"):
+    """The solver for a resolved ``device`` (``"cpu"``, ``"cuda"``), weights path and ``precision``, loaded once.
 
     Raises
     ------
@@ -17,10 +17,10 @@ def cached_solver(device, weights=None):
     """
     from .inference import Solver
 
-    key = (str(device), None if weights is None else str(weights))
+    key = (str(device), None if weights is None else str(weights), str(precision))
     solver = _SOLVERS.get(key)
     if solver is None:
-        solver = Solver(weights=weights, device=device)
+        solver = Solver(weights=weights, device=device, precision=precision)
         _SOLVERS[key] = solver
     return solver
 

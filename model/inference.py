@@ -102,6 +102,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..device import PRECISION_CHOICES as PRECISIONS  # (the solver's and --precision's one list)
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
 from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_OUTPUTS, POSE_INPUTS, SKELETON_INPUTS, IKNet, bone_directions, num_features
 from .refine import DEFAULTS as REFINE_DEFAULTS
@@ -242,10 +243,6 @@ def _segment_scales(kp, mask) -> np.ndarray:
     legs = legs if legs is not None else torso
     arms = float(np.sqrt(torso * legs))
     return np.array([torso, legs, arms])[_SEGMENT]
-
-
-#: The precisions the network's batches run in (:class:`Solver`'s ``precision``).
-PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 def cpu_has_bfloat16() -> bool:

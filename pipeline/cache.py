@@ -7,8 +7,8 @@ from .options import BakeError
 __all__ = ["get_solver", "clear_solver_cache", "LazySolver"]
 
 
-def get_solver(device: str = "auto", weights=None):
-    """The cached :class:`..model.inference.Solver` for ``device`` (``auto``, ``cpu``, ``cuda``).
+def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
+    """The cached :class:`..model.inference.Solver` for ``device`` (``auto``, ``cpu``, ``cuda``) and ``precision``.
 
     Raises
     ------
@@ -28,7 +28,7 @@ def get_solver(device: str = "auto", weights=None):
     except ValueError as ex:
         raise BakeError(str(ex)) from None
     try:
-        return cached_solver(resolved, weights)
+        return cached_solver(resolved, weights, precision)
     except inference.WeightsError as ex:
         raise BakeError(f"cannot load the network weights: {ex}") from None
 
@@ -52,14 +52,16 @@ class LazySolver:
     on_error : callable, optional
         ``on_error(BakeError) -> Exception``: what to raise instead when the
         solver does not load (the CLI's own error type).
+    precision : str
+        ``auto``, ``float32`` or ``bfloat16`` (:class:`..model.inference.Solver`'s).
 
     Raises
     ------
     BakeError
-        An unknown device or a missing weights file.
+        An unknown device or precision, or a missing weights file.
     """
 
-    def __init__(self, device: str = "auto", weights=None, on_error=None):
+    def __init__(self, device: str = "auto", weights=None, on_error=None, precision: str = "auto"):
         import os
 
         from .. import device as _device
@@ -68,6 +70,9 @@ class LazySolver:
             _device.check_device_choice(device)
         except ValueError as ex:
             raise BakeError(str(ex)) from None
+        if precision not in _device.PRECISION_CHOICES:
+            raise BakeError(f"unknown precision {precision!r} (one of {', '.join(_device.PRECISION_CHOICES)})")
+        self.precision = precision
         if weights is not None and not os.path.isfile(weights):
             raise BakeError(f"cannot load the network weights: Neural IK weights not found: {weights}")
         self.device = device
@@ -79,7 +84,7 @@ class LazySolver:
         """The loaded solver (:func:`get_solver`); a failure's message starts "cannot load"."""
         if self._solver is None:
             try:
-                self._solver = get_solver(self.device, self.weights)
+                self._solver = get_solver(self.device, self.weights, self.precision)
             except (BakeError, FileNotFoundError, OSError, RuntimeError, ValueError) as ex:
                 text = " ".join(str(ex).split())
                 err = BakeError(text if text.startswith("cannot load") else "cannot load the network: " + text)

@@ -278,3 +278,34 @@ def test_bfloat16_batches_are_the_float32_network_within_its_rounding(weights, p
     np.testing.assert_allclose(one.local_rot[0], a.solve(kp[:2], skeleton=sk, refine=False).local_rot[0], atol=2e-5)
     with pytest.raises(ValueError, match="unknown precision 'float16'"):
         I.Solver(weights, device="cpu", precision="float16")
+
+
+def test_the_cli_precision_reaches_the_solver(capsys):
+    """``--precision`` of every bake command parses, is refused when unknown, and is the solver's."""
+    from neural_ik.cli import bake as cli_bake, info
+    from neural_ik.cli.parser import build_parser, precision_choice
+    from neural_ik.model.cache import clear_solver_cache
+    from neural_ik.pipeline.cache import LazySolver
+    from neural_ik.pipeline.options import BakeError
+
+    parser = build_parser()
+    for argv, want in ((["bake", "x.npz", "--target", "rigify"], "auto"),
+                       (["bake", "x.npz", "--target", "rigify", "--precision", "float32"], "float32"),
+                       (["batch", "in", "--target", "rigify", "--out-dir", "o", "--precision", "bfloat16"], "bfloat16")):
+        args = parser.parse_args(argv)
+        assert precision_choice(args) == want
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bake", "x.npz", "--target", "rigify", "--precision", "float16"])
+    assert "invalid choice: 'float16'" in capsys.readouterr().err
+    with pytest.raises(BakeError, match="unknown precision 'half'"):
+        LazySolver("cpu", precision="half")
+    clear_solver_cache()
+    try:
+        args = parser.parse_args(["bake", "x.npz", "--target", "rigify", "--device", "cpu", "--precision", "float32"])
+        s = cli_bake.get_solver(args).load()
+        assert s.precision == "float32"
+        assert cli_bake.get_solver(parser.parse_args(["bake", "x.npz", "--target", "rigify", "--device", "cpu",
+                                                      "--precision", "bfloat16"])).load().precision == "bfloat16"
+        assert info._precision_in_use(args, "cpu") == "float32 (float32 on the CPU)"
+    finally:
+        clear_solver_cache()
