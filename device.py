@@ -55,6 +55,13 @@ def check_device_choice(choice):
     return key
 
 
+def check_precision_choice(choice):
+    """``choice`` when it is one of :data:`PRECISION_CHOICES` (no torch needed); else ``ValueError``."""
+    if choice not in PRECISION_CHOICES:
+        raise ValueError("unknown precision {!r} (one of {})".format(choice, ", ".join(PRECISION_CHOICES)))
+    return choice
+
+
 def resolve_device(choice="auto"):
     """Turn a compute-device setting into a torch device string.
 

@@ -64,7 +64,7 @@ def _bake_args(args, target):
         argv.append("--no-refine")
     if args.device:
         argv += ["--device", args.device]
-    if getattr(args, "precision", "auto") != "auto":
+    if args.precision != "auto":
         argv += ["--precision", args.precision]
     if args.quiet:
         argv.append("--quiet")

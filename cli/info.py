@@ -129,10 +129,9 @@ def _precision_in_use(args, in_use):
     choice = precision_choice(args)
     if str(in_use).startswith("none"):
         return choice
-    from ..model.inference import cpu_has_bfloat16
+    from ..model.inference import resolve_precision
 
-    low = choice == "bfloat16" or (choice == "auto" and cpu_has_bfloat16())
-    return "{} ({} on the CPU)".format(choice, "bfloat16" if low else "float32")
+    return "{} ({} on the CPU)".format(choice, resolve_precision(choice))
 
 
 def run(args):

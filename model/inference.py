@@ -103,6 +103,7 @@ import numpy as np
 import torch
 
 from ..device import PRECISION_CHOICES as PRECISIONS  # (the solver's and --precision's one list)
+from ..device import check_precision_choice
 from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
 from .network import EFFECTOR_JOINTS, NUM_EFF, NUM_OUTPUTS, POSE_INPUTS, SKELETON_INPUTS, IKNet, bone_directions, num_features
 from .refine import DEFAULTS as REFINE_DEFAULTS
@@ -113,7 +114,7 @@ from .skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skelet
 
 __all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network",
            "format_version_problem", "DEFAULT_WEIGHTS",
-           "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA", "PRECISIONS", "cpu_has_bfloat16"]
+           "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA", "PRECISIONS", "cpu_has_bfloat16", "resolve_precision"]
 
 #: Weights shipped with the extension.
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_ik.pt"
@@ -258,6 +259,18 @@ def cpu_has_bfloat16() -> bool:
         except Exception:  # (a private check that a torch build lacks or that fails: no bfloat16)
             pass
     return False
+
+
+def resolve_precision(choice="auto") -> str:
+    """What the network's CPU batches compute in for a ``precision`` setting: "float32" or "bfloat16".
+
+    Raises
+    ------
+    ValueError
+        When ``choice`` is not one of :data:`PRECISIONS`.
+    """
+    check_precision_choice(choice)
+    return "bfloat16" if choice == "bfloat16" or (choice == "auto" and cpu_has_bfloat16()) else "float32"
 
 
 def _resolve_device(device) -> torch.device:
@@ -510,12 +523,9 @@ class Solver:
     place_root = True
 
     def __init__(self, weights=None, device="auto", precision="auto"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+        #: What the CPU batches' layers compute in: "float32" or "bfloat16" (:func:`resolve_precision`).
+        self.precision = resolve_precision(precision)
         self.device = _resolve_device(device)
-        #: What the CPU batches' layers compute in: "float32" or "bfloat16" (``precision`` resolved).
-        self.precision = ("bfloat16" if precision == "bfloat16" or (precision == "auto" and cpu_has_bfloat16())
-                          else "float32")
         self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
         self.net, blob = load_network(self.weights_path, self.device)
         self.info = blob.get("train", {})

@@ -68,11 +68,9 @@ class LazySolver:
 
         try:
             _device.check_device_choice(device)
+            self.precision = _device.check_precision_choice(precision)
         except ValueError as ex:
             raise BakeError(str(ex)) from None
-        if precision not in _device.PRECISION_CHOICES:
-            raise BakeError(f"unknown precision {precision!r} (one of {', '.join(_device.PRECISION_CHOICES)})")
-        self.precision = precision
         if weights is not None and not os.path.isfile(weights):
             raise BakeError(f"cannot load the network weights: Neural IK weights not found: {weights}")
         self.device = device
