@@ -69,7 +69,8 @@ def test_zip_contents(ext_zip):
     assert "blender_manifest.toml" in names
     assert "__init__.py" in names
     assert any(name.startswith("weights/") for name in names), "weights/ must ship"
-    for excluded in ("tests/", "training/", "benchmarks/", ".ci/", ".venv/", ".git/", "bench_out/", "out/"):
+    for excluded in ("tests/", "training/", "benchmarks/", ".ci/", ".venv/", ".git/", "bench_out/", "out/",
+                     "docs/", "tools/"):
         assert not any(name.startswith(excluded) for name in names), excluded
     for excluded in ("neural-ik", "setup.sh", "pytest.ini", "devpkg.py", "conftest.py"):
         assert excluded not in names, excluded
