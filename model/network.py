@@ -96,16 +96,17 @@ _HEAD_TOP_END = 0  # index of head_top in END_OFFSETS
 _REST_SIZE = float(_REST_LEN[_BONE_IDX["spine"]].sum() + _REST_END_LEN[_HEAD_TOP_END] + _REST_LEN[_BONE_IDX["legs"]].sum() / 2)
 
 #: How a network reads the skeleton (``hparams["skeleton_input"]``) and its number of features:
-#: "lengths" (bone lengths only; the weights trained before 2 Dec) or "offsets" (every offset, so
-#: where the joints sit too).
+#: "lengths" (bone lengths only: the shipped weights, and any format-2 file without the key) or
+#: "offsets" (every offset, so where the joints sit too). See docs/design.md#weights-format.
 SKELETON_INPUTS = {"lengths": (NUM_JOINTS - 1) + len(END_OFFSETS), "offsets": 3 * ((NUM_JOINTS - 1) + len(END_OFFSETS))}
 #: Each bone as (parent keypoint, child keypoint): every joint but the root and every end point.
 _BONE_CHILD = np.arange(1, NUM_KEYPOINTS)
 _BONE_PARENT = np.array([PARENTS[k] for k in range(1, NUM_JOINTS)] + list(END_PARENTS))
 #: How a network reads the pose (``hparams["pose_input"]``) and its extra features: "positions"
-#: (the keypoints in the body's frame; the weights trained before 2 Dec) or "directions" (also
-#: every bone's direction between its two keypoints, :func:`bone_directions`: the same for a
-#: child's body and an adult's, so the rotations need not be read through the proportions).
+#: (the keypoints in the body's frame: the shipped weights, and any format-2 file without the key)
+#: or "directions" (also every bone's direction between its two keypoints, :func:`bone_directions`:
+#: the same for a child's body and an adult's, so the rotations need not be read through the
+#: proportions).
 POSE_INPUTS = {"positions": 0, "directions": 3 * len(_BONE_CHILD)}
 #: A bone shorter than this (body-size units, metres of the canonical skeleton) gives a shorter
 #: direction vector, smoothly (:func:`bone_directions`).
