@@ -17,7 +17,7 @@ Signs, for the left side (the right side is mirrored: ``x`` kept, ``y`` and
 - knee (calf): flexion is positive X only (no hyperextension);
 - ankle (foot): +X plantar flexion; toes: X.
 
-The anatomical ranges were widened to the 0.1-99.9 percentile range (plus 5
+The anatomical ranges are widened to the 0.1-99.9 percentile range (plus 5
 degrees) of the CMU motion retargeted onto this skeleton, both sides pooled,
 where that goes further, so that real motion is never penalised. The
 retargeting leaves some conventions of its own: the spine's bend is shared

@@ -1,8 +1,8 @@
 """What a solve returns and which mode keypoints call for: no torch here.
 
 A bake whose source skeleton gives every rotation (a BVH, an FBX, an
-armature) never runs the network; importing torch would cost it about 1.4 s
-on the 2-core reference machine (``benchmarks/bench_vs_blender.py``), so the
+armature) never runs the network, and importing torch would cost such a
+batch seconds (docs/benchmarks.md#speed-against-blender), so the
 pipeline takes these two names from here, not from :mod:`.inference`
 (which re-exports them).
 """

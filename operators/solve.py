@@ -113,7 +113,8 @@ def scene_input(context, current_frame=False):
     return kp, mask, float(fps), root.name
 
 
-#: Keypoint object name -> (its source skeleton, the canonical keypoints it was made with), this session.
+#: Keypoint object name -> (its source skeleton, the canonical keypoints it was made with),
+#: in memory only (not saved in the file).
 _SOURCE_RIGS: dict = {}
 
 
@@ -123,7 +124,7 @@ def remember_source_rig(root, source_rig):
     A bake of that object then starts from the skeleton's own rotations, as
     the CLI's bake of the file does, while the keypoints are as they were
     made (checked at bake time; edited keypoints are baked from themselves).
-    Kept for this session only.
+    Kept in memory only, not in the file.
     """
     pos, names, fps, layout = read_keypoint_object(root)
     kp, _mask = _canonical_from(pos, names, fps, layout, root.name)

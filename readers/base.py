@@ -205,7 +205,7 @@ def frame_extents(p) -> np.ndarray:
 
     A running ``fmax``/``fmin`` over the points, each a pass over every frame:
     numpy's reductions over the middle axis of a (T, J, 3) array (``nanmax``
-    or ``max(axis=1)``) took five times as long (3,000 frames: 6.3 ms).
+    or ``max(axis=1)``) are several times slower.
     """
     p = np.asarray(p, dtype=np.float64)
     if p.shape[1] == 0:
@@ -524,8 +524,8 @@ def _looks_image_normalised(points: np.ndarray) -> bool:
 def mix_points(W, p):
     """``out[t, k] = sum_j W[k, j] p[t, j]``: weights (K, J) of points (T, J, 3), as one matrix product.
 
-    (``np.einsum`` without its optimiser loops in C over every term: 25 ms for
-    3,000 frames of 60 joints, this 3 ms.)
+    (``np.einsum`` without its optimiser loops in C over every term, several
+    times slower on a long clip.)
     """
     T, J = p.shape[:2]
     flat = np.ascontiguousarray(np.swapaxes(p, 0, 1)).reshape(J, T * 3)

@@ -48,7 +48,7 @@ def filter_params(method: str, strength: float, fps: float) -> dict:
       ``d_cutoff`` 1 Hz.
     - savgol: window ``0.05 + 0.55 * strength`` seconds (odd, >= 5 frames
       when strength > 0), polynomial order 3 (2 for short windows).
-    - butter: cutoff ``12 * 0.05 ** strength`` Hz (12 Hz -> 0.6 Hz), order 2,
+    - butter: cutoff ``12 * 0.05 ** strength`` Hz (12 Hz down to 0.6 Hz), order 2,
       capped below Nyquist.
     """
     s = float(np.clip(strength, 0.0, 1.0))
