@@ -72,6 +72,11 @@ def register_dependent():
             if hasattr(module, "register"):
                 module.register()
         _dependent.append(package)
+    if not bpy.app.background:   # an animator's session: the first Solve Frame should not wait
+        from . import preferences
+        from .blender_io import preload
+
+        preload.start(preferences.device_choice(), defer=True)
     return True
 
 
@@ -83,6 +88,10 @@ def unregister_dependent():
         for module in reversed(package.modules):
             if hasattr(module, "unregister"):
                 module.unregister()
+    if _dependent:
+        from .blender_io import preload
+
+        preload.stop_timers()
     _dependent.clear()
     for cls in reversed(_registered_classes):
         bpy.utils.unregister_class(cls)

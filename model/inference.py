@@ -534,6 +534,15 @@ class Solver:
         self._np_net = _NumpyNet(self.net)
         self._cpu_net = self.net if self.device.type == "cpu" else None
 
+    def warm_up(self):
+        """Solve the canonical rest pose once, sparse and dense, so that a first interactive solve
+        pays no first-call costs (the skeleton's features, numpy's and torch's first calls)."""
+        kp = CANONICAL.rest_keypoints()[None].astype(np.float64)
+        sparse = kp.copy()
+        sparse[:, ~_SPARSE_SET] = np.nan
+        self.solve(sparse, mode="sparse", refine_steps=2)
+        self.solve(kp, mode="dense")
+
     def _network_on(self, dev: torch.device):
         """The network on ``dev`` (a CPU copy of a CUDA solver's network is made once, when first needed)."""
         if dev.type == self.device.type:

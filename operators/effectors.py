@@ -13,7 +13,9 @@
 import bpy
 import numpy as np
 
+from .. import preferences
 from ..blender_io import bake as bake_mod
+from ..blender_io import preload
 from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
 from .mapping import target_armature
@@ -65,6 +67,8 @@ class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
             e.show_in_front = True
             context.scene.collection.objects.link(e)
         s = context.scene.neural_ik
+        # the solves that follow need the network (from the event loop where there is one)
+        preload.start(preferences.device_choice(context), defer=not bpy.app.background)
         s.effector_root = root
         s.source = 'EFFECTORS'
         s.target = obj

@@ -6,6 +6,7 @@ import textwrap
 import bpy
 
 from .. import preferences
+from ..blender_io import preload
 from ..properties import input_frames, target_armature
 from ..model.skeleton import JOINTS
 
@@ -190,6 +191,8 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
     def draw(self, context):
         layout = self.layout
         s = _settings(context)
+        if preload.loading():
+            layout.label(text="Loading network...", icon='TIME')
         row = layout.row(align=True)
         row.operator("neural_ik.solve_frame", icon='POSE_HLT')
         obj = target_armature(context)

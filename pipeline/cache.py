@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from .options import BakeError
 
-__all__ = ["get_solver", "clear_solver_cache", "LazySolver"]
+import threading
+
+__all__ = ["get_solver", "clear_solver_cache", "LazySolver", "preload_solver", "solver_loading"]
+
+#: The background load started by :func:`preload_solver`: its thread and what it was asked for.
+_PRELOAD = {"thread": None, "args": None}
 
 
 def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
@@ -19,6 +24,7 @@ def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
     from .. import deps
     from .. import device as _device
 
+    _wait_for_preload()
     if deps.import_torch() is None:  # torch found at registration but missing or broken (a shared library)
         raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)")
     from ..model import inference
@@ -31,6 +37,43 @@ def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
         return cached_solver(resolved, weights, precision)
     except inference.WeightsError as ex:
         raise BakeError(f"cannot load the network weights: {ex}") from None
+
+
+def preload_solver(device: str = "auto", weights=None, precision: str = "auto") -> bool:
+    """Load the solver of :func:`get_solver` in a background thread; returns at once.
+
+    Importing torch and reading the weights take a second or two: started
+    when the add-on is enabled or effectors are added, the first Solve Frame
+    does not wait for them. A later :func:`get_solver` waits for this load
+    instead of starting a second one; a failure is reported by that call.
+    Returns ``False`` when a load is already under way.
+    """
+    if solver_loading():
+        return False
+
+    def work():
+        try:
+            solver = get_solver(device, weights, precision)
+            solver.warm_up()
+        except Exception:  # get_solver on the caller's side reports it
+            pass
+
+    thread = threading.Thread(target=work, name="neural_ik_preload", daemon=True)
+    _PRELOAD.update(thread=thread, args=(device, weights, precision))
+    thread.start()
+    return True
+
+
+def solver_loading() -> bool:
+    """Whether :func:`preload_solver`'s background load is still under way."""
+    thread = _PRELOAD["thread"]
+    return thread is not None and thread.is_alive()
+
+
+def _wait_for_preload():
+    thread = _PRELOAD["thread"]
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
 
 
 class LazySolver:

@@ -267,6 +267,37 @@ def test_solve_frame_and_effectors(ext, bake, sk, exact_solver, tmp_path):
     assert bpy.ops.neural_ik.live_solve('EXEC_DEFAULT') == {'FINISHED'}
 
 
+def test_add_effectors_loads_the_network_in_the_background(ext):
+    import threading
+    from types import SimpleNamespace
+    cache = importlib.import_module(ext.__name__ + ".pipeline.cache")
+    panels = importlib.import_module(ext.__name__ + ".panels.main")
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    bpy.context.scene.neural_ik.target = obj
+    _select(obj)
+    release = threading.Event()
+    held = threading.Thread(target=release.wait, daemon=True)   # a load that is still under way
+    held.start()
+    cache._PRELOAD["thread"] = held
+    try:
+        assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}   # no second load while one runs
+        assert cache._PRELOAD["thread"] is held
+        log = []
+        panels.VIEW3D_PT_neural_ik_bake.draw(SimpleNamespace(layout=_Layout(log)), bpy.context)
+        assert ("label", "Loading network...") in log
+    finally:
+        release.set()
+        held.join()
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}      # now it starts one
+    thread = cache._PRELOAD["thread"]
+    assert thread is not held and thread.name == "neural_ik_preload"
+    thread.join(120)
+    log = []
+    panels.VIEW3D_PT_neural_ik_bake.draw(SimpleNamespace(layout=_Layout(log)), bpy.context)
+    assert ("label", "Loading network...") not in log
+    assert cache.get_solver("auto") is not None
+
+
 def test_panels_registered(ext):
     for name in ("VIEW3D_PT_neural_ik_target", "VIEW3D_PT_neural_ik_mapping", "VIEW3D_PT_neural_ik_input",
                  "VIEW3D_PT_neural_ik_bake", "VIEW3D_PT_neural_ik_device"):

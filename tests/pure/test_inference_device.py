@@ -137,3 +137,29 @@ def test_single_pose_on_a_cuda_solver_runs_on_the_cpu(weights, poses):
     ref = I.Solver(weights, device="cpu").solve(kp[:I.CPU_MAX_FRAMES_ON_CUDA + 1], skeleton=sk)
     np.testing.assert_allclose(one.keypoints[0], ref.keypoints[0], atol=2e-4)
     np.testing.assert_allclose(many.keypoints, ref.keypoints, atol=1e-3)
+
+
+def test_preload_loads_in_the_background_and_get_solver_shares_it(weights):
+    from neural_ik.model import cache as model_cache
+    from neural_ik.pipeline import cache
+
+    model_cache.clear_solver_cache()
+    assert cache.preload_solver("cpu", weights=str(weights), precision="float32")
+    solver = cache.get_solver("cpu", weights=str(weights), precision="float32")   # waits, no second load
+    assert not cache.solver_loading()
+    assert len(model_cache._SOLVERS) == 1 and next(iter(model_cache._SOLVERS.values())) is solver
+    out = solver.solve(np.asarray(CANONICAL.rest_keypoints())[None], mode="dense")
+    assert np.isfinite(out.local_rot).all()
+    model_cache.clear_solver_cache()
+
+
+def test_preload_failure_is_reported_by_the_next_get_solver(tmp_path):
+    from neural_ik.pipeline import cache
+    from neural_ik.pipeline.options import BakeError
+
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"not a weights file")
+    cache.preload_solver("cpu", weights=str(bad))          # the thread fails quietly ...
+    with pytest.raises(BakeError, match="broken.pt"):      # ... and the caller hears of it
+        cache.get_solver("cpu", weights=str(bad))
+    assert not cache.solver_loading()
