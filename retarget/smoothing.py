@@ -30,6 +30,8 @@ otherwise numpy ports of the same algorithms (:func:`savgol_numpy`,
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .solve import quat_continuity
@@ -108,8 +110,16 @@ def _fill_nan(x2d):
     return x, nan
 
 
-def _scipy_signal():
-    """``scipy.signal``, or ``None`` when scipy is not installed (Blender's own Python)."""
+#: Tracks up to this many frames are filtered by the numpy ports unless ``scipy.signal`` is
+#: already loaded: importing it takes about a second, longer than filtering a short clip.
+NUMPY_FRAMES = 1000
+
+
+def _scipy_signal(frames: int = NUMPY_FRAMES + 1):
+    """``scipy.signal`` for tracks of ``frames`` frames, or ``None``: the numpy ports (short tracks,
+    or no scipy, as in Blender's own Python)."""
+    if frames <= NUMPY_FRAMES and "scipy.signal" not in sys.modules:
+        return None
     try:
         from scipy import signal
     except ImportError:
@@ -226,7 +236,7 @@ def _filter_2d(x, method, strength, fps):
         bwd = one_euro(xs[::-1], fps, **p)[::-1]
         out[:, good] = 0.5 * (fwd + bwd)
         return out
-    signal = _scipy_signal()
+    signal = _scipy_signal(T)
     if method == "savgol":
         win = min(p["window"], T if T % 2 else T - 1)
         if win < 3:
