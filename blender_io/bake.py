@@ -107,6 +107,9 @@ class BakeResult:
         error at the rig's scale, upright share, knees bent backwards.
     mode : str
         ``"dense"`` or ``"sparse"``.
+    start : str
+        Which path gave the start pose: ``"network"`` (the keypoints through the network) or
+        ``"source"`` (a source skeleton's own rotations, copied; the network did not run).
     keys : dict or None
         A bake onto a file's armature (no action): ``(property, bone index,
         array index) -> (T,) float32`` per keyed channel.
@@ -129,6 +132,7 @@ class BakeResult:
     bone_direction_error_deg: float = float("nan")
     figures: object = None
     mode: str = ""
+    start: str = ""
     keys: dict | None = None
     rotation_modes: list | None = None
 
@@ -494,6 +498,7 @@ class BakeJob:
             retarget=self.result,
             figures=f,
             mode=self.core.mode,
+            start=self.core.start,
             **extra,
         )
 

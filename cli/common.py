@@ -926,6 +926,7 @@ def result_row(result, clip, source, target, seconds):
         "frame_start": getattr(result, "frame_start", None),
         "layout": getattr(clip, "layout", None),
         "mode": getattr(result, "mode", None),
+        "start": getattr(result, "start", None) or None,
         "seconds": {k: round(v, 4) for k, v in stages.items()},
         "seconds_total": round(total, 4),
         "frames_per_second": round(frames / total, 2) if total > 0 else None,
