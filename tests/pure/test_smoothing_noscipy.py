@@ -71,3 +71,29 @@ print("ok")
     result = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+def test_short_tracks_do_not_import_scipy_signal():
+    """Importing scipy.signal takes longer than filtering a short clip: the numpy ports do it; long
+    tracks, or a process that has it loaded, use scipy (the same results to rounding)."""
+    code = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from devpkg import import_package
+import_package()
+import numpy as np
+from neural_ik.retarget import smoothing as sm
+x = np.cumsum(np.random.default_rng(0).normal(size=(sm.NUMPY_FRAMES, 3, 3)), 0)
+short = sm.smooth_keypoints(x, "butter", 0.5, 30.0)
+sm.smooth_keypoints(x[:200], "savgol", 0.5, 30.0)
+assert "scipy.signal" not in sys.modules
+long = sm.smooth_keypoints(np.concatenate([x, x[::-1]]), "butter", 0.5, 30.0)
+assert "scipy.signal" in sys.modules and np.isfinite(long).all()
+again = sm.smooth_keypoints(x, "butter", 0.5, 30.0)    # loaded now: scipy's, to rounding
+assert np.allclose(again, short, atol=1e-9), np.abs(again - short).max()
+print("ok")
+"""
+    pytest.importorskip("scipy.signal")
+    result = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
