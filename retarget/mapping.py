@@ -57,6 +57,8 @@ REQUIRED_JOINTS: tuple = ("pelvis", "head", "upperarm_l", "forearm_l", "hand_l",
 #: Limb joints (twist bones attach to these).
 LIMB_JOINTS: tuple = tuple(j for j in JOINTS if j.endswith(("_l", "_r")))
 
+#: A numbered segment of a chain (Rigify's ``spine.004``, ``spine_05``).
+_NUMBERED = re.compile(r"[._]\d{2,3}$")
 _TOKEN_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _SEGMENT_RE = re.compile(r"^(.*?)[._](\d{3})$")
 
@@ -347,6 +349,10 @@ class _Mapper:
             conf, why = 1.0, "name and hierarchy"
         elif role in roles:
             conf, why = 0.85, "ambiguous name resolved by hierarchy"
+        elif role in ("neck", "head") and roles and roles[0] == "spine" and _NUMBERED.search(self.rig.names[i]):
+            # Rigify's numbered spine (spine.004 the neck, spine.006 the head): one chain, its
+            # segments named by number, so the position is the convention, not a guess
+            conf, why = 0.85, "segment of a numbered spine chain, placed by hierarchy"
         elif roles:
             conf, why = 0.5, f"hierarchy position (name suggests {'/'.join(roles)})"
         else:

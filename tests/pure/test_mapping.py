@@ -111,6 +111,9 @@ def test_rigify_metarig():
     assert m.entries == exp
     assert m.extra_spine == ["spine.005"]
     assert humanoid_check(m) == [] and m.validate(rig) == []
+    # the stock meta-rig's mapping is right: no joint of it is reported as unsure (< 0.6)
+    assert min(m.confidence.values()) >= 0.6, m.confidence
+    assert m.confidence["head"] == m.confidence["neck"] == 0.85
 
 
 @pytest.mark.parametrize("name,side,core", [
