@@ -85,6 +85,11 @@ def keypoint_error(pred, target, mask=None) -> tuple:
     return total / count, worst
 
 
+#: Bones shorter than this share of the clip's median bone length are left out of
+#: :func:`bone_direction_error` (their direction is rounding noise).
+MIN_BONE_SHARE = 1e-3
+
+
 def bone_direction_error(pred, target, mask=None) -> float:
     """Mean angle between corresponding bone directions, in degrees.
 
@@ -92,6 +97,8 @@ def bone_direction_error(pred, target, mask=None) -> float:
     next joint down the chain, or the end point of an end joint). The figure
     does not depend on bone lengths: a retarget onto a rig with other
     proportions scores 0 when every bone points the same way as the source.
+    Bones of (nearly) zero length on either side (a file's end sites of zero
+    length) point nowhere and are left out.
 
     Parameters
     ----------
@@ -119,6 +126,9 @@ def bone_direction_error(pred, target, mask=None) -> float:
         npn = vector_norm(dp)
         ntn = vector_norm(dt)
         valid = np.isfinite(npn) & np.isfinite(ntn) & (npn > 1e-9) & (ntn > 1e-9)
+        if valid.any():   # a zero-length end site (rounded to micrometres) points nowhere: not a bone
+            short = MIN_BONE_SHARE * np.median(ntn[valid])
+            valid &= (ntn > short) & (npn > short)
         if m is not None:
             valid &= m[s:e, a] & m[s:e, b]
         cos = np.sum(dp[valid] * dt[valid], -1) / (npn[valid] * ntn[valid])

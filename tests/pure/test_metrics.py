@@ -75,3 +75,19 @@ def test_foot_contacts_height(metrics):
     c = metrics.foot_contacts(p, fps)
     assert c[:20, 0].all() and not c[20:, 0].any()
     assert metrics.foot_contacts(p, fps, floor=-1.0).sum() == 0
+
+
+def test_bone_direction_error_leaves_out_zero_length_end_sites(metrics, sk):
+    """A file whose end sites have zero length (rounded to 1e-8 m) gives its end bones no direction:
+    a bake that meets every joint reads 0 degrees, not the angle of rounding noise."""
+    rng = np.random.default_rng(3)
+    kp = np.asarray(sk.CANONICAL.rest_keypoints(), dtype=np.float64)[None].repeat(5, 0)
+    kp += rng.normal(scale=0.01, size=kp.shape)
+    source = kp.copy()
+    ends = [sk.KEYPOINTS.index(n) for n in ("head_top", "hand_tip_l", "hand_tip_r", "toe_tip_l", "toe_tip_r")]
+    parents = [sk.BONE_CHILD.index(e) for e in ends]
+    source[:, ends] = source[:, parents] + rng.normal(scale=1e-8, size=(5, len(ends), 3))
+    assert metrics.bone_direction_error(kp, source) < 1e-6
+    turned = kp.copy()
+    turned[:, sk.KEYPOINTS.index("forearm_l")] += 0.05     # a real bone off: still counted
+    assert metrics.bone_direction_error(turned, source) > 0.5
