@@ -49,31 +49,68 @@ class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
         except bake_mod.BakeError as ex:
             self.report({'ERROR'}, str(ex))
             return {'CANCELLED'}
+        s = context.scene.neural_ik
+        # the solves that follow need the network (from the event loop where there is one)
+        preload.start(preferences.device_choice(context), defer=not bpy.app.background)
+        kept = _animated_effectors(context, obj)
+        if kept is not None:   # keyed empties are the animator's work: used again, never replaced
+            s.effector_root, s.source, s.target = kept, 'EFFECTORS', obj
+            self.report({'INFO'}, f"{obj.name!r} has keyed effectors {kept.name!r}: using them (delete them "
+                                  "to add new ones at the current pose)")
+            return {'FINISHED'}
         mw = obj.matrix_world
-        scale = float(np.cbrt(abs(np.linalg.det(np.array(mw)[:3, :3])))) or 1.0
+        size = _display_size(obj, mapping)
+        _remove_effectors(context, obj)   # Add Effectors again: one set per armature, at its pose now
         root = bpy.data.objects.new(f"{obj.name} Effectors", None)
         root.empty_display_type = 'PLAIN_AXES'
-        root.empty_display_size = 0.1
+        root.empty_display_size = 1.5 * size
         root[EFFECTOR_ROOT_TAG] = obj.name
         context.scene.collection.objects.link(root)
         for joint in SPARSE_EFFECTORS:
             pb = obj.pose.bones[mapping.entries[joint]]
             e = bpy.data.objects.new(f"{obj.name} {joint}", None)
             e.empty_display_type = _shape(joint)
-            e.empty_display_size = 0.06 * scale
+            e.empty_display_size = size
             e[EFFECTOR_TAG] = joint
             e.parent = root
             e.location = mw @ pb.head
             e.show_in_front = True
             context.scene.collection.objects.link(e)
-        s = context.scene.neural_ik
-        # the solves that follow need the network (from the event loop where there is one)
-        preload.start(preferences.device_choice(context), defer=not bpy.app.background)
         s.effector_root = root
         s.source = 'EFFECTORS'
         s.target = obj
         self.report({'INFO'}, f"Added {len(SPARSE_EFFECTORS)} effectors for {obj.name!r}")
         return {'FINISHED'}
+
+
+def _display_size(obj, mapping) -> float:
+    """Empty size in world units: 6 % of the rig's height in the world (any object scale or bone units)."""
+    mw = np.array(obj.matrix_world)
+    heads = np.array([mw[:3, :3] @ np.array(obj.data.bones[b].head_local) + mw[:3, 3]
+                      for b in mapping.entries.values() if b in obj.data.bones])
+    height = float(np.ptp(heads[:, 2])) if len(heads) > 1 else 0.0
+    return 0.06 * (height if height > 1e-6 else 1.0)
+
+
+def _effector_sets(context, obj):
+    return [o for o in context.scene.objects if o.get(EFFECTOR_ROOT_TAG) == obj.name]
+
+
+def _animated_effectors(context, obj):
+    """The effector set of ``obj`` whose root or empties carry keys, or None."""
+    for root in _effector_sets(context, obj):
+        if any(o.animation_data is not None and o.animation_data.action is not None
+               for o in [root, *root.children]):
+            return root
+    return None
+
+
+def _remove_effectors(context, obj):
+    """Delete the effector sets made for ``obj`` (their empties too)."""
+    for root in _effector_sets(context, obj):
+        for child in list(root.children):
+            bpy.data.objects.remove(child, do_unlink=True)
+        bpy.data.objects.remove(root, do_unlink=True)
 
 
 def _matrices(root):

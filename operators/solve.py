@@ -65,6 +65,16 @@ def effector_keypoints(root):
     return kp
 
 
+def effector_owner_warning(context, obj) -> str:
+    """A warning when the effectors in use were added for another armature than ``obj`` ("" otherwise)."""
+    root = context.scene.neural_ik.effector_root
+    owner = root.get(EFFECTOR_ROOT_TAG) if root is not None else None
+    if obj is None or owner is None or owner == obj.name:
+        return ""
+    return (f"the effectors {root.name!r} were added for {owner!r}, not for the target {obj.name!r}: "
+            f"its pelvis goes where {owner!r}'s was (Add Effectors on {obj.name!r} for its own)")
+
+
 def scene_input(context, current_frame=False):
     """Read the input chosen in the settings.
 
@@ -199,6 +209,8 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         msg = _pose_summary(out)
         context.scene.neural_ik.status = msg
         self.report({'WARNING'} if out["unreachable"] else {'INFO'}, msg)
+        if context.scene.neural_ik.source == 'EFFECTORS' and effector_owner_warning(context, obj):
+            self.report({'WARNING'}, effector_owner_warning(context, obj))
         keep_solved_pose(context, obj, self.report)  # an active action would replace the pose: key it or warn
         return {'FINISHED'}
 
@@ -232,7 +244,10 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         msg = _summary(result)
         context.scene.neural_ik.status = msg
         self.report({'INFO'}, msg)
-        for w in result.warnings:
+        warnings = list(result.warnings)
+        if context.scene.neural_ik.source == 'EFFECTORS':
+            warnings.append(effector_owner_warning(context, properties.target_armature(context)))
+        for w in filter(None, warnings):
             self.report({'WARNING'}, w)
 
     # -- synchronous (scripts, tests) -------------------------------------------

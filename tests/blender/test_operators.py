@@ -298,6 +298,37 @@ def test_add_effectors_loads_the_network_in_the_background(ext):
     assert cache.get_solver("auto") is not None
 
 
+def test_effectors_sized_in_world_units_one_set_and_their_owner(ext, capfd):
+    from mathutils import Matrix
+    cm = rigs.build_blender_armature(rigs.humanoid("mixamo", scale=100.0), name="Centi")
+    cm.matrix_world = Matrix.Diagonal((0.01, 0.01, 0.01, 1.0))       # a Mixamo-style FBX: cm bones, 0.01
+    m = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Metres")
+    bpy.context.view_layer.update()
+    s = bpy.context.scene.neural_ik
+    sizes = {}
+    for obj in (cm, m):
+        s.target = obj
+        _select(obj)
+        assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+        sizes[obj.name] = {c["neural_ik_effector"]: c.empty_display_size for c in s.effector_root.children}
+    assert sizes["Centi"] == pytest.approx(sizes["Metres"], rel=1e-3)      # the same body in the world
+    assert 0.05 < sizes["Metres"]["hand_l"] < 0.2                          # a few centimetres: clickable
+    before = len(bpy.data.objects)
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}             # again: the set is replaced
+    assert len(bpy.data.objects) == before
+    assert sum(o.get("neural_ik_effectors") == "Metres" for o in bpy.data.objects) == 1
+    root = s.effector_root
+    hand = [c for c in root.children if c["neural_ik_effector"] == "hand_l"][0]
+    hand.keyframe_insert("location", frame=1)                            # keyed: the animator's work
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    assert s.effector_root == root and hand.name in bpy.data.objects and len(bpy.data.objects) == before
+    capfd.readouterr()
+    s.target = cm                                                         # Metres' effectors on Centi
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    out = capfd.readouterr()
+    assert "were added for 'Metres', not for the target 'Centi'" in out.out + out.err
+
+
 def test_panels_registered(ext):
     for name in ("VIEW3D_PT_neural_ik_target", "VIEW3D_PT_neural_ik_mapping", "VIEW3D_PT_neural_ik_input",
                  "VIEW3D_PT_neural_ik_bake", "VIEW3D_PT_neural_ik_device"):
