@@ -285,9 +285,33 @@ def draw_dependencies(layout, choice="auto"):
         layout.label(text=_install_message[:200], icon='INFO')
 
 
+class VIEW3D_PT_neural_ik_setup(bpy.types.Panel):
+    """The Neural IK tab while PyTorch is missing: what is missing and the Install button."""
+
+    bl_idname = "VIEW3D_PT_neural_ik_setup"
+    bl_label = "Neural IK"
+    bl_space_type = 'VIEW_3D'
+    bl_region_type = 'UI'
+    bl_category = "Neural IK"
+
+    @classmethod
+    def poll(cls, context):
+        return not dependent_registered()
+
+    def draw(self, context):
+        draw_dependencies(self.layout, device_choice(context))
+
+
+def dependent_registered() -> bool:
+    """Whether the operators and panels that need PyTorch are registered (phase 2)."""
+    package = sys.modules.get(__package__)
+    return bool(getattr(package, "_dependent", None))
+
+
 classes = [
     NeuralIKPreferences,
     NEURAL_IK_OT_install_pytorch,
+    VIEW3D_PT_neural_ik_setup,
 ]
 
 _added_path = None

@@ -5,10 +5,12 @@ import re
 import sys
 import warnings
 import zipfile
+from types import SimpleNamespace
 
 import addon_utils
 import bpy
 import pytest
+from ui_layout import RecordingLayout
 
 MODULE_NAME = "bl_ext.user_default.neural_ik"  # where tests/blender/conftest.py installs it
 
@@ -240,6 +242,13 @@ def test_without_torch_only_preferences_register(ext, monkeypatch, capfd):
             assert _operator_registered("neural_ik.install_pytorch")
             assert bpy.context.preferences.addons[MODULE_NAME].preferences is not None
             assert not hasattr(bpy.types, "VIEW3D_PT_neural_ik")
+            # the sidebar tab is there with what is missing and the Install button
+            setup = bpy.types.VIEW3D_PT_neural_ik_setup
+            assert setup.bl_category == "Neural IK" and setup.poll(bpy.context)
+            log = []
+            setup.draw(SimpleNamespace(layout=RecordingLayout(log)), bpy.context)
+            assert ("label", "PyTorch is not installed") in log
+            assert any(kind == "operator" and "install_pytorch" in str(what) for kind, what in log), log
             device = sys.modules[MODULE_NAME + ".device"]
             assert device.status_line() == "PyTorch is not installed"
             # the command is there: `info` says what is missing, the others give the install hint
@@ -255,6 +264,7 @@ def test_without_torch_only_preferences_register(ext, monkeypatch, capfd):
     module = addon_utils.enable(MODULE_NAME, default_set=True)
     assert module.missing_reason == ""
     assert hasattr(bpy.types, "VIEW3D_PT_neural_ik")
+    assert not bpy.types.VIEW3D_PT_neural_ik_setup.poll(bpy.context)   # the full tab replaces it
 
 
 def test_install_job_reports_pip_output_and_failure(ext):
