@@ -161,21 +161,35 @@ def _options(context):
     return properties.bake_options(context.scene.neural_ik, device=preferences.device_choice(context))
 
 
-def _summary(result):
-    """One status line leading with what a user sees: floor, effectors, bone directions."""
+def _summary(result, obj=None):
+    """One status line leading with what a user sees: floor, effectors, bone directions, the scale used."""
     import math
 
     f = result.figures
     parts = []
     if f is not None and math.isfinite(f.floor_error_cm):
         parts.append(f"feet {f.floor_error_cm:+.1f} cm from the floor")
-    if f is not None and math.isfinite(f.effector_reach_mm[1]):
+    if f is not None and result.mode == "sparse" and math.isfinite(f.effector_reach_mm[1]):
         parts.append(f"effectors within {f.effector_reach_mm[1]:.1f} mm")
+    scale = _world_scale(result, obj)
+    if scale is not None:   # (Auto Scale's factor is shown nowhere else)
+        parts.append(f"motion scaled {scale:.2f}x")
     if math.isfinite(result.bone_direction_error_deg):
         parts.append(f"bone directions {result.bone_direction_error_deg:.1f}°")
     if f is not None and f.knees_backwards:
         parts.append(f"knees backwards on {f.knees_backwards} frames")
     return f"Baked {result.frames} frames into {result.action.name!r}: " + ", ".join(parts)
+
+
+def _world_scale(result, obj):
+    """The factor the source's motion was scaled by onto the rig, in world terms (None when unknown)."""
+    import math
+
+    ratio = getattr(getattr(result, "retarget", None), "scale", None)
+    if ratio is None or obj is None or not math.isfinite(ratio):
+        return None
+    unit = float(np.cbrt(abs(np.linalg.det(np.array(obj.matrix_world)[:3, :3]))))
+    return float(ratio) * unit if unit > 0 else None
 
 
 def _pose_summary(out):
@@ -241,7 +255,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
                                 source_rig=src)
 
     def _finish(self, context, result):
-        msg = _summary(result)
+        msg = _summary(result, properties.target_armature(context))
         context.scene.neural_ik.status = msg
         self.report({'INFO'}, msg)
         warnings = list(result.warnings)

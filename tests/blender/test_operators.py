@@ -7,6 +7,7 @@ do not need trained weights.
 
 import importlib
 import pathlib
+import re
 import sys
 
 import bpy
@@ -205,7 +206,9 @@ def test_bake_operator_and_undo(ext, bake, sk, exact_solver, tmp_path):
     obj = bpy.data.objects["Hero"]
     assert obj.animation_data.action.name == "walk"
     assert len(bpy.data.actions) == n_actions + 1
-    assert "bone directions" in bpy.context.scene.neural_ik.status
+    status = bpy.context.scene.neural_ik.status
+    assert "bone directions" in status and "effectors within" not in status     # keypoints: no effectors
+    assert re.search(r"motion scaled 1\.0\dx", status), status                  # the scale in use, shown
     heads = pose_heads(obj, range(1, 21))
     np.testing.assert_allclose(heads["mixamorig:LeftHand"], kp[:, sk.joint_index("hand_l")], atol=2e-4)
     bpy.ops.ed.undo()
