@@ -176,13 +176,10 @@ def register():
     bpy.types.Object.neural_ik_mapping = CollectionProperty(
         type=NeuralIKBoneMapItem, name="Neural IK Mapping",
         description="Canonical joint -> bone mapping of this armature")
-    bpy.types.Object.neural_ik_mapping_index = IntProperty(
-        name="Active Mapping Row", default=0, description="Selected row of the bone mapping list")
 
 
 def unregister():
     """Remove everything :func:`register` added."""
-    del bpy.types.Object.neural_ik_mapping_index
     del bpy.types.Object.neural_ik_mapping
     del bpy.types.Scene.neural_ik
     for cls in reversed(classes):

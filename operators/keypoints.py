@@ -38,16 +38,28 @@ def _layout_items(self, context):
     if not _layout_enum:
         from ..readers import LAYOUTS
         _layout_enum.append(('AUTO', "Detect", "Detect the layout from the point names"))
-        _layout_enum.extend((name, name, f"Points in the {name} layout") for name in LAYOUTS)
+        _layout_enum.extend((name, _layout_label(lay), lay.description) for name, lay in LAYOUTS.items())
     return _layout_enum
 
 
+def _layout_label(layout) -> str:
+    """The menu's name of a layout: its description up to the first parenthesis."""
+    return layout.description.split(" (")[0].strip() or layout.name
+
+
 _UNIT_ITEMS = (('AUTO', "Detect", "Detect the unit from the body's height (m, cm, mm, inches, CMU units)"),
-               ('m', "Metres", ""), ('cm', "Centimetres", ""), ('mm', "Millimetres", ""),
-               ('dm', "Decimetres", ""), ('in', "Inches", ""), ('ft', "Feet", ""),
+               ('m', "Metres", "The file's lengths are in metres"),
+               ('cm', "Centimetres", "The file's lengths are in centimetres (Mixamo, Rokoko, many FBX)"),
+               ('mm', "Millimetres", "The file's lengths are in millimetres (Vicon, C3D, TRC)"),
+               ('dm', "Decimetres", "The file's lengths are in decimetres"),
+               ('in', "Inches", "The file's lengths are in inches"),
+               ('ft', "Feet", "The file's lengths are in feet"),
                ('cmu', "CMU Units", "The CMU database's length unit, 1/0.45 inch"))
 _UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the motion (feet to head)"),
-             ('Z', "Z Up", ""), ('Y', "Y Up", ""), ('-Z', "-Z Up", ""), ('-Y', "-Y Up", ""))
+             ('Z', "Z Up", "Up is +Z (Blender)"),
+             ('Y', "Y Up", "Up is +Y (BVH, glTF, Maya, most mocap and pose estimators' world frames)"),
+             ('-Z', "-Z Up", "Up is -Z"),
+             ('-Y', "-Y Up", "Up is -Y (image-like frames: y grows downwards)"))
 
 
 def _read(path, layout, units, up_axis, fps, ground=True):

@@ -163,8 +163,7 @@ def test_register_unregister_register(ext, capfd):
     path_before = list(sys.path)
     assert all(_registered(classes).values())
 
-    props = ((bpy.types.Scene, "neural_ik"), (bpy.types.Object, "neural_ik_mapping"),
-             (bpy.types.Object, "neural_ik_mapping_index"))
+    props = ((bpy.types.Scene, "neural_ik"), (bpy.types.Object, "neural_ik_mapping"))
     import_menu = len(bpy.types.TOPBAR_MT_file_import._dyn_ui_initialize())
     for _ in range(2):
         addon_utils.disable(MODULE_NAME, default_set=True)

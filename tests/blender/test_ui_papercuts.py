@@ -338,3 +338,25 @@ def test_effector_bake_status_has_no_nan(ext):
     status = scene.neural_ik.status
     assert status.startswith("Baked 6 frames") and "nan" not in status.lower(), status
     assert obj.animation_data.action is not None
+
+
+def test_every_menu_item_says_what_it_is(ext):
+    """Enum settings of the tab and the import dialog: a readable name and a description each."""
+    import bpy
+    import importlib
+
+    keypoints = importlib.import_module(ext.__name__ + ".operators.keypoints")
+    owners = [(bpy.types.Scene.bl_rna.properties["neural_ik"].fixed_type, None),
+              (bpy.ops.neural_ik.import_keypoints.get_rna_type(), {"units", "up_axis"})]      # (the dialog's own settings, not Blender's)
+    checked = set()
+    for rna, own in owners:
+        for prop in rna.properties:
+            if prop.type != 'ENUM' or prop.is_enum_flag or (own is not None and prop.identifier not in own):
+                continue
+            for item in prop.enum_items:
+                assert item.description.strip(), (rna.identifier, prop.identifier, item.identifier)
+                checked.add(prop.identifier)
+    assert {"units", "up_axis", "mode", "smooth"} <= checked, checked
+    items = keypoints._layout_items(None, bpy.context)
+    assert all(label != ident for ident, label, _ in items[1:]), items   # names, not registry ids
+    assert all(desc for _i, _l, desc in items)
