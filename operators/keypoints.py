@@ -18,6 +18,7 @@ armature (``source_armature``).
 """
 
 import os
+import threading
 
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
@@ -29,6 +30,7 @@ from .scene_frames import clip_for_scene, fit_scene_to_clip, scene_untouched
 #: Files larger than this (MB) are not read for the file-browser preview.
 PREVIEW_MAX_MB = 50.0
 _preview_cache = {}
+_preview_jobs = {}   # (file, overrides) -> the thread reading it
 
 
 _layout_enum = []   # Blender needs Python to keep dynamic enum strings alive
@@ -72,8 +74,12 @@ def _read(path, layout, units, up_axis, fps, ground=True):
     return read_keypoints(path, **kwargs)
 
 
-def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=True):
+def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=True, wait=False):
     """Short description lines of a keypoint file (cached per file and overrides).
+
+    The file is read in a background thread (the dialog's draw must not wait
+    for a large file): until it is read the lines say so, and the file
+    browser is redrawn when they are ready. ``wait``: read it now.
 
     Returns
     -------
@@ -81,7 +87,7 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
         Detected layout, units, up axis, frame count and rate, or the error.
     """
     from ..cli.fbx_source import ARMATURE_SOURCE_EXTENSIONS
-    from ..readers import EXTENSIONS, KeypointReadError
+    from ..readers import EXTENSIONS
 
     if not path or not os.path.isfile(path):
         return ["Select a keypoint file"]
@@ -97,21 +103,50 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
         return lines
     size = stat.st_size / 1e6
     if size > PREVIEW_MAX_MB:
-        lines = [f"{size:.0f} MB: no preview (read on import)"]
-    else:
-        try:
-            clip = _read(path, layout, units, up_axis, fps, ground)
-            lines = [f"Layout: {clip.layout or 'unknown'}",
-                     f"Units: {clip.units}, up axis: {clip.up_axis}",
-                     f"{clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.1f} s)",
-                     f"{clip.num_joints} points"]
-            lines += [w[:60] for w in clip.warnings[:3]]
-        except (KeypointReadError, OSError, ValueError) as ex:
-            lines = ["Error: " + str(ex)[-120:]]
+        return _remember(key, [f"{size:.0f} MB: no preview (read on import)"])
+    if wait:
+        return _read_preview(key)
+    if key not in _preview_jobs:
+        job = threading.Thread(target=_read_preview, args=(key,), name="neural_ik_preview", daemon=True)
+        _preview_jobs[key] = job
+        job.start()
+        if not bpy.app.timers.is_registered(_redraw_when_read):
+            bpy.app.timers.register(_redraw_when_read, first_interval=0.1)
+    return [f"Reading {os.path.basename(path)} ({size:.1f} MB)..."]
+
+
+def _read_preview(key):
+    from ..readers import KeypointReadError
+
+    path, _mtime, _size, layout, units, up_axis, fps, ground = key
+    try:
+        clip = _read(path, layout, units, up_axis, fps, ground)
+        lines = [f"Layout: {clip.layout or 'unknown'}",
+                 f"Units: {clip.units}, up axis: {clip.up_axis}",
+                 f"{clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.1f} s)",
+                 f"{clip.num_joints} points"]
+        lines += [w[:60] for w in clip.warnings[:3]]
+    except (KeypointReadError, OSError, ValueError, RecursionError) as ex:
+        lines = ["Error: " + str(ex)[-120:]]
+    _preview_jobs.pop(key, None)
+    return _remember(key, lines)
+
+
+def _remember(key, lines):
     if len(_preview_cache) > 32:
         _preview_cache.clear()
     _preview_cache[key] = lines
     return lines
+
+
+def _redraw_when_read():
+    if any(job.is_alive() for job in list(_preview_jobs.values())):
+        return 0.1
+    wm = getattr(bpy.context, "window_manager", None)
+    for window in getattr(wm, "windows", ()):
+        for area in window.screen.areas:
+            area.tag_redraw()
+    return None
 
 
 class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):

@@ -136,7 +136,7 @@ def test_import_corrupt_file_creates_nothing(ext, tmp_path):
         bpy.ops.neural_ik.import_keypoints(filepath=str(bad))
     assert _counts() == before
     ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
-    assert ops.preview(str(bad))[0].startswith("Error")
+    assert ops.preview(str(bad), wait=True)[0].startswith("Error")
 
 
 def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
@@ -163,6 +163,10 @@ def test_import_npy_with_overrides_and_draw(ext, sk, rnp, tmp_path):
                            set_scene_frames=True,
                            bl_rna=SimpleNamespace(properties={"layout_name", "units", "up_axis", "fps", "ground",
                                                               "frame_start", "set_scene_frames"}))
+    ops.NEURAL_IK_OT_import_keypoints.draw(fake, bpy.context)   # the first draw starts reading it
+    for job in list(ops._preview_jobs.values()):
+        job.join(60)
+    log.clear()
     ops.NEURAL_IK_OT_import_keypoints.draw(fake, bpy.context)
     labels = [t for kind, t in log if kind == "label"]
     assert "Layout: canonical" in labels and any("10 frames at 50 fps" in t for t in labels), labels
@@ -173,8 +177,13 @@ def test_import_preview(ext, sk, rnp, tmp_path):
     path = tmp_path / "p.npz"
     _write_npz(path, sk, kp, fps=25.0)
     ops = importlib.import_module(ext.__name__ + ".operators.keypoints")
+    first = ops.preview(str(path))                 # what the dialog's draw gets: it never waits for the file
+    assert first[0].startswith("Reading p.npz")
+    for job in list(ops._preview_jobs.values()):
+        job.join(60)
     lines = ops.preview(str(path))
     assert any("canonical" in line for line in lines) and any("10 frames at 25 fps" in line for line in lines)
+    assert ops.preview(str(path), units="cm", wait=True) != lines      # an override: read again
 
 
 @pytest.fixture
