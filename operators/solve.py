@@ -23,8 +23,9 @@ from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object
 from ..model.skeleton import KEYPOINTS
 from .pose_keys import keep_solved_pose
 
-#: Frames per solver batch in the modal bake (progress and Esc granularity).
-MODAL_BATCH = 256
+#: Frames per solver batch in the modal bake: the CLI's, so the UI bake is as fast (a batch
+#: takes a fraction of a second, so progress and Esc still answer several times a second).
+MODAL_BATCH = 4096
 #: Custom property on an effector empty: the canonical keypoint it drives.
 EFFECTOR_TAG = "neural_ik_effector"
 #: Custom property on the parent empty of the effectors.
