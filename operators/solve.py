@@ -226,6 +226,11 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         self.report({'WARNING'} if out["unreachable"] else {'INFO'}, msg)
         if context.scene.neural_ik.source == 'EFFECTORS' and effector_owner_warning(context, obj):
             self.report({'WARNING'}, effector_owner_warning(context, obj))
+        span = properties.input_frames(context.scene.neural_ik)
+        frame = context.scene.frame_current
+        if context.scene.neural_ik.source == 'KEYPOINTS' and span and not span[0] <= frame <= span[1]:
+            self.report({'WARNING'}, f"frame {frame} is outside the keypoints' frames {span[0]}-{span[1]}: "
+                                     "solved from the pose they hold there")
         keep_solved_pose(context, obj, self.report)  # an active action would replace the pose: key it or warn
         return {'FINISHED'}
 

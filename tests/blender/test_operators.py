@@ -341,6 +341,22 @@ def test_effectors_sized_in_world_units_one_set_and_their_owner(ext, capfd):
     assert "were added for 'Metres', not for the target 'Centi'" in out.out + out.err
 
 
+def test_solve_frame_outside_the_clip_says_so(ext, bake, sk, exact_solver, tmp_path, capfd):
+    solver, kp = exact_solver
+    _import_clip(sk, kp, tmp_path)
+    obj = rigs.build_blender_armature(rigs.humanoid("mixamo"), name="Hero")
+    bpy.context.scene.neural_ik.target = obj
+    solver.local_rot, solver.root_pos = solver.local_rot[:1], solver.root_pos[:1]
+    start = bpy.context.scene.neural_ik.keypoint_object["frame_start"]
+    bpy.context.scene.frame_set(start)
+    capfd.readouterr()
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    assert "outside the keypoints' frames" not in capfd.readouterr().out
+    bpy.context.scene.frame_set(start + 500)
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    assert f"frame {start + 500} is outside the keypoints' frames" in capfd.readouterr().out
+
+
 def test_panels_registered(ext):
     for name in ("VIEW3D_PT_neural_ik_target", "VIEW3D_PT_neural_ik_mapping", "VIEW3D_PT_neural_ik_input",
                  "VIEW3D_PT_neural_ik_bake", "VIEW3D_PT_neural_ik_device"):
