@@ -156,6 +156,10 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
             ('sparse', "Sparse", "Only hands, feet, head and pelvis (and optional elbow/knee hints)"),
         ),
         default='auto')
+    effector_rotations: BoolProperty(
+        name="Effector Rotations", default=True,
+        description="Hands, feet and head turn as their empties do (Solve Frame, Live Solve); an effector "
+                    "that did not move keeps its bone's turn either way")
     live_solve: BoolProperty(
         name="Live Solve", default=False, options={'SKIP_SAVE'},
         description="Re-solve the pose whenever an effector empty moves")

@@ -39,7 +39,7 @@ from ..pipeline.keys import axis_angle_continuous, key_channels
 from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..readers.bvh_armature import FileArmature
-from ..retarget.solve import quats_to_euler_continuous
+from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
 from .rig import NotAnArmatureError, rig_description
 
 __all__ = [
@@ -633,7 +633,7 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
 
 
 def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None, *, mapping=None,
-                        solver=None) -> dict:
+                        solver=None, rotations=None) -> dict:
     """Pose the armature's pose bones from one frame of keypoints (no keys).
 
     Parameters
@@ -647,13 +647,22 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     options : BakeOptions, optional
         ``mode``, ``refine``, ``scale``, ``in_place``, ``device`` and
         ``rotation_mode`` apply (smoothing and frames do not).
+    rotations : dict, optional
+        Effector name -> (3, 3) world rotation its bone takes (an effector
+        empty's rotation: hands, feet and head turn as their empties do).
+
+    From effectors (a sparse pose), what the animator did not touch stays:
+    when no effector moved or turned the pose is left as it is, and a hand,
+    foot or head whose effector did not move keeps its turn in the world
+    (a foot stays planted while a hand is dragged).
 
     Returns
     -------
     dict
         ``effector_reach_mm`` (mean, max), ``unreachable`` (list of str),
         ``keypoint_error_mm`` (joints at the rig's scale),
-        ``bone_direction_error_deg``, ``seconds`` and ``warnings``.
+        ``bone_direction_error_deg``, ``seconds``, ``warnings`` and
+        ``unchanged`` (nothing moved: the pose was kept).
     """
     options = options or BakeOptions()
     kp = np.asarray(keypoints, dtype=np.float64)
@@ -669,9 +678,18 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     known = core.mask[0]
     if not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any():
         core.mode = "sparse"
+    now = _effector_bones_now(obj, job.mapping) if core.mode == "sparse" else {}
+    moved = {e: _moved(kp[0, KEYPOINTS.index(e)], now[e], (rotations or {}).get(e)) for e in now
+             if e in SPARSE_EFFECTORS}
+    if now and not any(moved.values()):
+        return _unchanged(kp[0], now, t0, core.warnings)
     core.solve()
     res = core.fit()
     f = core.measure()
+    turns = _end_turns(obj, job.mapping, core.plan.rig, now, moved, rotations or {})
+    turns = {b: r for b, r in turns.items() if not np.asarray(core.locked.get(b, False)).any()}
+    if turns:
+        turn_bones_to(core.plan.rig, res.quaternions[0], res.locations[0], turns)
     names = [n if (res.driven[b] or b == core.plan.root) else None for b, n in enumerate(res.bone_names)]
     _set_pose(obj, names, res.quaternions[0], res.locations[0], core.plan.root, single.rotation_mode)
     return {
@@ -681,4 +699,76 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
         "bone_direction_error_deg": float(f.bone_direction_error_deg),
         "seconds": time.perf_counter() - t0,
         "warnings": list(core.warnings),
+        "unchanged": False,
     }
+
+
+#: Effectors whose bone takes its empty's turn (the pelvis' turn is the whole body's).
+_END_EFFECTORS = ("head", "hand_l", "hand_r", "foot_l", "foot_r")
+#: An effector within this of its bone (metres, world) and turned less than this (degrees) is untouched.
+UNTOUCHED_M = 1e-4
+UNTOUCHED_DEG = 0.1
+
+
+#: A foot's toe keeps its turn relative to the foot when the foot takes its empty's turn.
+_END_CHILDREN = {"foot_l": "toe_l", "foot_r": "toe_r"}
+
+
+def _end_turns(obj, mapping, rig, now, moved, rotations) -> dict:
+    """Bone index -> armature-space rotation for the hands, feet (their toes with them) and head:
+    the empty's turn where given, the bone's turn now where the effector did not move."""
+    out = {}
+    for e in _END_EFFECTORS:
+        if e not in now or (moved[e] and e not in rotations):
+            continue
+        world = _orthonormal(rotations[e]) if e in rotations else now[e][1]
+        out[rig.index(mapping.entries[e])] = _armature_rotation(obj, world)
+        child = _END_CHILDREN.get(e)
+        if child in now:
+            out[rig.index(mapping.entries[child])] = _armature_rotation(obj, world @ now[e][1].T @ now[child][1])
+    return out
+
+
+def _effector_bones_now(obj, mapping) -> dict:
+    """Effector (and toe) name -> (world head, world rotation) of its mapped pose bone as posed now."""
+    mw = np.array(obj.matrix_world)
+    out = {}
+    for e in SPARSE_EFFECTORS + tuple(_END_CHILDREN.values()):
+        pb = obj.pose.bones.get(mapping.entries.get(e, ""))
+        if pb is None:
+            continue
+        m = mw @ np.array(pb.matrix)
+        out[e] = (m[:3, 3].copy(), _orthonormal(m[:3, :3]))
+    return out
+
+
+def _orthonormal(m):
+    u, _, vt = np.linalg.svd(np.asarray(m, dtype=np.float64))
+    return u @ vt
+
+
+def _moved(target, now, rotation=None) -> bool:
+    """Whether an effector's target (position, and rotation if given) differs from its bone now."""
+    if not np.isfinite(target).all():
+        return False
+    if np.linalg.norm(target - now[0]) > UNTOUCHED_M:
+        return True
+    if rotation is None:
+        return False
+    cos = (np.trace(now[1].T @ _orthonormal(rotation)) - 1.0) / 2.0
+    return bool(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) > UNTOUCHED_DEG)
+
+
+def _armature_rotation(obj, world):
+    """A world rotation in the armature's space (its object rotation taken out, scale ignored)."""
+    return _orthonormal(np.array(obj.matrix_world)[:3, :3]).T @ _orthonormal(world)
+
+
+def _unchanged(kp, now, t0, warnings) -> dict:
+    """The answer of a solve in which no effector moved: the pose as it is."""
+    d = [np.linalg.norm(kp[KEYPOINTS.index(e)] - now[e][0]) * 1000.0 for e in now
+         if e in SPARSE_EFFECTORS and np.isfinite(kp[KEYPOINTS.index(e)]).all()]
+    nan = float("nan")
+    return {"effector_reach_mm": (float(np.mean(d)) if d else nan, float(np.max(d)) if d else nan),
+            "unreachable": [], "keypoint_error_mm": (nan, nan), "bone_direction_error_deg": nan,
+            "seconds": time.perf_counter() - t0, "warnings": list(warnings), "unchanged": True}

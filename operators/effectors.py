@@ -19,7 +19,8 @@ from ..blender_io import preload
 from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
 from .mapping import target_armature
-from .solve import EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, _pose_summary, effector_keypoints, effector_objects
+from .solve import (EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, _pose_summary, effector_keypoints, effector_objects,
+                    effector_rotation_targets)
 
 #: Timer interval of Live Solve (seconds).
 LIVE_INTERVAL = 1.0 / 30.0
@@ -74,6 +75,8 @@ class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
             e[EFFECTOR_TAG] = joint
             e.parent = root
             e.location = mw @ pb.head
+            e.rotation_mode = 'QUATERNION'   # the bone's turn in the world: turning the empty turns it
+            e.rotation_quaternion = (mw @ pb.matrix).to_3x3().normalized().to_quaternion()
             e.show_in_front = True
             context.scene.collection.objects.link(e)
         s.effector_root = root
@@ -131,7 +134,7 @@ def live_tick(context) -> dict:
     """
     s = context.scene.neural_ik
     out = bake_mod.solve_current_frame(target_armature(context), effector_keypoints(s.effector_root), None,
-                                       _options(context))
+                                       _options(context), rotations=effector_rotation_targets(context))
     s.status = "Live: " + _pose_summary(out)
     return out
 

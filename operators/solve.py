@@ -58,6 +58,24 @@ def effector_objects(root):
     return {c[EFFECTOR_TAG]: c for c in root.children if EFFECTOR_TAG in c and c[EFFECTOR_TAG] in KEYPOINTS}
 
 
+def effector_rotations(root) -> dict:
+    """Current world rotations (3, 3) of the effector empties (scale taken out): name -> rotation."""
+    out = {}
+    for name, obj in effector_objects(root).items():
+        m = np.array(obj.matrix_world)[:3, :3]
+        u, _, vt = np.linalg.svd(m)
+        out[name] = u @ vt
+    return out
+
+
+def effector_rotation_targets(context):
+    """The empties' rotations when the settings use them (Solve Frame, Live Solve), else None."""
+    s = context.scene.neural_ik
+    if s.source != 'EFFECTORS' or not s.effector_rotations:
+        return None
+    return effector_rotations(s.effector_root)
+
+
 def effector_keypoints(root):
     """Current world positions of the effectors as canonical keypoints (1, 32, 3)."""
     kp = np.full((1, len(KEYPOINTS), 3), np.nan)
@@ -197,6 +215,8 @@ def _pose_summary(out):
     """Status line of a one-frame solve: the effectors' reach first."""
     import math
 
+    if out.get("unchanged"):
+        return "No effector moved: the pose is kept"
     mean, mx = out["effector_reach_mm"]
     msg = f"Solved in {out['seconds'] * 1000:.0f} ms"
     if math.isfinite(mx):
@@ -217,7 +237,8 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         obj = properties.target_armature(context)
         try:
             kp, mask, _fps, _name = scene_input(context, current_frame=True)
-            out = bake_mod.solve_current_frame(obj, kp, mask, _options(context))
+            out = bake_mod.solve_current_frame(obj, kp, mask, _options(context),
+                                               rotations=effector_rotation_targets(context))
         except (InputError, bake_mod.BakeError) as ex:
             self.report({'ERROR'}, str(ex))
             return {'CANCELLED'}

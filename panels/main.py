@@ -178,6 +178,7 @@ class VIEW3D_PT_neural_ik_input(_Sub, bpy.types.Panel):
         else:
             layout.prop(s, "effector_root")
             layout.operator("neural_ik.add_effectors", icon='EMPTY_AXIS')
+            layout.prop(s, "effector_rotations")
             layout.operator("neural_ik.live_solve", text="Stop Live Solve" if s.live_solve else "Live Solve",
                             icon='PAUSE' if s.live_solve else 'PLAY', depress=s.live_solve)
 

@@ -104,7 +104,7 @@ from ..model.skeleton import BONE_CHILD, CANONICAL, END_OFFSETS, END_PARENTS, EN
 __all__ = ["RetargetPlan", "RetargetResult", "plan_retarget", "retarget", "pose_rig",
            "target_keypoints", "quats_to_euler_continuous", "continue_eulers", "quat_continuity",
            "euler_to_matrix_blender", "matrix_to_euler_blender", "body_frame", "CHUNK_FRAMES", "frame_chunks",
-           "twist_angle", "end_offset_on_rig"]
+           "twist_angle", "end_offset_on_rig", "turn_bones_to"]
 
 #: Frames per chunk of the per-frame work (:func:`retarget`, :func:`pose_rig`,
 #: :func:`target_keypoints`, :func:`quats_to_euler_continuous`): whole-clip
@@ -737,6 +737,26 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None, rotations=Tr
             else:
                 Xc[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
     return (np.swapaxes(W, 0, 1) if rotations else None), np.swapaxes(X, 0, 1)
+
+
+def turn_bones_to(rig, quats, locations, targets: dict) -> None:
+    """Give bones the armature-space rotations ``targets`` (bone -> (3, 3)) by their own pose rotation.
+
+    One pose (``quats`` (B, 4), ``locations`` (B, 3), changed in place). A
+    bone turns about its head, so no joint above it moves: an effector's hand,
+    foot or head takes its empty's orientation and its position stays met.
+    Bones are taken parents first; a bone's children turn with it.
+    """
+    order = sorted(targets, key=lambda i: (rig.depth[i], i))
+    rot = None
+    for n, b in enumerate(order):
+        if rot is None or any(rig.is_ancestor(a, b) for a in order[:n]):   # (an ancestor turned)
+            rot, _ = pose_rig(rig, quats[None], locations[None])
+        basis = quat_to_matrix(quats[b])
+        # the bone's world rotation is base @ basis: the new basis is base^T @ target
+        new = basis @ rot[0, b].T @ np.asarray(targets[b], dtype=np.float64)
+        q = matrix_to_quat(new)
+        quats[b] = q * (1.0 if float(np.dot(q, quats[b])) >= 0.0 else -1.0)
 
 
 def _levels(rig):

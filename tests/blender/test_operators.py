@@ -265,7 +265,15 @@ def test_solve_frame_and_effectors(ext, bake, sk, exact_solver, tmp_path):
     eff = {c["neural_ik_effector"]: c for c in s.effector_root.children}
     np.testing.assert_allclose(np.array(eff["hand_l"].location),
                                np.array(obj.pose.bones["mixamorig:LeftHand"].head), atol=1e-6)
-    # the solver receives the effector positions; the exact stub answers frame 0 of its motion
+    # untouched effectors: nothing to solve, the pose stays
+    calls = len(solver.calls)
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'} and len(solver.calls) == calls
+    # moved onto frame 0 of the stub's motion: the solver receives the effector positions and
+    # the exact stub answers that frame
+    shift = np.array([0.0, 0.05, 0.0])         # (frame 0 shifted: the rest pose is frame 0 itself)
+    for name, e in eff.items():
+        e.location = kp[0, sk.keypoint_index(name)] + shift
+    bpy.context.view_layer.update()
     solver.local_rot, solver.root_pos = solver.local_rot[:1], solver.root_pos[:1]
     assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
     got = solver.calls[-1]["keypoints"][0]
@@ -274,7 +282,7 @@ def test_solve_frame_and_effectors(ext, bake, sk, exact_solver, tmp_path):
     assert np.isnan(got[sk.keypoint_index("forearm_l")]).all()
     bpy.context.view_layer.update()
     np.testing.assert_allclose(np.array(obj.pose.bones["mixamorig:LeftHand"].head),
-                               kp[0, sk.joint_index("hand_l")], atol=2e-4)
+                               kp[0, sk.joint_index("hand_l")] + shift, atol=2e-4)
     assert obj.animation_data is None            # no keys
     assert bpy.ops.neural_ik.live_solve('EXEC_DEFAULT') == {'FINISHED'}
 
