@@ -19,8 +19,11 @@ import sys
 
 #: Packages the extension needs at run time beyond Blender's own Python, pinned
 #: as in ``requirements.txt`` (a test keeps them equal). SciPy is optional: the
-#: smoothing filters and the refinement fall back to numpy without it.
-RUNTIME_REQUIREMENTS = {"torch": "2.13.0", "scipy": "1.17.1"}
+#: smoothing filters and the refinement fall back to numpy without it; c3d (pure
+#: Python) only reads ``.c3d`` files.
+RUNTIME_REQUIREMENTS = {"torch": "2.13.0", "scipy": "1.17.1", "c3d": "0.6.0"}
+#: What the Install button calls each package.
+PACKAGE_TITLES = {"torch": "PyTorch", "scipy": "SciPy", "c3d": "the C3D reader"}
 
 #: PyTorch's package index of CPU-only builds.
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -196,4 +199,6 @@ def pip_install_commands(target, variant, names=None, numpy_version=None, system
         if numpy_version:
             cmd.append("numpy=={}".format(numpy_version))
         commands.append(cmd)
+    if "c3d" in names:   # (pure Python; its numpy requirement is met by Blender's)
+        commands.append(base + ["--no-deps", "c3d=={}".format(RUNTIME_REQUIREMENTS["c3d"])])
     return commands

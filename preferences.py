@@ -263,10 +263,12 @@ def draw_dependencies(layout, choice="auto"):
     if "scipy" in missing and "torch" not in missing:
         layout.label(text="SciPy is not installed: smoothing and refinement use slower numpy fallbacks",
                      icon='INFO')
+    if "c3d" in missing and "torch" not in missing:
+        layout.label(text="The C3D reader is not installed: .c3d files cannot be read", icon='INFO')
     if missing or state == "broken":
         if not bpy.app.online_access:
             layout.label(text="Online access is disabled (Preferences > System > Network)", icon='INFO')
-        names = ", ".join({"torch": "PyTorch", "scipy": "SciPy"}[n] for n in missing) or "PyTorch"
+        names = ", ".join(deps.PACKAGE_TITLES.get(n, n) for n in missing) or "PyTorch"
         row = layout.row(align=True)
         row.enabled = not _install_job.running and bpy.app.online_access
         if "torch" in missing or state == "broken":

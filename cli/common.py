@@ -59,7 +59,7 @@ __all__ = [
 
 #: Keypoint files ``bake`` and ``batch`` read (FBX and glTF through Blender's importers, a ``.blend``'s
 #: animated armature).
-SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".bvh", ".fbx", ".glb", ".gltf", ".blend")
+SOURCE_EXTENSIONS = (".npz", ".npy", ".json", ".csv", ".trc", ".c3d", ".bvh", ".fbx", ".glb", ".gltf", ".blend")
 SMOOTH_CHOICES = ("none", "oneeuro", "savgol", "butter")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Blender's scene frame limits (``MINAFRAME``..``MAXFRAME``).

@@ -1,6 +1,6 @@
 """Import keypoint files as animated keypoint objects.
 
-File > Import > "Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy/.fbx/.glb/.blend)" and the
+File > Import > "Neural IK Keypoints (.npz/.json/.csv/.trc/.c3d/.bvh/.npy/.fbx/.glb/.blend)" and the
 Import button of the sidebar's Input panel run ``neural_ik.import_keypoints``:
 the file is read with :func:`..readers.read_keypoints` (layout, units, up
 axis and frame rate detected unless overridden), then
@@ -157,7 +157,7 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     bl_options = {'REGISTER', 'UNDO'}
 
     filename_ext = ".npz"
-    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.bvh;*.npy;*.fbx;*.glb;*.gltf;*.blend",
+    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.c3d;*.bvh;*.npy;*.fbx;*.glb;*.gltf;*.blend",
                                 options={'HIDDEN'})
     layout_name: EnumProperty(name="Layout", items=_layout_items,
                          description="Keypoint layout of the file (which point is which joint)")
@@ -315,7 +315,7 @@ class NEURAL_IK_OT_armature_input(bpy.types.Operator):
 
 def menu_import(self, context):
     self.layout.operator(NEURAL_IK_OT_import_keypoints.bl_idname,
-                         text="Neural IK Keypoints (.npz/.json/.csv/.trc/.bvh/.npy/.fbx/.glb/.blend)")
+                         text="Neural IK Keypoints (.npz/.json/.csv/.trc/.c3d/.bvh/.npy/.fbx/.glb/.blend)")
 
 
 classes = [NEURAL_IK_OT_import_keypoints, NEURAL_IK_OT_armature_input]

@@ -82,6 +82,7 @@ _READERS = {
     ".csv": ("csvfmt", "read_csv"),
     ".trc": ("trc", "read_trc"),
     ".bvh": ("bvh", "read_bvh_keypoints"),
+    ".c3d": ("c3dfmt", "read_c3d"),
 }
 
 #: File extensions :func:`read_keypoints` reads.

@@ -17,7 +17,9 @@ computes the joint centres by the standard regressions:
 - elbow and wrist centres: the midpoint of the two elbow (wrist) markers;
 - shoulder centres: the acromion marker moved 12% of the acromion distance
   down the trunk (towards the mid hip centre);
-- toe tips and heels: the toe and calcaneus markers.
+- toe tips and heels: the toe and calcaneus markers;
+- the neck between C7 and the clavicles' notch (CLAV), the head joint a third
+  of the way from the four head markers' centre down to it (Plug-in Gait).
 
 The centres are appended to the clip's points under the names of
 :data:`MARKER_LAYOUT` (``HJC_L``...). Names another layout knows (OpenCap's
@@ -52,19 +54,25 @@ _ROLES = {
     "wrist_b": {"mwrist", "wrb", "wristuln", "ulna", "ulnstyl"},
     "toe": {"toe", "toetip", "hallux"},
     "heel": {"calc", "hee", "heel", "calcaneus"},
+    "head_front": {"fhd", "fhead", "fronthead", "headfront"},
+    "head_back": {"bhd", "bhead", "backhead", "headback"},
 }
 _LOOKUP = {n: role for role, names in _ROLES.items() for n in names}
+#: Trunk markers on the midline (Plug-in Gait): normalised name -> role.
+_CENTRAL = {"c7": "c7", "clav": "clav", "clavicle": "clav", "jugular": "clav", "ij": "clav", "strn": "strn",
+            "sternum": "strn", "xiphoid": "strn", "t10": "t10"}
 
 #: Virtual point names of the computed centres -> canonical keypoints.
 MARKER_LAYOUT = Layout(
     "markers",
     "joint centres regressed from anatomical markers (ASIS/PSIS, epicondyles, malleoli, acromion...)",
     ("PELVIS_C", "HJC_L", "HJC_R", "KJC_L", "KJC_R", "AJC_L", "AJC_R", "SJC_L", "SJC_R", "EJC_L", "EJC_R",
-     "WJC_L", "WJC_R", "TOE_L", "TOE_R", "HEEL_L", "HEEL_R"),
+     "WJC_L", "WJC_R", "TOE_L", "TOE_R", "HEEL_L", "HEEL_R", "NECK_C", "HEAD_C"),
     {"PELVIS_C": "pelvis", "HJC_L": "thigh_l", "HJC_R": "thigh_r", "KJC_L": "calf_l", "KJC_R": "calf_r",
      "AJC_L": "foot_l", "AJC_R": "foot_r", "SJC_L": "upperarm_l", "SJC_R": "upperarm_r",
      "EJC_L": "forearm_l", "EJC_R": "forearm_r", "WJC_L": "hand_l", "WJC_R": "hand_r",
-     "TOE_L": "toe_tip_l", "TOE_R": "toe_tip_r", "HEEL_L": "heel_l", "HEEL_R": "heel_r"},
+     "TOE_L": "toe_tip_l", "TOE_R": "toe_tip_r", "HEEL_L": "heel_l", "HEEL_R": "heel_r",
+     "NECK_C": "neck", "HEAD_C": "head"},
     notes=__doc__.split("\n\n")[1].replace("\n", " "),
 )
 
@@ -75,6 +83,10 @@ def marker_roles(names) -> dict:
     known = OPENPOSE25.normalized_names()
     for j, name in enumerate(names):
         if normalize_name(name) in known:  # OpenPose points (OpenCap) are joint centres, not markers
+            continue
+        central = _CENTRAL.get(re.sub(r"[^a-z0-9]", "", str(name).strip().lower()))
+        if central is not None:
+            out.setdefault((central, "C"), j)
             continue
         s = re.sub(r"[_.\- ]?study$", "", str(name).strip(), flags=re.I)
         toks = [t for t in re.split(r"[^A-Za-z0-9]+", s) if t]
@@ -164,10 +176,24 @@ def marker_joint_centres(names, points):
             down = _unit(below - mid)
             for s, v in (("L", ls), ("R", rs)):
                 out[f"SJC_{s}"] = v + down * (0.12 * width)
+    _head_and_neck(get, out)
     order = [n for n in MARKER_LAYOUT.joint_names if n in out]
     centres = np.stack([out[n] for n in order], axis=1) if order else np.zeros((T, 0, 3))
     found = {k: str(names[j]) for k, j in roles.items()}
     return order, centres, found
+
+
+def _head_and_neck(get, out):
+    """The neck (between C7 and the clavicles' notch) and the head joint (a third of the way from
+    the head markers' centre down to the neck), where those markers are there."""
+    c7, clav = get("c7", "C"), get("clav", "C")
+    if c7 is None or clav is None:
+        return
+    out["NECK_C"] = 0.5 * (c7 + clav)
+    head = [get(r, s) for r in ("head_front", "head_back") for s in "LR"]
+    if all(h is not None for h in head):
+        centre = sum(head) / 4.0
+        out["HEAD_C"] = centre + (out["NECK_C"] - centre) / 3.0
 
 
 def marker_layout(names) -> Layout:

@@ -72,3 +72,9 @@ def test_broken_import_is_one_line(monkeypatch):
         assert deps.import_torch() is None  # not retried until forgotten (a reinstall)
     finally:
         deps.forget_torch_import()
+
+
+def test_install_command_of_the_c3d_reader():
+    (cmd,) = deps.pip_install_commands("/t", "CPU", names=["c3d"], system="Linux")
+    assert "c3d==" + deps.RUNTIME_REQUIREMENTS["c3d"] in cmd and "--no-deps" in cmd
+    assert _flags(cmd)["--target"] == "/t" and "--index-url" not in cmd

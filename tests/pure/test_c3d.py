@@ -1,0 +1,62 @@
+"""C3D files (optical motion capture): points, rate, first frame, units, Plug-in Gait markers."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _pkg import pkg
+
+pkg()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+pytest.importorskip("c3d")
+from c3d_fixtures import plug_in_gait_markers, write_c3d  # noqa: E402
+from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
+from neural_ik.model.skeleton import KEYPOINTS  # noqa: E402
+from neural_ik.readers import EXTENSIONS, KeypointReadError, read_keypoints, to_canonical  # noqa: E402
+
+K = {n: i for i, n in enumerate(KEYPOINTS)}
+
+
+@pytest.fixture(scope="module")
+def walk():
+    return walk_keypoints(2.0, 100.0)
+
+
+def test_plug_in_gait_c3d_gives_joint_centres(walk, tmp_path):
+    assert ".c3d" in EXTENSIONS
+    path = write_c3d(tmp_path / "gait.c3d", plug_in_gait_markers(walk), fps=100.0, first_frame=40,
+                     extra={"BLOCK1": np.tile([3.0, 4.0, 0.1], (len(walk), 1))},
+                     missing={"LTOE": range(10, 13)})
+    clip = read_keypoints(path, ground=False)
+    assert clip.fps == 100.0 and clip.num_frames == len(walk) and clip.units == "mm"
+    assert clip.up_axis == "Z"
+    text = " ".join(clip.warnings)
+    assert "starts at frame 40" in text and "not body markers left out" in text and "regressed" in text
+    assert "BLOCK1" not in clip.joint_names
+    kp, mask = to_canonical(clip)
+    for j in ("pelvis", "thigh_l", "thigh_r", "calf_l", "calf_r", "foot_l", "foot_r", "hand_l", "hand_r",
+              "neck", "head"):
+        assert mask[:, K[j]].all(), j
+        err = np.linalg.norm(kp[:, K[j]] - walk[:, K[j]], axis=-1).max()
+        assert err < 0.02, (j, err)          # the regressions invert exactly; the pelvis keypoint within 2 cm
+    assert not mask[10:13, K["toe_tip_l"]].any() or np.isfinite(kp[10:13, K["toe_tip_l"]]).all()
+
+
+def test_c3d_errors_name_the_file(tmp_path):
+    bad = tmp_path / "broken.c3d"
+    bad.write_bytes(b"\x02\x50" + b"\x00" * 100)
+    with pytest.raises(KeypointReadError, match="broken.c3d"):
+        read_keypoints(bad)
+    empty = tmp_path / "empty.c3d"
+    empty.write_bytes(b"")
+    with pytest.raises(KeypointReadError, match="empty.c3d"):
+        read_keypoints(empty)
+
+
+def test_c3d_without_the_package_says_how_to_install(tmp_path, monkeypatch, walk):
+    path = write_c3d(tmp_path / "gait.c3d", plug_in_gait_markers(walk[:20]))
+    monkeypatch.setitem(sys.modules, "c3d", None)
+    with pytest.raises(KeypointReadError, match="pip install c3d"):
+        read_keypoints(path)
