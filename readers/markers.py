@@ -17,7 +17,8 @@ computes the joint centres by the standard regressions:
 - elbow and wrist centres: the midpoint of the two elbow (wrist) markers;
 - shoulder centres: the acromion marker moved 12% of the acromion distance
   down the trunk (towards the mid hip centre);
-- toe tips and heels: the toe and calcaneus markers;
+- toe tips and heels: the toe and calcaneus markers; the ball of the foot
+  between the first and fifth metatarsal heads;
 - the neck between C7 and the clavicles' notch (CLAV), the head joint a third
   of the way from the four head markers' centre down to it (Plug-in Gait).
 
@@ -41,38 +42,41 @@ __all__ = ["marker_roles", "marker_joint_centres", "MARKER_LAYOUT", "marker_layo
 
 #: Marker role -> normalised names (side removed) that denote it.
 _ROLES = {
-    "asis": {"asis", "asi"},
-    "psis": {"psis", "psi"},
-    "knee_lat": {"knee", "kne", "kneelat", "latknee", "lknee", "lfc", "kneelateral", "latepicondyle"},
-    "knee_med": {"mknee", "kneemed", "knem", "kneem", "mfc", "medknee", "kneemedial", "medepicondyle"},
-    "ankle_lat": {"ankle", "ank", "anklelat", "lmal", "lankle", "latmal", "latmalleolus", "lmalleolus"},
-    "ankle_med": {"mankle", "anklemed", "ankm", "mmal", "medmal", "medmalleolus", "mmalleolus", "ankmed"},
-    "shoulder": {"shoulder", "sho", "acromion", "acr", "acromium", "shoulderacromion"},
-    "elbow_lat": {"lelbow", "elb", "elbowlat", "elbow", "lelb", "latelbow"},
-    "elbow_med": {"melbow", "elbowmed", "melb", "elbm", "medelbow"},
-    "wrist_a": {"lwrist", "wra", "wristrad", "radius", "wrist", "radstyl"},
-    "wrist_b": {"mwrist", "wrb", "wristuln", "ulna", "ulnstyl"},
+    "asis": {"asis", "asi", "ias"},
+    "psis": {"psis", "psi", "ips"},
+    "knee_lat": {"knee", "kne", "kneelat", "latknee", "lknee", "lfc", "kneelateral", "latepicondyle", "fle"},
+    "knee_med": {"mknee", "kneemed", "knem", "kneem", "mfc", "medknee", "kneemedial", "medepicondyle", "fme"},
+    "ankle_lat": {"ankle", "ank", "anklelat", "lmal", "lankle", "latmal", "latmalleolus", "lmalleolus", "fal"},
+    "ankle_med": {"mankle", "anklemed", "ankm", "mmal", "medmal", "medmalleolus", "mmalleolus", "ankmed", "tam"},
+    "shoulder": {"shoulder", "sho", "acromion", "acr", "acromium", "shoulderacromion", "saj", "sae"},
+    "elbow_lat": {"lelbow", "elb", "elbowlat", "elbow", "lelb", "latelbow", "hle"},
+    "elbow_med": {"melbow", "elbowmed", "melb", "elbm", "medelbow", "hme"},
+    "wrist_a": {"lwrist", "wra", "wristrad", "radius", "wrist", "radstyl", "rsp"},
+    "wrist_b": {"mwrist", "wrb", "wristuln", "ulna", "ulnstyl", "usp", "uhe"},
     "toe": {"toe", "toetip", "hallux"},
-    "heel": {"calc", "hee", "heel", "calcaneus"},
-    "head_front": {"fhd", "fhead", "fronthead", "headfront"},
-    "head_back": {"bhd", "bhead", "backhead", "headback"},
+    "heel": {"calc", "hee", "heel", "calcaneus", "fcc"},
+    "meta1": {"fm1", "mt1", "met1", "meta1", "mh1", "mt1head"},
+    "meta5": {"fm5", "mt5", "met5", "meta5", "mh5", "mt5head"},
+    "head_front": {"fhd", "fhead", "fronthead", "headfront", "hdf"},
+    "head_back": {"bhd", "bhead", "backhead", "headback", "hdb"},
 }
 _LOOKUP = {n: role for role, names in _ROLES.items() for n in names}
 #: Trunk markers on the midline (Plug-in Gait): normalised name -> role.
-_CENTRAL = {"c7": "c7", "clav": "clav", "clavicle": "clav", "jugular": "clav", "ij": "clav", "strn": "strn",
-            "sternum": "strn", "xiphoid": "strn", "t10": "t10"}
+_CENTRAL = {"c7": "c7", "cv7": "c7", "clav": "clav", "clavicle": "clav", "jugular": "clav", "ij": "clav",
+            "snj": "clav", "strn": "strn", "sternum": "strn", "xiphoid": "strn", "sxs": "strn", "xiph": "strn",
+            "t10": "t10"}
 
 #: Virtual point names of the computed centres -> canonical keypoints.
 MARKER_LAYOUT = Layout(
     "markers",
     "joint centres regressed from anatomical markers (ASIS/PSIS, epicondyles, malleoli, acromion...)",
     ("PELVIS_C", "HJC_L", "HJC_R", "KJC_L", "KJC_R", "AJC_L", "AJC_R", "SJC_L", "SJC_R", "EJC_L", "EJC_R",
-     "WJC_L", "WJC_R", "TOE_L", "TOE_R", "HEEL_L", "HEEL_R", "NECK_C", "HEAD_C"),
+     "WJC_L", "WJC_R", "TOE_L", "TOE_R", "HEEL_L", "HEEL_R", "BALL_L", "BALL_R", "NECK_C", "HEAD_C"),
     {"PELVIS_C": "pelvis", "HJC_L": "thigh_l", "HJC_R": "thigh_r", "KJC_L": "calf_l", "KJC_R": "calf_r",
      "AJC_L": "foot_l", "AJC_R": "foot_r", "SJC_L": "upperarm_l", "SJC_R": "upperarm_r",
      "EJC_L": "forearm_l", "EJC_R": "forearm_r", "WJC_L": "hand_l", "WJC_R": "hand_r",
      "TOE_L": "toe_tip_l", "TOE_R": "toe_tip_r", "HEEL_L": "heel_l", "HEEL_R": "heel_r",
-     "NECK_C": "neck", "HEAD_C": "head"},
+     "BALL_L": "toe_l", "BALL_R": "toe_r", "NECK_C": "neck", "HEAD_C": "head"},
     notes=__doc__.split("\n\n")[1].replace("\n", " "),
 )
 
@@ -97,6 +101,8 @@ def marker_roles(names) -> dict:
             side, core = toks[-1][0].upper(), "".join(toks[:-1]).lower()
         elif toks and toks[0][:1] in "RLrl" and len(toks[0]) > 2:
             side, core = toks[0][0].upper(), (toks[0][1:] + "".join(toks[1:])).lower()
+        if (side is None or core not in _LOOKUP) and len(toks) == 1 and re.fullmatch(r"[A-Z0-9]+[lr]", toks[0]):
+            side, core = toks[0][-1].upper(), toks[0][:-1].lower()   # a lower-case side after the name (ASISr)
         if side is None or core is None:
             continue
         role = _LOOKUP.get(core)
@@ -167,6 +173,9 @@ def marker_joint_centres(names, points):
             v = get(role, s)
             if v is not None:
                 out[f"{key}_{s}"] = v
+        m1, m5 = get("meta1", s), get("meta5", s)
+        if m1 is not None and m5 is not None:   # the ball of the foot: between the metatarsal heads
+            out[f"BALL_{s}"] = 0.5 * (m1 + m5)
     ls, rs = get("shoulder", "L"), get("shoulder", "R")
     if ls is not None and rs is not None:
         width = np.linalg.norm(ls - rs, axis=-1, keepdims=True)

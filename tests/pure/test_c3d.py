@@ -60,3 +60,21 @@ def test_c3d_without_the_package_says_how_to_install(tmp_path, monkeypatch, walk
     monkeypatch.setitem(sys.modules, "c3d", None)
     with pytest.raises(KeypointReadError, match="pip install c3d"):
         read_keypoints(path)
+
+
+def test_marker_names_of_other_labs_are_recognised():
+    """Qualisys / ISB-style (L_IAS, L_FLE, CV7...) and lower-case side suffixes (ASISr) name the same roles."""
+    from neural_ik.readers.markers import marker_roles
+
+    names = ["L_IAS", "R_IAS", "L_IPS", "R_IPS", "L_FLE", "L_FME", "L_FAL", "L_TAM", "L_FCC", "L_FM1", "L_FM5",
+             "L_HLE", "L_HME", "L_RSP", "L_UHE", "L_SAJ", "L_HDF", "L_HDB", "CV7", "SNJ", "SXS", "ASISr", "PSISl",
+             "EPICl", "boite:gauche_ext"]
+    roles = {k: names[j] for k, j in marker_roles(names).items()}
+    assert roles[("asis", "L")] == "L_IAS" and roles[("psis", "R")] == "R_IPS"
+    assert roles[("knee_lat", "L")] == "L_FLE" and roles[("knee_med", "L")] == "L_FME"
+    assert roles[("ankle_lat", "L")] == "L_FAL" and roles[("ankle_med", "L")] == "L_TAM"
+    assert roles[("meta1", "L")] == "L_FM1" and roles[("meta5", "L")] == "L_FM5" and roles[("heel", "L")] == "L_FCC"
+    assert roles[("elbow_lat", "L")] == "L_HLE" and roles[("wrist_b", "L")] == "L_UHE"
+    assert roles[("shoulder", "L")] == "L_SAJ" and roles[("head_front", "L")] == "L_HDF"
+    assert roles[("c7", "C")] == "CV7" and roles[("clav", "C")] == "SNJ" and roles[("strn", "C")] == "SXS"
+    assert "EPICl" not in roles.values() and "boite:gauche_ext" not in roles.values()
