@@ -21,8 +21,9 @@ without pickle, with these arrays:
     body's size (a human-sized body in metres reads as metres) and a warning
     says so.
 ``up_axis`` (optional)
-    ``"Z"`` (default, Blender) or ``"Y"`` (Y up, the figure facing +Z),
-    also ``"-Y"`` (y down, image-like).
+    ``"Z"`` (Blender) or ``"Y"`` (Y up, the figure facing +Z), also ``"-Y"``
+    (y down, image-like). Without it the up axis is detected from the
+    motion (feet to head), Z where the motion does not tell, with a warning.
 
 Example::
 
@@ -72,7 +73,7 @@ def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
             file_fps = data["fps"]
             conf = data["confidence"] if "confidence" in keys else None
             file_units = _scalar_str(path, data, "units")
-            file_up = _scalar_str(path, data, "up_axis") or "Z"
+            file_up = _scalar_str(path, data, "up_axis")   # (None: detected from the motion)
     except KeypointReadError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as ex:

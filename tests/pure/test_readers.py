@@ -101,6 +101,16 @@ def test_npz_defaults_and_overrides(tmp_path):
     assert clip.fps == 60 and clip.confidence.shape == (5, 32)
 
 
+def test_npz_without_up_axis_detects_it_from_the_motion(tmp_path):
+    pos = motion()
+    f = write_npz(tmp_path / "y.npz", zup_to_yup(pos), NAMES, fps=24.0, units="m")   # Y up, not said
+    clip = read_keypoints(f, ground=False)
+    assert clip.up_axis == "Y" and any("up axis Y detected from the motion" in w for w in clip.warnings)
+    np.testing.assert_allclose(clip.positions, pos, atol=1e-9)                      # standing, not lying
+    z = write_npz(tmp_path / "z.npz", pos, NAMES, fps=24.0, units="m")
+    assert read_keypoints(z, ground=False).up_axis == "Z"
+
+
 def test_npz_mediapipe_names(tmp_path):
     lay = LAYOUTS["mediapipe_pose"]
     src = np.zeros((4, 33, 3))
