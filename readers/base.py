@@ -709,6 +709,34 @@ def _check_names(path, names, J):
     return names
 
 
+def _or_skeleton_names(points, names, parents, lay, score, warns):
+    """``(layout, score)``: where no layout gives the pelvis, the skeleton mapper's reading of the names."""
+    from ..model.skeleton import KEYPOINTS
+
+    pelvis = KEYPOINTS.index("pelvis")
+    defined = np.zeros(len(KEYPOINTS), dtype=bool)
+    if lay is not None:
+        _, defined = canonical_weights(lay, names)
+        if defined[pelvis]:
+            return lay, score
+    from .named import effector_layout, skeleton_layout
+
+    try:
+        sk, how = skeleton_layout(names, points, parents)
+    except (ValueError, IndexError):   # a tree the mapper cannot read: the names alone decide
+        sk = None
+    if sk is None:
+        sk, how = effector_layout(names), "names only"
+    if sk is None:
+        return lay, score
+    _, got = canonical_weights(sk, names)
+    if not got[pelvis] or got[:22].sum() < defined[:22].sum():
+        return lay, score
+    warns.append(f"joint names read by the skeleton mapper ({int(got[:22].sum())} of 22 joints, from "
+                 f"{how})")
+    return sk, 1.0
+
+
 def finish_clip(
     path,
     points,
@@ -727,6 +755,7 @@ def finish_clip(
     warnings=None,
     check_scale: bool = True,
     ground: bool = True,
+    parents=None,
 ) -> KeypointClip:
     """Validate raw points and build a :class:`KeypointClip`.
 
@@ -754,6 +783,10 @@ def finish_clip(
     ground : bool
         Move the clip vertically so that its lowest foot point touches the
         floor (``z = 0``); the shift is reported and kept in ``floor_shift``.
+    parents : sequence of int, optional
+        The points' hierarchy (parent index, -1 for a root) where the file
+        has one: joint names no layout knows go through the skeleton mapper
+        (:mod:`.named`) with it, else with the hierarchy the motion shows.
 
     Raises
     ------
@@ -826,6 +859,7 @@ def finish_clip(
             _, defined = canonical_weights(lay, names)
             if defined.sum() < 4:
                 lay = None
+        lay, score = _or_skeleton_names(p, names, parents, lay, score, warns)
         if lay is None:
             raise KeypointReadError(
                 path, f"unknown joint names ({', '.join(names[:8])}{'...' if J > 8 else ''}): no known "

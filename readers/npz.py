@@ -16,6 +16,11 @@ without pickle, with these arrays:
     scalar: frames per second.
 ``confidence`` (optional)
     float array, shape ``(T, J)``, in [0, 1].
+``parents`` (optional)
+    int array, shape ``(J,)``: each joint's parent index, -1 for the root.
+    Joint names no layout knows (a studio rig's: ``Hips``, ``UpperArm_L``...)
+    are read by the skeleton mapper with this hierarchy (without it, with
+    the one the motion shows).
 ``units`` (optional)
     ``"m"``, ``"cm"`` or ``"mm"``. Without it the units are guessed from the
     body's size (a human-sized body in metres reads as metres) and a warning
@@ -74,6 +79,7 @@ def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
             conf = data["confidence"] if "confidence" in keys else None
             file_units = _scalar_str(path, data, "units")
             file_up = _scalar_str(path, data, "up_axis")   # (None: detected from the motion)
+            parents = data["parents"] if "parents" in keys else None
     except KeypointReadError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as ex:
@@ -90,10 +96,13 @@ def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
         raise KeypointReadError(path, f"{names.shape[0]} joint names for {pos.shape[1]} joints in 'positions'")
     if conf is not None and conf.dtype.kind not in "fiu":
         raise KeypointReadError(path, f"'confidence' must be numbers, got dtype {conf.dtype}")
+    if parents is not None and (parents.dtype.kind not in "iu" or parents.shape != names.shape):
+        raise KeypointReadError(path, f"'parents' must be one integer per joint (-1 for a root), got "
+                                f"{parents.dtype} {parents.shape}")
     return finish_clip(
         path, pos, [str(n) for n in names], fps=fps, file_fps=float(file_fps.reshape(())), confidence=conf,
         layout=layout, units=units, up_axis=up_axis, file_units=file_units, file_up_axis=file_up,
-        max_gap=max_gap, ground=ground,
+        max_gap=max_gap, ground=ground, parents=None if parents is None else parents.astype(np.int64),
     )
 
 

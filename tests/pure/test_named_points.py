@@ -1,0 +1,70 @@
+"""Points named after a studio rig's joints: read by the skeleton mapper, with or without ``parents``."""
+
+import numpy as np
+import pytest
+
+from _pkg import pkg
+
+pkg()
+from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
+from neural_ik.model.skeleton import JOINTS, KEYPOINTS, PARENTS  # noqa: E402
+from neural_ik.readers import read_keypoints, to_canonical  # noqa: E402
+from neural_ik.readers.named import infer_parents  # noqa: E402
+
+#: Unity Humanoid-style names of the canonical joints.
+UNITY = {"pelvis": "Hips", "spine1": "Spine", "spine2": "Chest", "spine3": "UpperChest", "neck": "Neck",
+         "head": "Head"}
+for _s, _S in (("l", "L"), ("r", "R")):
+    UNITY.update({f"clavicle_{_s}": f"Shoulder_{_S}", f"upperarm_{_s}": f"UpperArm_{_S}",
+                  f"forearm_{_s}": f"LowerArm_{_S}", f"hand_{_s}": f"Hand_{_S}", f"thigh_{_s}": f"UpperLeg_{_S}",
+                  f"calf_{_s}": f"LowerLeg_{_S}", f"foot_{_s}": f"Foot_{_S}", f"toe_{_s}": f"Toes_{_S}"})
+
+
+@pytest.fixture(scope="module")
+def walk():
+    return walk_keypoints(3.0, 30.0)
+
+
+def _write(path, walk, joints, parents=None):
+    idx = [KEYPOINTS.index(j) for j in joints]
+    extra = {} if parents is None else {"parents": np.asarray(parents)}
+    np.savez(path, positions=walk[:, idx], joint_names=np.array([UNITY[j] for j in joints]), fps=30.0,
+             units="m", up_axis="Z", **extra)
+    return path
+
+
+@pytest.mark.parametrize("with_parents", [True, False])
+def test_studio_joint_names_map_onto_the_canonical_joints(walk, tmp_path, with_parents):
+    joints = list(JOINTS)
+    parents = [joints.index(JOINTS[p]) if p >= 0 else -1 for p in PARENTS] if with_parents else None
+    clip = read_keypoints(_write(tmp_path / "unity.npz", walk, joints, parents), ground=False)
+    assert any("skeleton mapper" in w for w in clip.warnings), clip.warnings
+    kp, mask = to_canonical(clip)
+    for j in JOINTS:
+        assert mask[:, KEYPOINTS.index(j)].all(), j
+        np.testing.assert_allclose(kp[:, KEYPOINTS.index(j)], walk[:, KEYPOINTS.index(j)], atol=1e-9, err_msg=j)
+
+
+def test_the_motion_shows_the_tree(walk):
+    idx = [KEYPOINTS.index(j) for j in JOINTS]
+    parents = infer_parents(walk[:, idx], [UNITY[j] for j in JOINTS])
+    want = np.array(PARENTS)
+    assert (parents == want).mean() > 0.9, [(JOINTS[i], JOINTS[p] if p >= 0 else None)
+                                             for i, p in enumerate(parents) if p != want[i]]
+
+
+def test_six_named_effectors(walk, tmp_path):
+    eff = ["pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r"]
+    clip = read_keypoints(_write(tmp_path / "six.npz", walk, eff), ground=False)
+    kp, mask = to_canonical(clip)
+    for j in eff:
+        np.testing.assert_allclose(kp[:, KEYPOINTS.index(j)], walk[:, KEYPOINTS.index(j)], atol=1e-9)
+    assert mask.sum(1).max() == 6
+
+
+def test_names_nobody_knows_say_so(tmp_path, walk):
+    path = tmp_path / "odd.npz"
+    np.savez(path, positions=walk[:, :6], joint_names=np.array([f"thing{i}" for i in range(6)]), fps=30.0,
+             units="m", up_axis="Z")
+    with pytest.raises(Exception, match=r"unknown joint names \(thing0.*--layout"):
+        read_keypoints(path)
