@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .base import KeypointReadError, finish_clip
+from .base import KeypointReadError, _flag, finish_clip
 from .layouts import LAYOUTS
 
 __all__ = ["read_csv", "parse_numeric_table"]
@@ -124,6 +124,9 @@ def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     body = "" if head_end < 0 else text[head_end + 1:]
     sep = "," if header.count(",") >= header.count("\t") else "\t"
     cols = [c.strip().strip('"').strip() for c in header.rstrip("\r").split(sep)]
+    if cols and all(re.fullmatch(r"[-+0-9.eE]+", c) for c in cols if c) and any(cols):
+        return _read_headerless(path, text, sep, len(cols), layout, units=units, up_axis=up_axis, fps=fps,
+                                max_gap=max_gap, ground=ground)
 
     joints = {}      # name -> {coord: column}
     order = []
@@ -206,3 +209,37 @@ def read_csv(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, confidence=conf, layout=layout,
                        units=units, up_axis=up_axis, default_up_axis="Z", max_gap=max_gap, warnings=warns,
                        ground=ground)
+
+
+#: How the columns of a headerless table are read: (leading columns skipped, values per joint).
+_HEADERLESS = ((0, 3), (0, 4), (1, 3), (1, 4))
+
+
+def _read_headerless(path, text, sep, ncols, layout, **kw):
+    """A CSV without a header row: joints of a known count and order (Kinect v2, BODY_25, COCO...)."""
+    from .layouts import get_layout, recognise_nameless
+
+    data = parse_numeric_table(path, text.rstrip("\n"), ncols, sep=sep, first_line=1)
+    tried = []
+    for skip, per in _HEADERLESS:
+        if (ncols - skip) % per or ncols - skip < 3 * per:
+            continue
+        J = (ncols - skip) // per
+        pos = data[:, skip:].reshape(len(data), J, per)[..., :3]
+        if layout is not None:
+            lay = get_layout(layout)
+            if len(lay.joint_names) != J:
+                continue
+            names, why = list(lay.joint_names), f"{lay.name}'s {J} points in its order"
+        else:
+            lay, names, why = recognise_nameless(pos)
+            tried.append(f"{J} points of {per} values")
+            if lay is None:
+                continue
+        warn = (f"no header row: read as {why}" + (" (a first column of times or frames skipped)" if skip else "")
+                + (", a fourth value per joint (tracking state) ignored" if per == 4 else ""))
+        return finish_clip(path, pos, names, layout=lay, warnings=[warn], **kw)
+    raise KeypointReadError(
+        path, f"no header row, and its {ncols} columns ({'; '.join(tried) or 'no whole number of joints'}) "
+        "match no joint layout known by count (Kinect v2, OpenPose BODY_25, COCO-17, H36M-17, SMPL, MediaPipe): "
+        "name the columns (<name>_x,<name>_y,<name>_z) or pass " + _flag("layout"))

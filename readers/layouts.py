@@ -466,11 +466,31 @@ UE_MANNEQUIN = Layout(
     "(spine3 then sits low); end points are masked",
 )
 
+KINECT_V2 = Layout(
+    "kinect_v2",
+    "Kinect v2 body tracking (25 joints, the SDK's JointType order; Azure Kinect's first 25 differ)",
+    ("SpineBase", "SpineMid", "Neck", "Head", "ShoulderLeft", "ElbowLeft", "WristLeft", "HandLeft",
+     "ShoulderRight", "ElbowRight", "WristRight", "HandRight", "HipLeft", "KneeLeft", "AnkleLeft", "FootLeft",
+     "HipRight", "KneeRight", "AnkleRight", "FootRight", "SpineShoulder", "HandTipLeft", "ThumbLeft",
+     "HandTipRight", "ThumbRight"),
+    {
+        "SpineBase": "pelvis", "SpineMid": "spine2", "SpineShoulder": "neck", "Neck": "head",
+        "ShoulderLeft": "upperarm_l", "ElbowLeft": "forearm_l", "WristLeft": "hand_l", "HandTipLeft": "hand_tip_l",
+        "ThumbLeft": "thumb_l", "ShoulderRight": "upperarm_r", "ElbowRight": "forearm_r", "WristRight": "hand_r",
+        "HandTipRight": "hand_tip_r", "ThumbRight": "thumb_r", "HipLeft": "thigh_l", "KneeLeft": "calf_l",
+        "AnkleLeft": "foot_l", "FootLeft": "toe_l", "HipRight": "thigh_r", "KneeRight": "calf_r",
+        "AnkleRight": "foot_r", "FootRight": "toe_r",
+    },
+    notes="SpineShoulder (the neck's base) is the neck, the SDK's Neck the head joint; the head's centre, "
+    "spine1, spine3, the clavicles, head top and toe tips are masked; camera space: metres, Y up",
+    up_axis="Y",
+)
+
 #: Built-in layouts by name.
 LAYOUTS: dict[str, Layout] = {
     lay.name: lay
     for lay in (CANONICAL_LAYOUT, MEDIAPIPE, COCO17, H36M17, OPENPOSE25, SMPL24, SMPLX,
-                MIXAMO, CMU, CC_BASE, RIGIFY, UE_MANNEQUIN)
+                MIXAMO, CMU, CC_BASE, RIGIFY, UE_MANNEQUIN, KINECT_V2)
 }
 
 
@@ -666,8 +686,19 @@ def recognise_nameless(points) -> tuple:
         if shoulders > 0 and max(d(0, k) for k in range(1, 5)) < 0.8 * shoulders:
             return COCO17, list(COCO17.joint_names), "COCO-17 keypoints (point 0 among the face points 1-4)"
         return None, None, "17 points that sit neither like H36M (hip centre first) nor like COCO (nose first)"
+    if J == 25:
+        hips, body25_hips = d(12, 16), d(9, 12)
+        # Kinect v2: 0 SpineBase between the hips 12 and 16, 3 Head above 2 Neck; BODY_25: 8 MidHip
+        # between the hips 9 and 12, 0 the nose near 1 the neck
+        if hips > 0 and float(np.linalg.norm(m[0] - 0.5 * (m[12] + m[16]))) < 0.3 * hips and d(3, 0) > 2 * hips:
+            return KINECT_V2, list(KINECT_V2.joint_names), "Kinect v2's 25 joints in the SDK's order (SpineBase " \
+                "between the hips)"
+        if body25_hips > 0 and float(np.linalg.norm(m[8] - 0.5 * (m[9] + m[12]))) < 0.3 * body25_hips:
+            return OPENPOSE25, list(OPENPOSE25.joint_names), "OpenPose BODY_25 (MidHip between the hips 9 and 12)"
+        return None, None, "25 points that sit neither like Kinect v2 (SpineBase first) nor like OpenPose BODY_25"
     if J == 33:
         return MEDIAPIPE, list(MEDIAPIPE.joint_names), "MediaPipe Pose 33 landmarks (from the count)"
     if J == 32:
         return CANONICAL_LAYOUT, list(CANONICAL_LAYOUT.joint_names), "Neural IK canonical keypoints (from the count)"
-    return None, None, f"{J} points per frame match no nameless layout (SMPL-22/24, H36M-17, COCO-17, MediaPipe-33)"
+    return None, None, (f"{J} points per frame match no nameless layout (SMPL-22/24, H36M-17, COCO-17, "
+                        "Kinect v2 and BODY_25, MediaPipe-33)")

@@ -68,3 +68,48 @@ def test_names_nobody_knows_say_so(tmp_path, walk):
              units="m", up_axis="Z")
     with pytest.raises(Exception, match=r"unknown joint names \(thing0.*--layout"):
         read_keypoints(path)
+
+
+def _kinect(walk):
+    """Kinect v2's 25 joints (SDK order) placed on the canonical walk, in camera axes (Y up)."""
+    from neural_ik.readers.layouts import KINECT_V2
+
+    k = {n: KEYPOINTS.index(n) for n in KEYPOINTS}
+    up = np.array([0.0, 0.0, 0.1])
+    where = {"SpineBase": walk[:, k["pelvis"]], "SpineMid": walk[:, k["spine2"]], "Neck": walk[:, k["head"]],
+             "Head": walk[:, k["head"]] + up, "SpineShoulder": walk[:, k["neck"]]}
+    for s, side in (("l", "Left"), ("r", "Right")):
+        where.update({f"Shoulder{side}": walk[:, k[f"upperarm_{s}"]], f"Elbow{side}": walk[:, k[f"forearm_{s}"]],
+                      f"Wrist{side}": walk[:, k[f"hand_{s}"]],
+                      f"Hand{side}": 0.5 * (walk[:, k[f"hand_{s}"]] + walk[:, k[f"hand_tip_{s}"]]),
+                      f"HandTip{side}": walk[:, k[f"hand_tip_{s}"]], f"Thumb{side}": walk[:, k[f"thumb_{s}"]],
+                      f"Hip{side}": walk[:, k[f"thigh_{s}"]], f"Knee{side}": walk[:, k[f"calf_{s}"]],
+                      f"Ankle{side}": walk[:, k[f"foot_{s}"]], f"Foot{side}": walk[:, k[f"toe_{s}"]]})
+    pts = np.stack([where[n] for n in KINECT_V2.joint_names], 1)
+    return np.stack([pts[..., 0], pts[..., 2], -pts[..., 1]], -1)     # Z up -> Y up
+
+
+@pytest.mark.parametrize("time_column,state", [(False, False), (True, False), (False, True)])
+def test_headerless_kinect_csv(walk, tmp_path, time_column, state):
+    pts = _kinect(walk)
+    cols = [pts]
+    if state:
+        cols = [np.concatenate([pts, np.full(pts.shape[:2] + (1,), 2.0)], -1)]
+    rows = cols[0].reshape(len(walk), -1)
+    if time_column:
+        rows = np.concatenate([np.arange(len(walk))[:, None] / 30.0, rows], 1)
+    path = tmp_path / "kinect.csv"
+    np.savetxt(path, rows, delimiter=",", fmt="%.6f")
+    clip = read_keypoints(path, ground=False, fps=30.0, units="m")
+    assert clip.layout == "kinect_v2" and clip.up_axis == "Y"
+    assert any("no header row: read as Kinect v2" in w for w in clip.warnings), clip.warnings
+    kp, mask = to_canonical(clip)
+    for j in ("pelvis", "spine2", "neck", "head", "hand_l", "calf_r", "toe_l"):
+        np.testing.assert_allclose(kp[:, KEYPOINTS.index(j)], walk[:, KEYPOINTS.index(j)], atol=1e-5, err_msg=j)
+
+
+def test_headerless_csv_of_no_known_count_says_what_to_do(tmp_path):
+    path = tmp_path / "odd.csv"
+    np.savetxt(path, np.random.default_rng(0).normal(size=(5, 14)), delimiter=",")
+    with pytest.raises(Exception, match=r"no header row.*14 columns.*--layout"):
+        read_keypoints(path)
