@@ -49,6 +49,20 @@ def _landmarks(frame):
     return frame
 
 
+def _image_keypoints(data) -> str:
+    """What kind of 2D image keypoints ``data`` holds ("" when it is not such a file)."""
+    if isinstance(data, dict) and isinstance(data.get("people"), list):
+        people = data["people"]
+        if not people or any(isinstance(p, dict) and "pose_keypoints_2d" in p for p in people):
+            return "an OpenPose frame: pose_keypoints_2d"
+    if isinstance(data, list) and data and all(isinstance(d, dict) for d in data[:8]):
+        if all("keypoints" in d and ("image_id" in d or "category_id" in d) for d in data[:8]):
+            return "COCO results: x, y, visibility per keypoint of an image"
+    if isinstance(data, dict) and isinstance(data.get("annotations"), list) and "images" in data:
+        return "a COCO annotation file"
+    return ""
+
+
 def _num(v):
     if v is None:
         return np.nan
@@ -72,6 +86,12 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     except OSError as ex:
         raise KeypointReadError(path, f"cannot read ({ex})") from None
 
+    two_d = _image_keypoints(data)
+    if two_d:
+        raise KeypointReadError(path, f"2D image keypoints ({two_d}): Neural IK needs 3D positions. Lift them "
+                                "to 3D first (a 3D pose lifter such as VideoPose3D or MotionBERT, or several "
+                                "calibrated cameras) and save the 3D joints as .npz (layout h36m17, coco17 or "
+                                "openpose_body25), or export MediaPipe's world landmarks instead")
     meta = {}
     if isinstance(data, dict):
         meta = data

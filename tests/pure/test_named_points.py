@@ -113,3 +113,17 @@ def test_headerless_csv_of_no_known_count_says_what_to_do(tmp_path):
     np.savetxt(path, np.random.default_rng(0).normal(size=(5, 14)), delimiter=",")
     with pytest.raises(Exception, match=r"no header row.*14 columns.*--layout"):
         read_keypoints(path)
+
+
+@pytest.mark.parametrize("data,kind", [
+    ({"version": 1.3, "people": [{"person_id": [-1], "pose_keypoints_2d": [100.0, 200.0, 0.9] * 25}]}, "OpenPose"),
+    ([{"image_id": 1, "category_id": 1, "keypoints": [10.0, 20.0, 2] * 17, "score": 0.9}], "COCO results"),
+    ({"images": [{"id": 1}], "annotations": [{"keypoints": [1, 2, 2] * 17}]}, "COCO annotation"),
+])
+def test_2d_image_keypoints_are_named_and_refused_with_what_to_do(tmp_path, data, kind):
+    import json
+
+    path = tmp_path / "frame_000000000000_keypoints.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(Exception, match=rf"2D image keypoints \([^)]*{kind}.*needs 3D positions.*Lift them"):
+        read_keypoints(path)
