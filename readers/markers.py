@@ -4,7 +4,8 @@ Motion-capture marker files (``.trc``) hold skin markers, not joint centres.
 :func:`marker_joint_centres` recognises the anatomical markers by name and
 computes the joint centres by the standard regressions:
 
-- hip joint centres from the pelvis markers (both ASIS and both PSIS),
+- hip joint centres from the pelvis markers (both ASIS and both PSIS, or a
+  sacral marker between the PSIS),
   Harrington et al. 2007 in the pelvis frame: 0.24 PD + 0.04 PW posterior,
   0.34 PW inferior, 0.36 PW lateral of the mid-ASIS point (PW: inter-ASIS
   width, PD: mid-ASIS to mid-PSIS depth; the millimetre constants taken
@@ -42,19 +43,23 @@ __all__ = ["marker_roles", "marker_joint_centres", "MARKER_LAYOUT", "marker_layo
 
 #: Marker role -> normalised names (side removed) that denote it.
 _ROLES = {
-    "asis": {"asis", "asi", "ias"},
-    "psis": {"psis", "psi", "ips"},
-    "knee_lat": {"knee", "kne", "kneelat", "latknee", "lknee", "lfc", "kneelateral", "latepicondyle", "fle"},
-    "knee_med": {"mknee", "kneemed", "knem", "kneem", "mfc", "medknee", "kneemedial", "medepicondyle", "fme"},
-    "ankle_lat": {"ankle", "ank", "anklelat", "lmal", "lankle", "latmal", "latmalleolus", "lmalleolus", "fal"},
-    "ankle_med": {"mankle", "anklemed", "ankm", "mmal", "medmal", "medmalleolus", "mmalleolus", "ankmed", "tam"},
-    "shoulder": {"shoulder", "sho", "acromion", "acr", "acromium", "shoulderacromion", "saj", "sae"},
-    "elbow_lat": {"lelbow", "elb", "elbowlat", "elbow", "lelb", "latelbow", "hle"},
+    "asis": {"asis", "asi", "ias", "eias"},
+    "psis": {"psis", "psi", "ips", "eips"},
+    "knee_lat": {"knee", "kne", "kneelat", "latknee", "lknee", "lfc", "kneelateral", "latepicondyle", "fle", "genou", "genoulat",
+                 "condylelat", "condyleext"},
+    "knee_med": {"mknee", "kneemed", "knem", "kneem", "mfc", "medknee", "kneemedial", "medepicondyle", "fme", "genoumed", "condylemed",
+                 "condyleint"},
+    "ankle_lat": {"ankle", "ank", "anklelat", "lmal", "lankle", "latmal", "latmalleolus", "lmalleolus", "fal", "cheville",
+                  "malleolelat", "malleoleext", "malext"},
+    "ankle_med": {"mankle", "anklemed", "ankm", "mmal", "medmal", "medmalleolus", "mmalleolus", "ankmed", "tam", "malleolemed",
+                  "malleoleint", "malint"},
+    "shoulder": {"shoulder", "sho", "acromion", "acr", "acromium", "shoulderacromion", "saj", "sae", "epaule"},
+    "elbow_lat": {"lelbow", "elb", "elbowlat", "elbow", "lelb", "latelbow", "hle", "coude", "coudelat"},
     "elbow_med": {"melbow", "elbowmed", "melb", "elbm", "medelbow", "hme"},
-    "wrist_a": {"lwrist", "wra", "wristrad", "radius", "wrist", "radstyl", "rsp"},
+    "wrist_a": {"lwrist", "wra", "wristrad", "radius", "wrist", "radstyl", "rsp", "poignet", "poignetrad"},
     "wrist_b": {"mwrist", "wrb", "wristuln", "ulna", "ulnstyl", "usp", "uhe"},
-    "toe": {"toe", "toetip", "hallux"},
-    "heel": {"calc", "hee", "heel", "calcaneus", "fcc"},
+    "toe": {"toe", "toetip", "hallux", "orteil", "toetip1"},
+    "heel": {"calc", "hee", "heel", "calcaneus", "fcc", "talon"},
     "meta1": {"fm1", "mt1", "met1", "meta1", "mh1", "mt1head"},
     "meta5": {"fm5", "mt5", "met5", "meta5", "mh5", "mt5head"},
     "head_front": {"fhd", "fhead", "fronthead", "headfront", "hdf"},
@@ -64,7 +69,11 @@ _LOOKUP = {n: role for role, names in _ROLES.items() for n in names}
 #: Trunk markers on the midline (Plug-in Gait): normalised name -> role.
 _CENTRAL = {"c7": "c7", "cv7": "c7", "clav": "clav", "clavicle": "clav", "jugular": "clav", "ij": "clav",
             "snj": "clav", "strn": "strn", "sternum": "strn", "xiphoid": "strn", "sxs": "strn", "xiph": "strn",
-            "t10": "t10"}
+            "t10": "t10", "sacral": "sacrum", "vsacral": "sacrum", "sacrum": "sacrum", "sacr": "sacrum",
+            "sacre": "sacrum"}
+#: Side words before or after a marker's name (English, French).
+_SIDES = {"r": "R", "l": "L", "right": "R", "left": "L", "d": "R", "g": "L", "droite": "R", "droit": "R",
+          "gauche": "L"}
 
 #: Virtual point names of the computed centres -> canonical keypoints.
 MARKER_LAYOUT = Layout(
@@ -95,10 +104,10 @@ def marker_roles(names) -> dict:
         s = re.sub(r"[_.\- ]?study$", "", str(name).strip(), flags=re.I)
         toks = [t for t in re.split(r"[^A-Za-z0-9]+", s) if t]
         side, core = None, None
-        if len(toks) > 1 and toks[0].lower() in ("r", "l", "right", "left"):
-            side, core = toks[0][0].upper(), "".join(toks[1:]).lower()
-        elif len(toks) > 1 and toks[-1].lower() in ("r", "l", "right", "left"):
-            side, core = toks[-1][0].upper(), "".join(toks[:-1]).lower()
+        if len(toks) > 1 and toks[0].lower() in _SIDES:
+            side, core = _SIDES[toks[0].lower()], "".join(toks[1:]).lower()
+        elif len(toks) > 1 and toks[-1].lower() in _SIDES:
+            side, core = _SIDES[toks[-1].lower()], "".join(toks[:-1]).lower()
         elif toks and toks[0][:1] in "RLrl" and len(toks[0]) > 2:
             side, core = toks[0][0].upper(), (toks[0][1:] + "".join(toks[1:])).lower()
         if (side is None or core not in _LOOKUP) and len(toks) == 1 and re.fullmatch(r"[A-Z0-9]+[lr]", toks[0]):
@@ -144,6 +153,8 @@ def marker_joint_centres(names, points):
 
     sides = (("L", 1.0), ("R", -1.0))
     la, ra, lp, rp = get("asis", "L"), get("asis", "R"), get("psis", "L"), get("psis", "R")
+    if (lp is None or rp is None) and get("sacrum", "C") is not None:   # one sacral marker (OpenSim gait2354)
+        lp = rp = get("sacrum", "C")
     hjc_mid = None
     if all(v is not None for v in (la, ra, lp, rp)):
         mid_a, mid_p = 0.5 * (la + ra), 0.5 * (lp + rp)

@@ -78,3 +78,27 @@ def test_marker_names_of_other_labs_are_recognised():
     assert roles[("shoulder", "L")] == "L_SAJ" and roles[("head_front", "L")] == "L_HDF"
     assert roles[("c7", "C")] == "CV7" and roles[("clav", "C")] == "SNJ" and roles[("strn", "C")] == "SXS"
     assert "EPICl" not in roles.values() and "boite:gauche_ext" not in roles.values()
+
+
+@pytest.mark.parametrize("rename", ["gait2354", "french"])
+def test_marker_sets_of_other_models_and_languages(walk, tmp_path, rename):
+    """OpenSim's gait2354 (a sacral marker, lateral knee and ankle markers) and French names
+    (EIAS, genou, cheville, gauche/droite) give the hips, knees and ankles."""
+    from neural_ik.readers.markers import marker_joint_centres
+
+    m = plug_in_gait_markers(walk)
+    if rename == "gait2354":
+        m["V.Sacral"] = 0.5 * (m.pop("LPSI") + m.pop("RPSI"))
+        names = {"LASI": "L.ASIS", "RASI": "R.ASIS", "LKNE": "L.Knee.Lat", "RKNE": "R.Knee.Lat",
+                 "LANK": "L.Ankle.Lat", "RANK": "R.Ankle.Lat", "LHEE": "L.Heel", "RHEE": "R.Heel"}
+    else:
+        names = {"LASI": "EIAS_G", "RASI": "EIAS_D", "LPSI": "EIPS_G", "RPSI": "EIPS_D", "LKNE": "genou_gauche",
+                 "RKNE": "genou_droit", "LANK": "cheville_gauche", "RANK": "cheville_droite", "LHEE": "talon_G",
+                 "RHEE": "talon_D"}
+    m = {names.get(k, k): v for k, v in m.items()}
+    order, centres, _found = marker_joint_centres(list(m), np.stack(list(m.values()), 1))
+    got = dict(zip(order, np.moveaxis(centres, 1, 0)))
+    for key, joint in (("HJC_L", "thigh_l"), ("KJC_R", "calf_r"), ("AJC_L", "foot_l"), ("HEEL_R", "heel_r")):
+        assert key in got, (key, order)
+        err = np.linalg.norm(got[key] - walk[:, K[joint]], axis=-1).max()
+        assert err < (0.03 if rename == "gait2354" else 1e-6), (key, err)
