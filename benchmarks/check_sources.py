@@ -3,8 +3,9 @@
 Sources: every file of ``../shared/mocap/foreign/`` (when present) and generated fixtures of each
 convention (BVH naming schemes, Y/Z up, cm/inches/CMU units, joint orients, a floor not at zero,
 an FBX whose root bone became the armature object, the project's own BVH export baked back,
-nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks), and bad inputs that must
-be refused with a clear message.
+nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks, a Plug-in Gait C3D, a studio
+rig's joint names, a headerless Kinect v2 CSV), and bad inputs that must be refused with a clear
+message (2D OpenPose keypoints among them).
 
 Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
 through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
@@ -201,6 +202,7 @@ def make_fixtures(folder):
     half, _ = sf.opencap_markers(90, drop=("l_knee_study", "l_mknee_study", "l_ankle_study", "l_mankle_study"))
     sf.write_trc(folder / "half_leg.trc", half)
     out.append(("BAD trc marker set missing half a leg", folder / "half_leg.trc", True))
+    out += _lab_fixtures(folder, walk)
     # bad inputs: image-normalised landmarks, mixed units, a non-humanoid skeleton
     img = (mp[..., :2] - mp[..., :2].min()) / (np.ptp(mp[..., :2]) * 2.5) + 0.3
     frames = [[{"x": float(a), "y": float(b), "z": 0.0, "visibility": 0.9} for a, b in fr] for fr in img]
@@ -217,6 +219,30 @@ def make_fixtures(folder):
               [("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")]
               + [("Zrotation", "Xrotation", "Yrotation")] * 3, np.zeros((3, 15)))
     out.append(("BAD bvh non-humanoid", folder / "snake.bvh", True))
+    return out
+
+
+def _lab_fixtures(folder, walk):
+    """C3D (Plug-in Gait), a studio rig's joint names, a headerless Kinect v2 CSV, an OpenPose frame."""
+    import source_fixtures as sf
+
+    out = []
+    try:
+        from c3d_fixtures import plug_in_gait_markers, write_c3d
+        write_c3d(folder / "plug_in_gait.c3d", plug_in_gait_markers(walk), fps=30.0)
+        out.append(("c3d Plug-in Gait markers mm", folder / "plug_in_gait.c3d", False))
+    except ImportError:   # no c3d package: the reader's message is what a user gets
+        pass
+    from neural_ik.model.skeleton import JOINTS, KEYPOINTS
+    idx = [KEYPOINTS.index(j) for j in JOINTS]
+    np.savez(folder / "unity_names.npz", positions=walk[:, idx], joint_names=np.array([sf.UNITY[j] for j in JOINTS]),
+             fps=30.0, units="m")
+    out.append(("npz a studio rig's joint names, no parents", folder / "unity_names.npz", False))
+    np.savetxt(folder / "kinect_v2.csv", sf.kinect_points(walk).reshape(len(walk), -1), delimiter=",", fmt="%.5f")
+    out.append(("csv Kinect v2 headerless Y-up", folder / "kinect_v2.csv", False))
+    (folder / "openpose_000000000000_keypoints.json").write_text(json.dumps(
+        {"version": 1.3, "people": [{"pose_keypoints_2d": [320.0, 240.0, 0.9] * 25}]}))
+    out.append(("BAD json OpenPose 2D image keypoints", folder / "openpose_000000000000_keypoints.json", True))
     return out
 
 

@@ -10,15 +10,7 @@ from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
 from neural_ik.model.skeleton import JOINTS, KEYPOINTS, PARENTS  # noqa: E402
 from neural_ik.readers import read_keypoints, to_canonical  # noqa: E402
 from neural_ik.readers.named import infer_parents  # noqa: E402
-
-#: Unity Humanoid-style names of the canonical joints.
-UNITY = {"pelvis": "Hips", "spine1": "Spine", "spine2": "Chest", "spine3": "UpperChest", "neck": "Neck",
-         "head": "Head"}
-for _s, _S in (("l", "L"), ("r", "R")):
-    UNITY.update({f"clavicle_{_s}": f"Shoulder_{_S}", f"upperarm_{_s}": f"UpperArm_{_S}",
-                  f"forearm_{_s}": f"LowerArm_{_S}", f"hand_{_s}": f"Hand_{_S}", f"thigh_{_s}": f"UpperLeg_{_S}",
-                  f"calf_{_s}": f"LowerLeg_{_S}", f"foot_{_s}": f"Foot_{_S}", f"toe_{_s}": f"Toes_{_S}"})
-
+from source_fixtures import UNITY, kinect_points  # noqa: E402
 
 @pytest.fixture(scope="module")
 def walk():
@@ -70,28 +62,9 @@ def test_names_nobody_knows_say_so(tmp_path, walk):
         read_keypoints(path)
 
 
-def _kinect(walk):
-    """Kinect v2's 25 joints (SDK order) placed on the canonical walk, in camera axes (Y up)."""
-    from neural_ik.readers.layouts import KINECT_V2
-
-    k = {n: KEYPOINTS.index(n) for n in KEYPOINTS}
-    up = np.array([0.0, 0.0, 0.1])
-    where = {"SpineBase": walk[:, k["pelvis"]], "SpineMid": walk[:, k["spine2"]], "Neck": walk[:, k["head"]],
-             "Head": walk[:, k["head"]] + up, "SpineShoulder": walk[:, k["neck"]]}
-    for s, side in (("l", "Left"), ("r", "Right")):
-        where.update({f"Shoulder{side}": walk[:, k[f"upperarm_{s}"]], f"Elbow{side}": walk[:, k[f"forearm_{s}"]],
-                      f"Wrist{side}": walk[:, k[f"hand_{s}"]],
-                      f"Hand{side}": 0.5 * (walk[:, k[f"hand_{s}"]] + walk[:, k[f"hand_tip_{s}"]]),
-                      f"HandTip{side}": walk[:, k[f"hand_tip_{s}"]], f"Thumb{side}": walk[:, k[f"thumb_{s}"]],
-                      f"Hip{side}": walk[:, k[f"thigh_{s}"]], f"Knee{side}": walk[:, k[f"calf_{s}"]],
-                      f"Ankle{side}": walk[:, k[f"foot_{s}"]], f"Foot{side}": walk[:, k[f"toe_{s}"]]})
-    pts = np.stack([where[n] for n in KINECT_V2.joint_names], 1)
-    return np.stack([pts[..., 0], pts[..., 2], -pts[..., 1]], -1)     # Z up -> Y up
-
-
 @pytest.mark.parametrize("time_column,state", [(False, False), (True, False), (False, True)])
 def test_headerless_kinect_csv(walk, tmp_path, time_column, state):
-    pts = _kinect(walk)
+    pts = kinect_points(walk)
     cols = [pts]
     if state:
         cols = [np.concatenate([pts, np.full(pts.shape[:2] + (1,), 2.0)], -1)]
