@@ -44,7 +44,6 @@ import time
 import numpy as np
 
 from ..model.skeleton import JOINTS
-from . import tuning
 from .figures import BakeFigures, figure_warnings, measure
 from .filters import smooth_columns
 from .fit import FitStage
