@@ -76,86 +76,97 @@ def settle_hinges(plan, quats, locations, chunk=None, locked=None) -> None:
 
     ``quats`` in place. Joint positions leave a thigh's (an upper arm's)
     turn about itself open where the knee (elbow) may turn any way (the
-    lower bone makes up for it, and the end bone for that): the held-out
-    studios' keypoints came back with thighs and calves turned 10-20
-    degrees about themselves and forearms whose bend axis wandered 2-17
-    degrees from frame to frame, some 25 degrees from their skeletons' own,
-    and the rig-space solve meets the joints with whatever turn its steps
-    left. A knee or an elbow is a hinge: its axis (:func:`hinge_axes`) is
-    the normal of the plane of its three joints. Per frame, the upper bone
-    turns about its line until the hinge axis lies along that normal, the
-    lower bone about its own line likewise, and the end bone (foot, hand)
-    keeps its turn in the world: every joint stays where it was, only the
-    three rotations change. Faded in over bends of :data:`HINGE_BEND` (a
+    lower bone makes up for it, and the end bone for that), and the
+    rig-space solve meets the joints with whatever turn its steps left. A
+    knee or an elbow is a hinge: its axis (:func:`hinge_axes`) is the normal
+    of the plane of its three joints. Per frame, the upper bone turns about
+    its line until the hinge axis lies along that normal, the lower bone
+    about its own line likewise, and the end bone (foot, hand) keeps its
+    turn in the world: every joint stays where it was, only the three
+    rotations change. Faded in over bends of :data:`..tuning.HINGE_BEND` (a
     straight limb has no plane), and out where the axis is
-    :data:`HINGE_OFF` off the plane already. A straight knee whose foot has
-    a toe bone faces where the foot points instead: its axis goes across
-    the leg and the ankle-to-ball line (held-out studios, 200 frames a
-    clip: dense rotations 7.77 -> 7.24 deg). A limb with a locked rotation
-    axis on any of its three bones (``locked``: bone -> (3,) bool, as the
-    rig-space solve's) is left as the solve made it.
+    :data:`..tuning.HINGE_OFF` off the plane already. A straight knee whose
+    foot has a toe bone faces where the foot points instead: its axis goes
+    across the leg and the ankle-to-ball line (see
+    docs/tuning.md#settle_hinges). A limb with a locked rotation axis on any
+    of its three bones (``locked``: bone -> (3,) bool, as the rig-space
+    solve's) is left as the solve made it.
     """
-    from ...model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
     from ...retarget.solve import frame_chunks, pose_rig
 
     rig = plan.rig
-    Q = rig.rest_rotation()
     limbs = [lb for lb in hinge_axes(plan) if _free_of_locks(lb[:3], locked)]
     if not limbs:
         return
     # a straight knee shows no plane: its foot says where it faces (the ankle-to-ball line, across the leg)
     toe_of, bones = _limb_bones(plan, limbs)
-
-    def turn(u, onto, about):
-        """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
-        u_p = u - (u * about).sum(-1, keepdims=True) * about
-        return np.arctan2((np.cross(u_p, onto) * about).sum(-1), (u_p * onto).sum(-1))
-
     for a0, b0 in frame_chunks(len(quats), chunk):
         W, X = pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
                         chunk=b0 - a0)
-        for t, c, f, a in limbs:
-            upper = X[:, c] - X[:, t]     # thigh, upper arm
-            lower = X[:, f] - X[:, c]     # shin, forearm
-            n = np.cross(upper, lower)
-            nn = vector_norm(n)
-            lu, ll = vector_norm(upper), vector_norm(lower)
-            bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lu * ll, 1e-12), 0.0, 1.0)))
-            w = np.clip((bend - tuning.HINGE_BEND[0]) / (tuning.HINGE_BEND[1] - tuning.HINGE_BEND[0]), 0.0, 1.0)
-            n = n / np.maximum(nn, 1e-12)[:, None]
-            uw = upper / np.maximum(lu, 1e-12)[:, None]
-            lw = lower / np.maximum(ll, 1e-12)[:, None]
-            ha = W[:, c] @ a                                      # the lower bone's hinge axis now
-            if f in toe_of:   # a straight knee: its axis across the leg and the foot's forward line
-                fwd = X[:, toe_of[f]] - X[:, f]
-                nf = np.cross(lw, fwd)
-                nnf = vector_norm(nf)
-                ok = nnf > 0.5 * vector_norm(fwd)     # (a foot along the leg says nothing)
-                nf = nf / np.maximum(nnf, 1e-12)[:, None]
-                nf = np.where(((nf * ha).sum(-1) < 0)[:, None], -nf, nf)
-                n = np.where((((n * ha).sum(-1)) < 0)[:, None], -n, n)
-                mix = np.where(ok, 1.0 - w, 0.0)[:, None]
-                n = (1.0 - mix) * n + mix * nf
-                n = n / np.maximum(vector_norm(n, keepdims=True), 1e-12)
-                w = np.maximum(w, ok.astype(np.float64))
-            if not w.any():
-                continue
-            cos = (n * ha).sum(-1)
-            n = np.where((cos < 0)[:, None], -n, n)              # (the normal's sign nearest it)
-            # a joint turned far from any hinge (its axis 30-60 degrees or more off the limb's plane:
-            # no human pose; which way to turn it is unclear) is left as the solve made it
-            w = w * np.clip((np.abs(cos) - tuning.HINGE_OFF[1]) / (tuning.HINGE_OFF[0] - tuning.HINGE_OFF[1]), 0.0, 1.0)
-            R_rel = Q[t].T @ Q[c]
-            Wt, Wc, Wf = W[:, t], W[:, c], W[:, f]
-            g = w * turn(Wt @ (R_rel @ a), n, uw)                 # the upper bone about its own line
-            b = w * turn(ha, n, lw)                               # the lower bone about its own line
-            Wt2 = axis_angle_to_matrix(g[:, None] * uw) @ Wt
-            Wc2 = axis_angle_to_matrix(b[:, None] * lw) @ Wc
-            Bt = quat_to_matrix(np.asarray(quats[a0:b0, t], dtype=np.float64))
-            quats[a0:b0, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
-            quats[a0:b0, c] = matrix_to_quat(R_rel.T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
-            R_f = Q[c].T @ Q[f]
-            quats[a0:b0, f] = matrix_to_quat(R_f.T @ np.swapaxes(Wc2, -1, -2) @ Wf)
+        for limb in limbs:
+            _settle_hinge(rig, quats, a0, b0, W, X, limb, toe_of)
+
+
+def _turn(u, onto, about):
+    """The angle (T,) about ``about`` (T, 3) that takes ``u`` (T, 3) (across ``about``) onto ``onto``."""
+    u_p = u - (u * about).sum(-1, keepdims=True) * about
+    return np.arctan2((np.cross(u_p, onto) * about).sum(-1), (u_p * onto).sum(-1))
+
+
+def _unit(v):
+    return v / np.maximum(vector_norm(v), 1e-12)[:, None]
+
+
+def _foot_facing(n, w, lw, fwd, ha):
+    """A straight knee's plane normal ``n`` (T, 3) and fade ``w`` (T,): across the leg and the foot's forward line."""
+    nf = np.cross(lw, fwd)
+    nnf = vector_norm(nf)
+    ok = nnf > 0.5 * vector_norm(fwd)     # (a foot along the leg says nothing)
+    nf = nf / np.maximum(nnf, 1e-12)[:, None]
+    nf = np.where(((nf * ha).sum(-1) < 0)[:, None], -nf, nf)
+    n = np.where((((n * ha).sum(-1)) < 0)[:, None], -n, n)
+    mix = np.where(ok, 1.0 - w, 0.0)[:, None]
+    n = (1.0 - mix) * n + mix * nf
+    n = n / np.maximum(vector_norm(n, keepdims=True), 1e-12)
+    return n, np.maximum(w, ok.astype(np.float64))
+
+
+def _settle_hinge(rig, quats, a0, b0, W, X, limb, toe_of):
+    """One limb's hinge settled in frames ``a0:b0`` (posed as ``W``, ``X``), ``quats`` in place."""
+    from ...model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
+
+    t, c, f, a = limb
+    Q = rig.rest_rotation()
+    upper = X[:, c] - X[:, t]     # thigh, upper arm
+    lower = X[:, f] - X[:, c]     # shin, forearm
+    n = np.cross(upper, lower)
+    nn = vector_norm(n)
+    lu, ll = vector_norm(upper), vector_norm(lower)
+    bend = np.degrees(np.arcsin(np.clip(nn / np.maximum(lu * ll, 1e-12), 0.0, 1.0)))
+    w = np.clip((bend - tuning.HINGE_BEND[0]) / (tuning.HINGE_BEND[1] - tuning.HINGE_BEND[0]), 0.0, 1.0)
+    n = n / np.maximum(nn, 1e-12)[:, None]
+    uw, lw = _unit(upper), _unit(lower)
+    ha = W[:, c] @ a                                      # the lower bone's hinge axis now
+    if f in toe_of:   # a straight knee: its axis across the leg and the foot's forward line
+        n, w = _foot_facing(n, w, lw, X[:, toe_of[f]] - X[:, f], ha)
+    if not w.any():
+        return
+    cos = (n * ha).sum(-1)
+    n = np.where((cos < 0)[:, None], -n, n)              # (the normal's sign nearest it)
+    # a joint turned far from any hinge (its axis 30-60 degrees or more off the limb's plane:
+    # no human pose; which way to turn it is unclear) is left as the solve made it
+    w = w * np.clip((np.abs(cos) - tuning.HINGE_OFF[1]) / (tuning.HINGE_OFF[0] - tuning.HINGE_OFF[1]), 0.0, 1.0)
+    R_rel = Q[t].T @ Q[c]
+    Wt, Wc, Wf = W[:, t], W[:, c], W[:, f]
+    g = w * _turn(Wt @ (R_rel @ a), n, uw)                 # the upper bone about its own line
+    b = w * _turn(ha, n, lw)                               # the lower bone about its own line
+    Wt2 = axis_angle_to_matrix(g[:, None] * uw) @ Wt
+    Wc2 = axis_angle_to_matrix(b[:, None] * lw) @ Wc
+    Bt = quat_to_matrix(np.asarray(quats[a0:b0, t], dtype=np.float64))
+    quats[a0:b0, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
+    quats[a0:b0, c] = matrix_to_quat(R_rel.T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
+    R_f = Q[c].T @ Q[f]
+    quats[a0:b0, f] = matrix_to_quat(R_f.T @ np.swapaxes(Wc2, -1, -2) @ Wf)
 
 
 def _unbend_setup(plan):
@@ -187,18 +198,17 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
 
     Near a limb's full reach its bend's direction is nearly free: a knee
     bent a few degrees backwards (against its hinge, :func:`hinge_axes`)
-    meets the ankle as well as one bent forwards, and six effectors of
-    fair1's standing clips, baked onto the meta-rig, left knees 6-9 degrees
-    backwards on a third of the frames. Over each run of frames in which a
-    limb bends backwards (by up to :data:`HYPEREXTENSION_MAX`, and somewhere
-    by :data:`HYPEREXTENSION_MIN` or more), its middle joint is mirrored across the
-    line from its upper joint to its end (the upper and the lower bone each
-    turn about the normal of the limb's plane; the end bone keeps its
-    rotation in the world): the end stays where it was, the bend is as
-    large, now forwards. A limb with a locked rotation axis (``locked``) is
-    left alone. Returns the frames (T,) bool in which a limb turned.
+    meets the ankle as well as one bent forwards (see
+    docs/tuning.md#unbend_backwards). Over each run of frames in which a
+    limb bends backwards (by up to :data:`..tuning.HYPEREXTENSION_MAX`, and
+    somewhere by :data:`..tuning.HYPEREXTENSION_MIN` or more), its middle
+    joint is mirrored across the line from its upper joint to its end (the
+    upper and the lower bone each turn about the normal of the limb's
+    plane; the end bone keeps its rotation in the world): the end stays
+    where it was, the bend is as large, now forwards. A limb with a locked
+    rotation axis (``locked``) is left alone. Returns the frames (T,) bool
+    in which a limb turned.
     """
-    from ...model.rotations_np import matrix_to_quat, quat_to_matrix, rotation_between
     from ...retarget.solve import frame_chunks, pose_rig
 
     rig = plan.rig
@@ -210,13 +220,31 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
     limbs = [lb for lb in limbs if _free_of_locks(lb[:3], locked)]
     if not limbs:
         return turned
-    T = len(quats)
 
     def posed(a0, b0):
         return pose_rig(rig, quats[a0:b0], None if locations is None else locations[a0:b0], bones=bones,
                         chunk=b0 - a0)
 
-    # the signed bend of every limb on every frame (degrees, backwards negative)
+    todo = _backward_runs(_signed_bends(quats, posed, chunk, limbs, flex, thighs, toe_of), limbs)
+    if not todo:
+        return turned
+    for a0, b0 in frame_chunks(len(quats), chunk):
+        if not any(sel[a0:b0].any() for sel in todo.values()):
+            continue
+        W, X = posed(a0, b0)
+        for limb in limbs:
+            if limb[1] in todo and todo[limb[1]][a0:b0].any():
+                k = np.flatnonzero(todo[limb[1]][a0:b0])
+                _mirror_bend(Q, quats, a0 + k, W[k], X[k], limb)
+                turned[a0 + k] = True
+    return turned
+
+
+def _signed_bends(quats, posed, chunk, limbs, flex, thighs, toe_of):
+    """The signed bend of every limb on every frame: lower bone -> (T,) degrees, backwards negative."""
+    from ...retarget.solve import frame_chunks
+
+    T = len(quats)
     bend = {c: np.zeros(T) for _t, c, _f, _a in limbs}
     for a0, b0 in frame_chunks(T, chunk):
         W, X = posed(a0, b0)
@@ -236,12 +264,19 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
                 off = upper - (upper * e).sum(-1, keepdims=True) * e      # the knee off the line
                 back &= (off * fwd).sum(-1) < 0
             bend[c][a0:b0] = np.where(back, -deg, deg)
-    # whole runs of frames bent backwards, where the run reaches tuning.HYPEREXTENSION_MIN: within a run the
-    # bend turns smoothly to its other side (it is 0 where the run starts and ends); a limb straight
-    # but for a degree or two either way is left alone (turning those frames alone put kinks into
-    # walks: the bend's sign flickers about a straight knee)
+    return bend
+
+
+def _backward_runs(bend, limbs):
+    """Lower bone -> frames (T,) bool to turn: whole runs bent backwards that reach HYPEREXTENSION_MIN.
+
+    Within a run the bend turns smoothly to its other side (it is 0 where
+    the run starts and ends); a limb straight but for a degree or two
+    either way is left alone (the bend's sign flickers about a straight knee).
+    """
     todo = {}
     for _t, c, _f, _a in limbs:
+        T = len(bend[c])
         back = (bend[c] < 0) & (bend[c] >= -tuning.HYPEREXTENSION_MAX)
         if not back.any():
             continue
@@ -256,33 +291,29 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
         sel = np.cumsum(run[:T]) > 0
         if sel.any():
             todo[c] = sel
-    if not todo:
-        return turned
-    for a0, b0 in frame_chunks(T, chunk):
-        if not any(sel[a0:b0].any() for sel in todo.values()):
-            continue
-        W, X = posed(a0, b0)
-        for t, c, f, a in limbs:
-            if c not in todo or not todo[c][a0:b0].any():
-                continue
-            k = np.flatnonzero(todo[c][a0:b0])
-            upper, lower = X[k, c] - X[k, t], X[k, f] - X[k, c]
-            line = X[k, f] - X[k, t]
-            e = line / vector_norm(line, keepdims=True)
-            uw = upper / vector_norm(upper, keepdims=True)
-            lw = lower / vector_norm(lower, keepdims=True)
-            # (mirrored across the line: both ends and the lengths kept, the bend as large)
-            uw2 = 2.0 * (uw * e).sum(-1, keepdims=True) * e - uw
-            lw2 = 2.0 * (lw * e).sum(-1, keepdims=True) * e - lw
-            Wt, Wc, Wf = W[k, t], W[k, c], W[k, f]
-            Wt2 = rotation_between(uw, uw2) @ Wt
-            Wc2 = rotation_between(lw, lw2) @ Wc
-            Bt = quat_to_matrix(np.asarray(quats[a0 + k, t], dtype=np.float64))
-            quats[a0 + k, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
-            quats[a0 + k, c] = matrix_to_quat((Q[t].T @ Q[c]).T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
-            quats[a0 + k, f] = matrix_to_quat((Q[c].T @ Q[f]).T @ np.swapaxes(Wc2, -1, -2) @ Wf)
-            turned[a0 + k] = True
-    return turned
+    return todo
+
+
+def _mirror_bend(Q, quats, frames, W, X, limb):
+    """The limb's middle joint mirrored across its upper-to-end line in ``frames`` (posed as ``W``, ``X``)."""
+    from ...model.rotations_np import matrix_to_quat, quat_to_matrix, rotation_between
+
+    t, c, f, _a = limb
+    upper, lower = X[:, c] - X[:, t], X[:, f] - X[:, c]
+    line = X[:, f] - X[:, t]
+    e = line / vector_norm(line, keepdims=True)
+    uw = upper / vector_norm(upper, keepdims=True)
+    lw = lower / vector_norm(lower, keepdims=True)
+    # (mirrored across the line: both ends and the lengths kept, the bend as large)
+    uw2 = 2.0 * (uw * e).sum(-1, keepdims=True) * e - uw
+    lw2 = 2.0 * (lw * e).sum(-1, keepdims=True) * e - lw
+    Wt, Wc, Wf = W[:, t], W[:, c], W[:, f]
+    Wt2 = rotation_between(uw, uw2) @ Wt
+    Wc2 = rotation_between(lw, lw2) @ Wc
+    Bt = quat_to_matrix(np.asarray(quats[frames, t], dtype=np.float64))
+    quats[frames, t] = matrix_to_quat(Bt @ (np.swapaxes(Wt, -1, -2) @ Wt2))
+    quats[frames, c] = matrix_to_quat((Q[t].T @ Q[c]).T @ np.swapaxes(Wt2, -1, -2) @ Wc2)
+    quats[frames, f] = matrix_to_quat((Q[c].T @ Q[f]).T @ np.swapaxes(Wc2, -1, -2) @ Wf)
 
 
 def settle_clavicles(plan, quats, locations=None, chunk=None, locked=None) -> None:
