@@ -77,7 +77,7 @@ class FitStage:
         from ..retarget.solve import retarget
 
         job = self.job
-        skel = getattr(job.solved, "skeleton", None) or Skeleton()
+        skel = job.solved.skeleton or Skeleton()
         job.scale = scale = self._scale(skel)
         offsets = np.array(skel.offsets, dtype=np.float64)
         offsets[0] = (job.plan.K.T @ job.plan.rest_head[job.plan.root]) / scale + job.offset
@@ -191,7 +191,7 @@ def kept_targets(targets, info):
     The other rows' per-frame arrays and the per-frame projections (T, 3, 3)
     only the fit reads (a long clip: hundreds of MB).
     """
-    keep = set(getattr(info, "effectors", {}).values())
+    keep = set(info.effectors.values())
     return type(targets)(targets.points, [
         {k: v for k, v in r.items() if k != "proj" and (i in keep or k not in ("target", "weight"))}
         for i, r in enumerate(targets.rows)])

@@ -15,7 +15,7 @@ _K = {n: i for i, n in enumerate(KEYPOINTS)}
 
 
 def _blend_frames(fps) -> int:
-    """:data:`CONTACT_BLEND` in frames at ``fps`` (four where the rate is unknown)."""
+    """:data:`..tuning.CONTACT_BLEND` in frames at ``fps`` (four where the rate is unknown)."""
     return max(int(round(tuning.CONTACT_BLEND * float(fps))), 1) if fps else 4
 
 

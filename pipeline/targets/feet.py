@@ -80,7 +80,7 @@ def foot_points(plan, n) -> dict:
 
 
 def stands_at_rest(plan, rest_floor_gap) -> bool:
-    """Whether the rig's rest stands on its object's floor (:data:`STANDING_GAP`): a character
+    """Whether the rig's rest stands on its object's floor (:data:`..tuning.STANDING_GAP`): a character
     modelled on the ground, whose rest feet stand flat (not a skeleton hanging from its hips)."""
     leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
     return rest_floor_gap is not None and leg > 0 and tuning.STANDING_GAP[0] * leg <= rest_floor_gap <= tuning.STANDING_GAP[1] * leg
@@ -91,15 +91,14 @@ def foot_pitch_corrections(plan, src, mask, n, fps, rest_floor_gap) -> dict:
     than the source's when each foot stands flat.
 
     Skeletons put the ankle and the ball of the foot at different heights
-    above the sole: fair1's ankle joint stands 3 cm above the floor, the
-    meta-rig's foot bone drops 7 cm from ankle to toe over 11 cm. Copying
+    above the sole (see docs/tuning.md#foot_pitch_min). Copying
     the source's ankle-to-ball direction onto the rig tilts the rig's foot
     by the difference. The rig's flat pitch is read from its rest where it
     stands on its floor at rest (:func:`stands_at_rest`: a skeleton hanging
     from its hips says nothing about how its feet stand), the source's from
     the frames in which that foot is seen planted flat (the median); a foot
     with neither gets none, nor one whose difference is under
-    :data:`FOOT_PITCH_MIN`. Clamped to :data:`FOOT_PITCH_MAX`.
+    :data:`..tuning.FOOT_PITCH_MIN`. Clamped to :data:`..tuning.FOOT_PITCH_MAX`.
     """
     if not stands_at_rest(plan, rest_floor_gap):
         return {}
@@ -146,11 +145,11 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
     point, the keypoints' heights are above the floor they were captured
     on, and a mocap skeleton's joints sit above that floor by the sole of
     the foot: taking the lowest joint for the floor, a clip of keypoints
-    baked back onto its own skeleton sank by the sole (1-2.5 cm on every
-    frame of the held-out studios' clips). So:
+    baked back onto its own skeleton sank by the sole (see
+    docs/tuning.md#rig_sole). So:
 
     - a rig standing on its object's floor at rest (``rest_floor_gap``
-      within :data:`STANDING_GAP` of the leg length, as a character modelled
+      within :data:`..tuning.STANDING_GAP` of the leg length, as a character modelled
       on the ground, its origin at its feet): that floor, the lowest point's
       height above it;
     - otherwise the floor is unknown (a skeleton whose rest hangs from its
@@ -190,12 +189,10 @@ def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:
     the corrections of the feet whose height is known (the floor and the
     sole are both feet's; ``h_src`` becomes the height it implies): a rig
     whose rest stands one foot higher than the other (a BVH skeleton's
-    rest, measured at rest) tilted the body by correcting each foot its
-    own way (held-out keypoints onto their own skeletons, every frame:
-    joints 1.17 -> 0.76 mm), and a foot never seen planted flat had only a
-    guess, its lowest heights, which put a climbing clip's contacts 4 cm
-    under the source's, the body with them (33.3 -> 18.5 mm). Feet without
-    an ankle keypoint are left out.
+    rest) tilted the body by correcting each foot its own way, and a foot
+    never seen planted flat has only a guess, its lowest heights (see
+    docs/tuning.md#foot_corrections). Feet without an ankle keypoint are
+    left out.
     """
     flat = {}
     for s in "lr":
@@ -233,9 +230,8 @@ def _planted_height(src, mask, side, n, fps, k):
     ok = mask[:, a] & mask[:, b] & mask[:, k]
     if ok.sum() < 3:
         if not mask[:, b].any() and mask[:, a].any():
-            # no ball of the foot in the source (cmu_sl has no toes): where the ankle stands,
-            # low and still, the foot is planted (its 5th percentile, taken for the planted height
-            # before, sank cmu_sl's own skeleton 1.8 cm)
+            # no ball of the foot in the source: where the ankle stands, low and still, the foot
+            # is planted (its 5th percentile sank a skeleton: see docs/tuning.md#foot_corrections)
             flat = stance(src, mask, n, fps, a) & mask[:, k]
             if flat.sum() >= 3:
                 return float(np.median(h[flat, k])), True
@@ -273,8 +269,9 @@ def _speed(src, mask, k, fps):
 
 
 def stance(src, mask, n, fps, k):
-    """Frames (T,) bool where point ``k`` stands: within 3 cm of its 5th percentile height, slower than 0.15 m/s.
+    """Frames (T,) bool where point ``k`` stands, low and still.
 
+    Within 3 cm of its 5th percentile height, slower than 0.15 m/s (definition).
     For an ankle given alone (six effectors), whose foot's own points are
     not known: :func:`..retarget.metrics.foot_contacts` on it, with its own
     low height as the floor; stances shorter than 3 frames are dropped.

@@ -19,14 +19,13 @@ HINGE_LIMBS = (("thigh", "calf", "foot"), ("upperarm", "forearm", "hand"))
 def hinge_axes(plan) -> list:
     """The knees' and elbows' hinge axes: ``[(upper, lower, end, axis in the lower bone's rest frame)]``.
 
-    A limb bent at rest (:data:`HINGE_REST_BEND` or more: the meta-rig's
-    elbows and knees) bends in that plane: its axis is the plane's normal.
+    A limb bent at rest (:data:`..tuning.HINGE_REST_BEND` or more: the
+    meta-rig's elbows and knees) bends in that plane: its axis is the plane's normal.
     A straight one bends about the axis across its lower bone (shin,
     forearm) and the body's forward direction (the canonical -Y in the
     rig's axes, ``plan.K``), whatever the rig's bone rolls: a knee forward,
-    an elbow of a T or A pose forward too (held-out studios' skeletons
-    bend exactly so; CMU's converted skeletons turn the elbow's axis some
-    30 degrees from it). A limb whose lower bone is not its upper bone's
+    an elbow of a T or A pose forward too (mocap skeletons bend so; see
+    docs/tuning.md#hinge_axes). A limb whose lower bone is not its upper bone's
     child, or whose end is not its lower bone's child, or a straight one
     pointing forward at rest gives none.
     """
@@ -321,8 +320,8 @@ def settle_clavicles(plan, quats, locations=None, chunk=None, locked=None) -> No
 
     Joint positions show where a clavicle points, not how it is turned about
     itself: the upper arm, whose head is the clavicle's end, makes up for any
-    turn, and the solve leaves the one the network guessed (held-out studios:
-    12-28 degrees off the source's). A clavicle turns little about itself;
+    turn, and the solve leaves the one the network guessed (see
+    docs/tuning.md#hinge_axes). A clavicle turns little about itself;
     here it turns none (its rotation from rest is a swing: CMU's skeletons
     move theirs so), about its current line, so its end does not move, and
     the upper arm keeps its rotation in the world: no joint moves. A side
