@@ -262,7 +262,7 @@ class RigBake:
         """Compute :attr:`figures` and add warnings for what is off."""
         return_free_memory(self.n_frames)    # (the fit's temporaries: before the figures' whole-clip arrays)
         self.figures = measure(self)
-        self.warnings += figure_warnings(self.figures, self.mode == "sparse")
+        self.warnings += figure_warnings(self.figures, self.path.names_missed)
         return self.figures
 
     def release(self):

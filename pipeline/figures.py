@@ -128,7 +128,7 @@ def _effector_figures(job, f):
         else:
             r = job.residual[:, row] * u * 1000.0
         d.append(np.where(w, r, np.nan))
-        if job.mode == "sparse" and w.any():
+        if job.path.names_missed and w.any():
             worst = float(np.nanmax(r[w]))
             if worst > tuning.REACH_OK_MM:
                 f.unreachable.append(f"{eff} {worst:.0f} mm away{_reach_reason(job, eff, w)}")
@@ -230,7 +230,7 @@ def knee_bends_backwards(H, Kn, A, F, up, degrees: float | None = None):
 
 
 def figure_warnings(f: BakeFigures, sparse: bool) -> list:
-    """The warnings a user reads for the figures ``f`` of a dense or a ``sparse`` bake."""
+    """The warnings a user reads for the figures ``f``; ``sparse``: effectors the user placed are named."""
     out = []
     if np.isfinite(f.floor_error_cm) and abs(f.floor_error_cm) > tuning.FLOOR_WARN_CM:
         what = "float" if f.floor_error_cm > 0 else "sink"

@@ -26,6 +26,8 @@ class BakePath:
     """
 
     start = "network"
+    #: Whether the figures name each effector missed by more than REACH_OK_MM (the effectors are the user's).
+    names_missed = False
 
     def __init__(self, job):
         self.job = job

@@ -30,6 +30,8 @@ _LIMBS = ("upperarm_l", "forearm_l", "hand_l", "upperarm_r", "forearm_r", "hand_
 class SparsePath(BakePath):
     """A few effectors: the network's guess as the start pose, smoothed, then met exactly."""
 
+    names_missed = True
+
     def _clip(self) -> bool:
         """Whether the job is a clip to smooth and settle over time (not one pose or a handful of frames)."""
         return self.job.n_frames > tuning.LOW_PASS_MIN_FRAMES
