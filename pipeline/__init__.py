@@ -2,9 +2,13 @@
 
 - :mod:`.options`: :class:`BakeOptions`, :class:`BakeError`, :class:`BakeCancelled`;
 - :mod:`.prepare`: checking, slicing, grounding and resampling the source;
+- :mod:`.core`: :class:`RigBake`, the orchestrator of the stages;
+- :mod:`.start`, :mod:`.fit`, :mod:`.figures`: the stages (start pose, fit on the rig, figures);
+- :mod:`.paths`, :mod:`.sparse`: what differs between dense keypoints, a source's rotations and effectors;
 - :mod:`.source`: joint rotations read from a source skeleton's motion;
-- :mod:`.targets`: what the rig-space solve aims at (directions, effectors, contacts, floor);
-- :mod:`.core`: :class:`RigBake`, the stages (solve, fit on the rig, figures);
+- :mod:`.targets`: what the rig-space solve aims at (directions, effectors, contacts, floor), by family;
+- :mod:`.tuning`: every tuning constant, each with its reason (measurements: ``docs/tuning.md``);
+- :mod:`.plans`, :mod:`.filters`, :mod:`.memory`: the rig's plan, low-passes, memory bookkeeping;
 - :mod:`.cache`: the shared, loaded solver.
 """
 

@@ -65,11 +65,7 @@ def key_channels(result, rig, root, bone_mode, rotation_mode="BONE", release=Fal
         Bones whose rotation mode becomes ``QUATERNION``.
     """
     res = result
-    keyed = np.array(res.driven, dtype=bool)
-    for b in np.flatnonzero(res.driven):
-        for a in rig.ancestors(int(b)):
-            keyed[a] = True
-    keyed[root] = True
+    keyed = _keyed_bones(res, rig, root)
     if release:
         tracks = {int(b): np.ascontiguousarray(res.quaternions[:, b]) for b in np.flatnonzero(keyed)}
         res.quaternions = None
@@ -99,3 +95,13 @@ def key_channels(result, rig, root, bone_mode, rotation_mode="BONE", release=Fal
             out.append((name, "location", lambda b=b: res.locations[:, b]))
     out += [(name, "rotation_euler", values) for bones in eulers.values() for name, values in bones]
     return out, mode_changes
+
+
+def _keyed_bones(res, rig, root):
+    """Bones (B,) bool to key: the solved ones, their ancestors (they keep their rest: playback is exact), the root."""
+    keyed = np.array(res.driven, dtype=bool)
+    for b in np.flatnonzero(res.driven):
+        for a in rig.ancestors(int(b)):
+            keyed[a] = True
+    keyed[root] = True
+    return keyed

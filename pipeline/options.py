@@ -74,7 +74,7 @@ class BakeOptions:
     rig_iterations : int or None
         Levenberg-Marquardt iterations of the rig-space solve
         (:func:`..retarget.rigsolve.solve_rig`); ``None``: as the start pose
-        needs (``pipeline.core.RIG_ITERATIONS``).
+        needs (``pipeline.tuning.RIG_ITERATIONS``).
     """
 
     frame_start: int | None = None

@@ -58,7 +58,7 @@ _NJ = len(JOINTS)
 
 
 def _rest_is_standing(source_rig) -> bool:
-    """The same test as the bake (:meth:`neural_ik.pipeline.core.RigBake._source_rest_is_human`)."""
+    """The same test as the bake (:func:`neural_ik.pipeline.source.source_rest_is_human`)."""
     from neural_ik.retarget.solve import plan_retarget
 
     plan = plan_retarget(source_rig.rig, source_rig.mapping)

@@ -93,7 +93,7 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
     ``rig_iterations=4``): without the second pass (its thresholds out of reach) those frames stay off;
     with only the check after the first pass, its four steps leave a frame unwound below that check's 20
     degrees and still 10 cm off. The default eight steps bring them back within millimetres on their own."""
-    import neural_ik.pipeline.core as core
+    import neural_ik.pipeline.tuning as core
     from neural_ik.model.rotations_np import axis_angle_to_matrix
     from neural_ik.model.skeleton import JOINTS
 
@@ -396,7 +396,7 @@ def test_a_jump_in_the_start_pose_is_eased_where_the_source_moves_on(ease, monke
     frame 30 on, as the network's answer may take another branch) where the source moves smoothly. The jump
     is eased over 0.15 s, so no spine bone of the bake turns more than a few degrees a frame (3.8; the walk's
     median 0.2); without it the bake jumps with its start (12.7)."""
-    import neural_ik.pipeline.core as core
+    import neural_ik.pipeline.tuning as core
     from neural_ik.model.rotations_np import axis_angle_to_matrix
     from neural_ik.model.skeleton import JOINTS
 
@@ -764,7 +764,7 @@ def test_bad_rigs_are_refused():
 
 def _sparse_pose_job(rig, mapping, hand_move):
     from neural_ik.model.skeleton import SPARSE_EFFECTORS
-    from neural_ik.pipeline.core import leg_length
+    from neural_ik.pipeline.plans import leg_length
 
     plan = plan_retarget(rig, mapping)
     kp = np.full((1, len(KEYPOINTS), 3), np.nan)
@@ -898,7 +898,7 @@ def test_file_effectors_on_other_proportions_stand_flat():
     tip through the floor.
     """
     from neural_ik.model.skeleton import SPARSE_EFFECTORS
-    from neural_ik.pipeline.core import hip_height
+    from neural_ik.pipeline.plans import hip_height
     from neural_ik.pipeline.targets import stance
 
     plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
@@ -966,7 +966,7 @@ def _six_effector_bake_of_a_wandering_start(shape, rounds, monkeypatch, degrees=
     """Six effectors of the demo walk on ``shape``; the network's start pose given 10 degrees of noise
     frame by frame on the torso and the limbs' roots (where a per-frame guess wanders). Returns
     (job, plan, mapping, truth)."""
-    from neural_ik.pipeline import core
+    from neural_ik.pipeline import tuning as core
 
     monkeypatch.setattr(core, "SPARSE_SETTLE_ROUNDS", rounds)
     rng = np.random.default_rng(0)
@@ -984,7 +984,7 @@ def test_six_effectors_settle_what_they_leave_open_over_time(shape, monkeypatch)
     lower than a frame-by-frame solve gives, and the effectors are met as
     before.
     """
-    from neural_ik.pipeline import core
+    from neural_ik.pipeline import tuning as core
 
     def wander(job, plan, mapping, truth):
         b = _mapped(plan.rig, mapping)
@@ -1098,17 +1098,18 @@ def test_six_effectors_mend_a_few_frames_on_another_branch(where, monkeypatch):
     import copy
 
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
-    from neural_ik.pipeline import core
+    from neural_ik.pipeline import sparse
+    from neural_ik.pipeline import tuning as core
 
     seen = {}
-    real = core.RigBake._settle_in_time
+    real = sparse.settle_in_time
 
-    def settle(self, fit, targets, free, kw, span):
-        seen.update(job=self, fit=copy.deepcopy(fit), targets=targets, free=free, kw=kw)
-        return real(self, fit, targets, free, kw, span)
+    def settle(job, fit, targets, free, kw, span):
+        seen.update(job=job, fit=copy.deepcopy(fit), targets=targets, free=free, kw=kw)
+        return real(job, fit, targets, free, kw, span)
 
-    monkeypatch.setattr(core.RigBake, "_settle_in_time", settle)
-    monkeypatch.setattr(core.RigBake, "_mend_islands", lambda self, fit, *a: fit)
+    monkeypatch.setattr(sparse, "settle_in_time", settle)
+    monkeypatch.setattr(sparse, "mend_islands", lambda job, fit, *a: fit)
     _six_effector_walk("T_default", lambda T: {})
     monkeypatch.undo()
     job, fit, plan = seen["job"], seen["fit"], seen["job"].plan
@@ -1124,7 +1125,7 @@ def test_six_effectors_mend_a_few_frames_on_another_branch(where, monkeypatch):
         return np.degrees(2.0 * np.arccos(d)).max(1)
 
     assert off(bent, fit)[frames].min() > 39.0 if frames.size else True
-    mended = job._mend_islands(copy.deepcopy(bent), seen["targets"], seen["free"], seen["kw"])
+    mended = sparse.mend_islands(job, copy.deepcopy(bent), seen["targets"], seen["free"], seen["kw"])
     if where == "none":
         np.testing.assert_array_equal(mended.quaternions, fit.quaternions)
         return
@@ -1145,7 +1146,7 @@ def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
     steps on average, where the start pose is 24 mm away, and as close to
     the targets; keypoints (the network's start) take four.
     """
-    from neural_ik.pipeline.core import RIG_ITERATIONS
+    from neural_ik.pipeline.tuning import RIG_ITERATIONS
 
     plan_src, mapping_src, truth = _walk_on(_rig("T_default"))
     kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
@@ -1178,7 +1179,8 @@ def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
 def test_a_knee_is_backwards_only_where_the_foot_shows_the_front():
     """The bake's knees-backwards figure: a knee behind the hip-ankle line against the foot counts;
     a foot pointed along the shin (within 20 degrees of that line) shows no front and never counts."""
-    from neural_ik.pipeline.core import FOOT_ALONG_LEG_DEG, _backwards
+    from neural_ik.pipeline.figures import knee_bends_backwards as _backwards
+    from neural_ik.pipeline.tuning import FOOT_ALONG_LEG_DEG
 
     T = 4
     hip = np.zeros((T, 3))
@@ -1198,7 +1200,7 @@ def test_a_knee_is_backwards_only_where_the_foot_shows_the_front():
 def test_settling_keeps_a_locked_axis_where_the_solve_left_it(monkeypatch):
     """A sparse clip's settling over time never turns a bone about a locked axis."""
     from neural_ik.model.skeleton import SPARSE_EFFECTORS
-    from neural_ik.pipeline import core
+    from neural_ik.pipeline import tuning as core
 
     plan, mapping, truth = _walk_on(_rig("T_default"))
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
@@ -1227,7 +1229,8 @@ def test_six_effectors_settle_never_across_a_cut(monkeypatch):
     without that frame does (the toes are given too, so that no stance, which reads percentiles of the
     whole clip, differs between the two)."""
     from neural_ik.model.skeleton import SPARSE_EFFECTORS
-    from neural_ik.pipeline import core
+    from neural_ik.pipeline import tuning as core
+    from neural_ik.pipeline.sparse import cuts
 
     plan, mapping, truth = _walk_on(_rig("T_default"), seconds=2.0)
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
@@ -1246,9 +1249,9 @@ def test_six_effectors_settle_never_across_a_cut(monkeypatch):
         return job, job.result.heads[:, b]
 
     job, alone = bake(kp)
-    assert job._cuts() == []
+    assert cuts(job) == []
     job, cut = bake(jumped)
-    assert job._cuts() == [1]
+    assert cuts(job) == [1]
     monkeypatch.setattr(core, "SPARSE_CUT_SPEED", float("inf"))
     _, across = bake(jumped)
     leak = np.linalg.norm(cut[1:] - alone, axis=-1).max(axis=1) * 1000.0

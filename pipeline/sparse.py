@@ -1,0 +1,313 @@
+"""The sparse path: a few effectors (pelvis, head, hands, feet) met to the millimetre (no ``bpy``).
+
+The network guesses what six effectors leave open frame by frame; the path
+smooths that guess, fades the prior on it so the effectors are met, solves
+again the frames an effector missed, and over a clip settles the open part
+of the pose in time (:func:`settle_in_time`) without crossing a cut.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.rotations_np import vector_norm
+from ..model.skeleton import CANONICAL, KEYPOINTS, SPARSE_EFFECTORS
+from . import tuning
+from .filters import smooth, smooth_columns
+from .paths import BakePath, pose_jumps
+from .plans import cached_plan, hip_height, leg_length
+from .source import source_rest_is_human
+from .start import network_start
+
+__all__ = ["SparsePath", "settle_in_time", "mend_islands", "cuts", "stretches"]
+
+_K = {n: i for i, n in enumerate(KEYPOINTS)}
+#: The bones of the limbs, which reach for the effectors (a weaker prior than the torso's).
+_LIMBS = ("upperarm_l", "forearm_l", "hand_l", "upperarm_r", "forearm_r", "hand_r", "thigh_l", "calf_l",
+          "foot_l", "thigh_r", "calf_r", "foot_r", "clavicle_l", "clavicle_r")
+
+
+class SparsePath(BakePath):
+    """A few effectors: the network's guess as the start pose, smoothed, then met exactly."""
+
+    names_missed = True
+
+    def _clip(self) -> bool:
+        """Whether the job is a clip to smooth and settle over time (not one pose or a handful of frames)."""
+        return self.job.n_frames > tuning.LOW_PASS_MIN_FRAMES
+
+    def start_pose(self, kp, progress, cancel, batch_size):
+        job = self.job
+        if job.skeleton is None and job.plan.leg_length > 0:
+            job.skeleton = self._skeleton()
+        steps = tuning.SPARSE_POSE_REFINE_STEPS if job.n_frames == 1 else None
+        return network_start(job, kp, progress, cancel, batch_size, refine_steps=steps)
+
+    def _skeleton(self):
+        """The network's skeleton: a few effectors say little about bone lengths.
+
+        The source skeleton's size when the file has one (its effectors are
+        scaled onto the rig like a dense clip), else the rig's own (effectors
+        placed for this rig, as the empties of Add Effectors: taken as they are).
+        """
+        job = self.job
+        leg = job.plan.leg_length * job.unit
+        if job.source_rig is not None:
+            try:
+                splan = cached_plan(job.source_rig.rig, job.source_rig.mapping)
+                leg = splan.leg_length if splan.leg_length > 0 else leg
+            except ValueError:
+                pass
+        return CANONICAL.scaled(leg / leg_length(CANONICAL))
+
+    def scale(self, scale):
+        from .targets import floor_normal
+
+        job = self.job
+        if job.source_rig is None or not source_rest_is_human(job.source_rig):
+            return scale
+        # a file's effectors: its pelvis must stand over its feet on the rig as in the file, so the
+        # scale is the ratio of the hip heights at rest (the legs' lengths leave out where the hips
+        # sit below the pelvis and how high the ankle is)
+        splan = cached_plan(job.source_rig.rig, job.source_rig.mapping)
+        src_h, rig_h = hip_height(splan), hip_height(job.plan, floor_normal(job.object_matrix))
+        return rig_h / src_h if src_h > 0 and rig_h > 0 else scale
+
+    def prepare(self, init):
+        """The network's frame-by-frame guess smoothed (the start pose and prior); the effectors are met anyway."""
+        from ..retarget.solve import pose_rig, quat_continuity
+
+        job = self.job
+        if not self._clip():
+            return
+        q = np.array(init.quaternions, dtype=np.float64)
+        for a, b in stretches(job):   # (never across a cut: see SPARSE_CUT_SPEED)
+            smooth_columns("smooth_rotations", q[a:b], range(q.shape[1]), "butter", tuning.START_LOW_PASS, job.fps,
+                           unit=True, inplace=True)
+        init.quaternions = quat_continuity(q, out=q)
+        _, init.heads = pose_rig(job.plan.rig, init.quaternions, init.locations, chunk=job.chunk, rotations=False)
+
+    def targets(self, src, n, scale, init, free):
+        from .targets import sparse_targets
+
+        job = self.job
+        targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps)
+        prior = sparse_prior(job)
+        return targets, info, np.array([prior.get(b, tuning.SPARSE_PRIOR_LIMB) for b in free])
+
+    def iterations(self, iterations, free, copied):
+        if iterations <= 0:
+            return iterations
+        # effectors must be met to the millimetre: the prior fades over more steps (more for
+        # clips, whose every frame must converge, straight limbs included)
+        return max(iterations, tuning.SPARSE_ITERATIONS if self.job.n_frames > 1 else tuning.SPARSE_POSE_ITERATIONS)
+
+    def first_share(self, iterations):
+        if not (self._clip() and iterations > 0):
+            return 1.0
+        return iterations / (iterations + tuning.SPARSE_SETTLE_ROUNDS * tuning.SPARSE_SETTLE_ITERATIONS)
+
+    def prior_decay(self):
+        return tuning.SPARSE_PRIOR_DECAY if self.job.n_frames > 1 else tuning.SPARSE_POSE_PRIOR_DECAY
+
+    def solve(self, init, targets, info, free, prior, kw, span, context):
+        src, scale = context
+        fit, targets, info = super().solve(init, targets, info, free, prior, kw, span, context)
+        span[0] = span[1]   # (the second pass holds the bar where it is; a cancel still stops it)
+        fit, targets, info = second_pass(self.job, fit, targets, info, src, scale, free, prior, kw)
+        if self._clip() and kw["iterations"] > 0:
+            fit = mend_islands(self.job, fit, targets, free, kw)
+            fit = settle_in_time(self.job, fit, targets, free, kw, span)
+            fit, targets, info = second_pass(self.job, fit, targets, info, src, scale, free, prior, kw)
+        return fit, targets, info
+
+    def settle(self, quats, locs, heads, iterations):
+        from ..retarget.solve import pose_rig, quat_continuity
+        from .targets import settle_clavicles, unbend_backwards
+
+        job = self.job
+        if iterations <= 0:
+            return
+        # a limb at its full reach leaves the bend's way open: a knee or an elbow left bent
+        # backwards a little bends forwards as much (the effectors unmoved)
+        turned = unbend_backwards(job.plan, quats, locs, chunk=job.chunk, locked=job.locked)
+        # the clavicles' turn about themselves, as in a dense bake (no joint moves)
+        settle_clavicles(job.plan, quats, locs, chunk=job.chunk, locked=job.locked)
+        if turned.any():
+            k = np.flatnonzero(turned)
+            _, heads[k] = pose_rig(job.plan.rig, quats[k], locs[k], chunk=job.chunk, rotations=False)
+        quat_continuity(quats, out=quats)
+
+
+def sparse_prior(job):
+    """Per-bone prior: the torso resists more than the limbs (they do the reaching)."""
+    rig = job.plan.rig
+    limbs = set()
+    for j in _LIMBS:
+        b = job.mapping.entries.get(j)
+        if b is not None and rig.has(b):
+            limbs.add(rig.index(b))
+    return {b: tuning.SPARSE_PRIOR_LIMB if b in limbs else tuning.SPARSE_PRIOR_TORSO for b in range(len(rig))}
+
+
+def cuts(job):
+    """Frames (sorted) to which a given effector jumped faster than :data:`.tuning.SPARSE_CUT_SPEED`."""
+    eff = [_K[e] for e in SPARSE_EFFECTORS]
+    p = job.src_m[:, eff]
+    with np.errstate(invalid="ignore"):
+        speed = vector_norm(np.diff(p, axis=0)) * job.fps
+    return [int(t) + 1 for t in np.flatnonzero(np.nan_to_num(speed, nan=0.0).max(axis=1) > tuning.SPARSE_CUT_SPEED)]
+
+
+def stretches(job):
+    """``[(a, b)]``: the runs of frames between cuts (:func:`cuts`) long enough to low-pass."""
+    edges = [0, *cuts(job), job.n_frames]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b - a > tuning.LOW_PASS_MIN_FRAMES]
+
+
+def _island_starts(start, runs, bounds, most):
+    """The frames of short runs between longer ones, their start poses (``start``) set from their neighbours'."""
+    from ..model.rotations_np import quat_slerp
+
+    sub = []
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):   # (per run: a few a clip)
+        left = runs[i - 1] if i > 0 else 0
+        right = runs[i + 1] if i + 1 < len(runs) else 0
+        if runs[i] > most or runs[i] >= max(left, right):
+            continue
+        if i == 0:
+            start[a:b] = start[b]
+        elif i == len(runs) - 1:
+            start[a:b] = start[a - 1]
+        else:
+            f = (np.arange(a, b) - a + 1.0) / (b - a + 1.0)
+            start[a:b] = quat_slerp(np.broadcast_to(start[a - 1], start[a:b].shape),
+                                    np.broadcast_to(start[b], start[a:b].shape),
+                                    np.broadcast_to(f[:, None], start[a:b].shape[:2]))
+        sub.extend(range(a, b))
+    return sub
+
+
+def mend_islands(job, fit, targets, free, kw):
+    """Sparse clips: a short run of frames the solve left on another branch, solved again from its neighbours'.
+
+    Six effectors leave two good spines for many poses, and the solve of one
+    frame lands on either (see docs/tuning.md#island_seconds): where the
+    spine's pose jumps and no effector does (:func:`.paths.pose_jumps`), the
+    clip splits into runs. A run of at most :data:`.tuning.ISLAND_SECONDS`,
+    shorter than the runs beside it, is solved again from their pose (at a
+    clip's end, the next run's first or the last run's last pose; between
+    two runs, from one to the other), its prior on that pose. Returns the
+    new fit.
+    """
+    from ..retarget.rigsolve import solve_rig
+
+    q = fit.quaternions
+    T = len(q)
+    # (the spine's branches: the bones from the pelvis to the head)
+    cols = np.array([b for b in free if b in set(job.plan.path)], dtype=np.int64)
+    if T < 3 or not cols.size:
+        return fit
+    jump = pose_jumps(job, q[:, cols])
+    if not jump.any():
+        return fit
+    bounds = [0, *(np.flatnonzero(jump) + 1).tolist(), T]    # the runs between jumps
+    start = np.array(q, dtype=np.float64)
+    sub = _island_starts(start, np.diff(bounds), bounds, max(int(round(tuning.ISLAND_SECONDS * job.fps)), 1))
+    if not sub:
+        return fit
+    sub = np.asarray(sub)
+    again = solve_rig(job.plan.rig, start[sub], fit.locations[sub], targets.frames(sub), free, job.plan.root,
+                      **dict(kw, progress=None))
+    return fit.take_frames(sub, again)
+
+
+def settle_in_time(job, fit, targets, free, kw, span):
+    """Sparse clips: the pose the effectors leave open, made to flow from frame to frame.
+
+    :data:`.tuning.SPARSE_SETTLE_ROUNDS` rounds of: the free bones'
+    rotations and the root's place low-passed over time (zero phase, each
+    stretch between cuts on its own), then
+    :data:`.tuning.SPARSE_SETTLE_ITERATIONS` steps of the rig-space solve
+    from there, its prior on that smoothed pose. Bones with a locked
+    rotation axis are not low-passed. ``span``: the [start, end] of the fit
+    stage's bar that ``kw["progress"]`` fills (set per round). Returns the
+    new fit.
+    """
+    from ..retarget.rigsolve import solve_rig
+    from ..retarget.solve import quat_continuity
+
+    r = job.plan.root
+    kw = dict(kw, iterations=tuning.SPARSE_SETTLE_ITERATIONS)
+    rounds = int(tuning.SPARSE_SETTLE_ROUNDS)
+    # (a bone with a locked axis keeps the solve's rotation: a low-pass of its whole rotation
+    # would move it about the locked axes too)
+    cols = [b for b in free if not np.any(job.locked.get(int(b), False))]
+    lo = span[1]
+    parts = stretches(job)
+    for k in range(rounds):
+        span[:] = [lo + (1.0 - lo) * k / rounds, lo + (1.0 - lo) * (k + 1) / rounds]
+        q, loc = fit.quaternions, fit.locations
+        for a, b in parts:   # (in place)
+            smooth_columns("smooth_rotations", q[a:b], cols, "butter", tuning.SPARSE_SETTLE_STRENGTH, job.fps,
+                           unit=True, inplace=True)
+            loc[a:b, r] = np.asarray(smooth("smooth_keypoints", loc[a:b, r:r + 1], "butter",
+                                            tuning.SPARSE_SETTLE_STRENGTH, job.fps))[:, 0]
+        quat_continuity(q, out=q)
+        fit = solve_rig(job.plan.rig, q, loc, targets, free, r, overwrite=True, **kw)
+    span[:] = [1.0, 1.0]
+    return fit
+
+
+def second_pass(job, fit, targets, info, src, scale, free, prior, kw):
+    """Sparse mode: the frames in which an effector is still over :data:`.tuning.REACH_OK_MM` off, solved once more.
+
+    From the pose the first pass reached, with the prior on it weak. An
+    effector out of reach of its chain as solved (:func:`stretched`) keeps
+    only a fading share of its weight, so that the others are met. Returns
+    the new ``(fit, targets, info)``.
+    """
+    from ..retarget.rigsolve import solve_rig
+    from .targets import sparse_targets
+
+    ok = tuning.REACH_OK_MM / 1000.0 / job.unit
+    rows = list(info.effectors.values())
+    again = (fit.residual[:, rows] > ok).any(axis=1) if rows else np.zeros(job.n_frames, dtype=bool)
+    far = stretched(job, fit, targets, info)
+    for frames in far.values():
+        again |= frames
+    if not again.any():
+        return fit, targets, info
+    plan = job.plan
+    targets, info = sparse_targets(plan, src, job.mask, scale, init_heads=fit.heads, stretched=far,
+                                  n=job.up, fps=job.fps)
+    sub = np.flatnonzero(again)
+    kw = dict(kw, prior_rotation=np.asarray(prior) * tuning.SPARSE_SECOND_PASS_PRIOR,
+              iterations=max(int(kw["iterations"]), tuning.SPARSE_SECOND_PASS_ITERATIONS))
+    again_fit = solve_rig(plan.rig, fit.quaternions[sub], fit.locations[sub], targets.frames(sub), free, plan.root,
+                          **kw)
+    return fit.take_frames(sub, again_fit), targets, info
+
+
+def stretched(job, fit, targets, info):
+    """Hand -> frames (T,) bool in which it is missed by over REACH_WARN_MM, out of reach of its arm as solved."""
+    from .targets import CHAIN_ROOTS
+
+    out = {}
+    ok = tuning.REACH_WARN_MM / 1000.0 / job.unit
+    for eff, reach in info.reach.items():
+        if eff.startswith("foot"):
+            # a foot out of reach keeps its weight: the hips come down to it rather than
+            # the foot leaving its place (a planted foot must not slide)
+            continue
+        row = targets.rows[info.effectors[eff]]
+        tgt = info.clamped.get(eff, row["target"])     # where the user wants it
+        b = job.plan.rig.index(job.mapping.entries[eff])
+        missed = (vector_norm(fit.heads[:, b] - tgt) > ok) & (row["weight"] > 0)
+        if not missed.any():
+            continue
+        root = job.plan.rig.index(job.mapping.entries[CHAIN_ROOTS[eff]])
+        far = missed & (vector_norm(tgt - fit.heads[:, root]) > 0.98 * reach)
+        if far.any():
+            out[eff] = far
+    return out
