@@ -26,8 +26,8 @@ def _dependencies_error():
     """Return ``""`` when the phase-2 dependencies are there, else a short reason.
 
     numpy is imported (Blender ships it, so it costs nothing). torch is only
-    looked up, not imported: importing it would add about 1.5 s to every
-    Blender start; the solver imports it on first use and reports a broken
+    looked up, not imported: importing it would slow every Blender start
+    noticeably; the solver imports it on first use and reports a broken
     install there (:func:`.blender_io.bake.get_solver`).
     """
     try:
@@ -72,7 +72,7 @@ def register_dependent():
             if hasattr(module, "register"):
                 module.register()
         _dependent.append(package)
-    if not bpy.app.background:   # an animator's session: the first Solve Frame should not wait
+    if not bpy.app.background:   # working in the UI: the first Solve Frame should not wait
         from . import preferences
         from .blender_io import preload
 

@@ -51,7 +51,7 @@ the network's answer. A single frame on the CPU (an interactive "current
 pose" solve) never touches torch: a float32 numpy twin of the network
 (weights cached as numpy arrays at load) predicts it and the float64 numpy
 twin of the refinement (:func:`.refine.refine_numpy`) refines it, which
-avoids torch's per-operation overhead (about 2.5 ms in all on 2 CPU cores).
+avoids torch's per-operation overhead (see docs/tuning.md#single-frames).
 
 Memory does not grow with the clip beyond the outputs: inputs are masked,
 converted and sent batch by batch, and the error per frame is computed with
@@ -71,8 +71,8 @@ Threads and devices
 -------------------
 ``device="auto"`` uses CUDA when available. A solve of at most
 :data:`CPU_MAX_FRAMES_ON_CUDA` frames (a single pose: Live Solve, Solve
-Frame) runs on the CPU even on a CUDA solver: one pose costs about 23 ms of
-kernel launches on a GPU against 2.5 ms on the CPU. On CUDA every batch
+Frame) runs on the CPU even on a CUDA solver: one pose is mostly kernel
+launches on a GPU (docs/tuning.md#cpu_max_frames_on_cuda). On CUDA every batch
 stays float32 on the device (network, refinement, forward kinematics and
 the per-frame error); inputs go up through pinned (page-locked) staging
 buffers and results come down asynchronously, so the GPU computes a batch
@@ -121,8 +121,8 @@ DEFAULT_WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "neural_i
 #: Weights format version this code reads (2: the network with a temporal block; 1 was per frame only).
 FORMAT_VERSION = 2
 
-#: Solves of at most this many frames run on the CPU even on a CUDA solver (kernel launch
-#: overhead: one pose takes about 23 ms on a GPU against 2.5 ms on the CPU).
+#: Solves of at most this many frames run on the CPU even on a CUDA solver: a pose is mostly
+#: kernel launches there (docs/tuning.md#cpu_max_frames_on_cuda).
 CPU_MAX_FRAMES_ON_CUDA = 16
 
 class WeightsError(ValueError):
@@ -322,11 +322,11 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
     state = blob.get("state")
     if not isinstance(hp, dict) or not isinstance(state, dict):
         raise WeightsError(f"{path}: missing 'hparams' or 'state'")
-    kind = hp.get("skeleton_input", "lengths")   # (files written before 2 Dec read lengths)
+    kind = hp.get("skeleton_input", "lengths")   # (format-2 files without the key read lengths)
     if kind not in SKELETON_INPUTS:
         raise WeightsError(f"{path}: unknown skeleton input {kind!r} (this version reads "
                            f"{', '.join(SKELETON_INPUTS)}): update Neural IK or use the weights it ships with")
-    pose = hp.get("pose_input", "positions")     # (files written before 2 Dec read positions)
+    pose = hp.get("pose_input", "positions")     # (format-2 files without the key read positions)
     if pose not in POSE_INPUTS:
         raise WeightsError(f"{path}: unknown pose input {pose!r} (this version reads "
                            f"{', '.join(POSE_INPUTS)}): update Neural IK or use the weights it ships with")
@@ -508,18 +508,14 @@ class Solver:
         When ``device`` is unavailable or ``precision`` unknown.
     """
 
-    #: At most this many frames (evenly spread over the clip) are solved to re-measure bone directions
-    #: (64 and one round measure what 256 and two rounds did: held-out foreign folders at 200 frames a
-    #: clip, network alone 41.37 against 41.45 mm, rig-space solve 11.62 against 11.58 mm and 14.73
-    #: against 14.74 deg; CMU subject 6 refined 5.35 against 5.33 deg; the dense bake 0.97 against
-    #: 1.39 ms a frame).
+    #: At most this many frames (evenly spread over the clip) are solved to re-measure bone directions:
+    #: more measure the same at more cost (docs/tuning.md#refit_frames).
     REFIT_FRAMES = 64
 
     #: After the network, its root is moved so that the pose's keypoints, as a whole, sit on the
     #: given ones (least squares for a translation; its rotations kept): the network misplaces the
-    #: root by some 17 mm on held-out studios even where the pelvis is given (held-out ``fair1`` +
-    #: ``sfu`` at 200 frames a clip, network alone: dense 41.4 -> 33.6 mm, six effectors 54.8 ->
-    #: 50.4 mm). ``False``: the network's own root (``training.evaluate`` measures both).
+    #: root on other studios' data even where the pelvis is given (docs/tuning.md#place_root).
+    #: ``False``: the network's own root (``training.evaluate`` measures both).
     place_root = True
 
     def __init__(self, weights=None, device="auto", precision="auto"):

@@ -81,8 +81,7 @@ class LazySolver:
 
     A clip whose source skeleton gives every rotation (BVH, FBX, an
     armature) is baked without the network, and a batch of such clips never
-    imports torch (about 1.4 s of a 2-3 s run of ten short clips on two
-    cores, ``benchmarks/bench_vs_blender.py``). What can be checked without
+    imports torch (its import is most of a short batch's time). What can be checked without
     torch is checked at once: the device setting's spelling and the weights
     file's presence.
 

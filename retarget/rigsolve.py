@@ -87,7 +87,7 @@ class Targets:
         """Index of the point attached to ``bone`` at ``offset`` (added once)."""
         off = np.asarray(offset, dtype=np.float64).reshape(3)
         for i, (b, o) in enumerate(self.points):
-            # (plain comparisons: np.allclose costs 15 us a call, and a Live Solve tick asks ~100)
+            # (plain comparisons: np.allclose is slow for a call a Live Solve tick makes ~100 times)
             if b == bone and abs(o[0] - off[0]) <= 1e-12 and abs(o[1] - off[1]) <= 1e-12 \
                     and abs(o[2] - off[2]) <= 1e-12:
                 return i
@@ -203,7 +203,7 @@ def _logmap(R):
 SMALL_BATCH = 32
 
 #: Frames per chunk of the numpy path on long clips (two run at once): small
-#: chunks keep its arrays in cache (3,000 frames: 1.4 s in chunks of 64, 1.6 s in 512).
+#: chunks keep its arrays in cache (docs/tuning.md#numpy_chunk).
 NUMPY_CHUNK = 128
 #: Threads the numpy path may solve chunks of one clip on (a batch's worker processes raise it
 #: to the cores and let THREADS_ALLOWED say how many are free).
@@ -317,8 +317,8 @@ class _RigFK:
 class _RestFK:
     """The heads of the bones a solve does not pose (hand ends, fingers), from their posed parents.
 
-    ``solve_rig`` used to pose the whole rig again after the solve for
-    them (36 ms of a 3,000-frame clip); their posed ancestors' rotations and
+    Posing the whole rig again after the solve for them costs more than
+    needed: their posed ancestors' rotations and
     heads are at hand in each chunk, so only these bones are posed, parents
     first, and only those with an unposed child get a rotation.
     """
@@ -664,8 +664,7 @@ def _np_solve_spd(H, g):
     numpy's LAPACK hands a 70 x 70 system to its thread pool, which next to
     torch's spinning workers costs milliseconds instead of tens of
     microseconds. Without torch (a bake that runs no network never imports
-    it) numpy's batched solve is as fast (16-25 ms for 512 frames of 72
-    unknowns, torch 22 ms).
+    it) numpy's batched solve is as fast (docs/tuning.md#small_batch).
     """
     if "torch" in sys.modules:
         import torch
@@ -755,10 +754,9 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     pose's bone rotations, heads and target points come along, so the caller
     need not pose the chunk again.
 
-    ``bench_live.py``: a torch call costs several microseconds whatever its
-    size, a numpy call on small matrices about one; the ~200 calls of an
-    iteration make that the difference between a live solve of 25 ms and one
-    of a few. Same algorithm, same steps (``tests/pure/test_pipeline.py``
+    A torch call costs several times a numpy call on small matrices whatever
+    its size, and an iteration makes some 200 of them: for a live solve that
+    decides its speed (``bench_live.py``). Same algorithm, same steps (``tests/pure/test_pipeline.py``
     checks that both give the same pose).
     """
     n = basis.shape[0]
@@ -771,8 +769,8 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
     wdiag = np.diagonal(wproj, axis1=-2, axis2=-1)              # (n, R, 3)
     # the normal equations in float32 where the prior stays (dense bakes: every bone held by its
-    # targets; a 3,000-frame clip's step 0.24 -> 0.20 s); where it fades towards nothing (six
-    # effectors) they grow too stiff for float32 (heads 80 um off the float64 answer)
+    # targets: faster); where it fades towards nothing (six effectors) they grow too stiff for
+    # float32 (docs/tuning.md#small_batch)
     ne = np.float32 if prior_decay >= 1.0 else np.float64
     wproj_ne = wproj.astype(ne, copy=False)
     lam = np.full(n, 1e-3)
@@ -910,10 +908,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     backend : {"auto", "numpy", "torch"}
         ``auto``: chunks of more than :data:`SMALL_BATCH` frames run in torch
         where torch is already loaded (the network ran: its threads are
-        warm; 3,000 frames in 0.65 s on two cores); everything else runs in
-        float64 numpy (:func:`_lm_numpy`; long clips in chunks of
-        :data:`NUMPY_CHUNK` frames on two threads, 0.9 s), so that a bake
-        that needs no network never imports torch (about 1.4 s).
+        warm); everything else runs in float64 numpy (:func:`_lm_numpy`; long
+        clips in chunks of :data:`NUMPY_CHUNK` frames on two threads), so
+        that a bake that needs no network never imports torch (its import
+        alone takes longer than a short bake).
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
     all_heads : bool
@@ -1013,7 +1011,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     # (the residuals alone, no step: no Jacobian to keep in cache, so the caller's chunks)
     step = int(chunk) if use_torch or int(iterations) <= 0 else min(int(chunk), NUMPY_CHUNK)
     # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
-    # more, and two chunks at once each starting BLAS threads crawl (3-25 s for 0.9 s)
+    # more, and two chunks at once each starting BLAS threads crawl
     # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
     # pooled chunk: two threads setting torch's thread count at once race)
     with _blas_threads(1), (contextlib.nullcontext() if use_torch else _threads(1)):
