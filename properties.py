@@ -101,7 +101,7 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         name="To",
         description="Last scene frame to bake (included)")
     smooth: EnumProperty(
-        name="Smoothing", description="Temporal filter against jitter",
+        name="Smooth", description="Temporal filter against jitter (--smooth)",
         items=(
             ('none', "None", "No smoothing"),
             ('oneeuro', "One Euro", "Adaptive low-pass: strong on slow motion, follows fast motion"),
@@ -110,10 +110,10 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         ),
         default='none')
     smooth_strength: FloatProperty(
-        name="Strength", default=0.5, min=0.0, max=1.0, subtype='FACTOR',
+        name="Smooth Strength", default=0.5, min=0.0, max=1.0, subtype='FACTOR',
         description="How strongly to smooth (0 = not at all)")
     smooth_target: EnumProperty(
-        name="Smooth", description="What the filter is applied to",
+        name="Smooth Target", description="What the filter is applied to",
         items=(
             ('keypoints', "Keypoints", "Filter the input keypoints before solving"),
             ('rotations', "Rotations", "Filter the baked bone rotations"),
@@ -134,9 +134,9 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         name="In Place", default=False,
         description="Drop the horizontal root motion (the character walks on the spot)")
     ground: BoolProperty(
-        name="Ground", default=False,
-        description="Move the whole clip up or down so that its lowest foot point touches the floor "
-                    "(for sources whose floor is not at zero); the pose is unchanged")
+        name="Ground", default=True,
+        description="Move a clip that floats above the floor or sinks below it onto the floor (one "
+                    "standing on its own floor keeps its heights); the pose is unchanged")
     foot_lock: BoolProperty(
         name="Foot Lock", default=True,
         description="Keep the feet planted where the source's feet are planted, on the rig's floor: the "

@@ -163,9 +163,9 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
                          description="Keypoint layout of the file (which point is which joint)")
     units: EnumProperty(name="Units", items=_UNIT_ITEMS, default='AUTO', description="Length unit of the file")
     up_axis: EnumProperty(name="Up Axis", items=_UP_ITEMS, default='AUTO', description="Up axis of the file")
-    fps: FloatProperty(name="Frame Rate", default=0.0, min=0.0, soft_max=240.0,
+    fps: FloatProperty(name="Source FPS", default=0.0, min=0.0, soft_max=240.0,
                        description="Frames per second of the file (0: from the file, else 30)")
-    frame_start: IntProperty(name="Start Frame", default=-1,
+    frame_start: IntProperty(name="Frame Start", default=-1,
                              description="Scene frame of the clip's first sample (-1: the scene's start frame)")
     ground: BoolProperty(name="Ground", default=True,
                          description="Move the clip vertically so that its lowest foot point touches the floor "

@@ -360,3 +360,36 @@ def test_every_menu_item_says_what_it_is(ext):
     items = keypoints._layout_items(None, bpy.context)
     assert all(label != ident for ident, label, _ in items[1:]), items   # names, not registry ids
     assert all(desc for _i, _l, desc in items)
+
+
+#: (owner, property, CLI flag) of every setting both front ends have (docs/ui-and-cli.md).
+UI_CLI = [("scene", p, f) for p, f in (("mode", "--mode"), ("refine", "--refine"), ("smooth", "--smooth"),
+                                       ("smooth_strength", "--smooth-strength"),
+                                       ("smooth_target", "--smooth-target"), ("rotation_mode", "--rotation-mode"),
+                                       ("in_place", "--in-place"), ("ground", "--ground"),
+                                       ("foot_lock", "--foot-lock"), ("scale", "--scale"))] + \
+         [("import", p, f) for p, f in (("layout_name", "--layout"), ("units", "--units"), ("up_axis", "--up-axis"),
+                                        ("fps", "--source-fps"), ("frame_start", "--frame-start"),
+                                        ("ground", "--ground"))]
+
+
+def test_ui_labels_are_the_cli_flags(ext):
+    """The same name and the same default for a setting in the panels, the dialog and the CLI."""
+    import bpy
+    import importlib
+    import pathlib
+
+    parser = importlib.import_module(ext.__name__ + ".cli.parser").build_parser()
+    bake = parser._subparsers._group_actions[0].choices["bake"]
+    actions = {a.option_strings[0]: a for a in bake._actions if a.option_strings}
+    owners = {"scene": bpy.types.Scene.bl_rna.properties["neural_ik"].fixed_type,
+              "import": bpy.ops.neural_ik.import_keypoints.get_rna_type()}
+    table = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "ui-and-cli.md").read_text()
+    for owner, prop, flag in UI_CLI:
+        p = owners[owner].properties[prop]
+        assert p.name.lower().replace(" ", "-") == flag[2:], (prop, p.name, flag)
+        assert f"| {p.name} |" in table and f"`{flag}`" in table, (prop, flag)
+        default = actions[flag].default
+        if default is not None and flag not in ("--frame-start", "--units", "--up-axis", "--layout"):
+            ui = p.default if p.type != 'ENUM' else p.default
+            assert ui == default or str(ui).lower() == str(default).lower(), (prop, ui, default)
