@@ -135,8 +135,8 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         description="Drop the horizontal root motion (the character walks on the spot)")
     ground: BoolProperty(
         name="Ground", default=True,
-        description="Move a clip that floats above the floor or sinks below it onto the floor (one "
-                    "standing on its own floor keeps its heights); the pose is unchanged")
+        description="Move the whole clip up or down so that its lowest foot point touches the floor "
+                    "(for sources whose floor is not at zero); the pose is unchanged")
     foot_lock: BoolProperty(
         name="Foot Lock", default=True,
         description="Keep the feet planted where the source's feet are planted, on the rig's floor: the "

@@ -150,22 +150,22 @@ def facing_apart(kp, valid) -> np.ndarray:
 
 
 def ground_keypoints(kp, valid):
-    """Shift ``kp`` vertically onto the floor unless it stands on its own (:func:`..readers.base.ground_shift`).
+    """Shift ``kp`` vertically so its lowest foot point is on the floor (:func:`..readers.base.floor_height`).
 
     Returns
     -------
     kp : ndarray (T, 32, 3)
     shift : float or None
-        Metres added to every z (``None`` when the source has no foot points or stands on its floor).
+        Metres added to every z (``None`` when the source has no foot points).
     """
-    from ..readers.base import ground_shift
+    from ..readers.base import floor_height
 
-    shift, floor = ground_shift(kp, valid)
-    if floor is None or not shift:
+    floor = floor_height(kp, valid)
+    if floor is None:
         return kp, None
     out = kp.copy()
-    out[..., 2] += shift
-    return out, shift
+    out[..., 2] -= floor
+    return out, -floor
 
 
 def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig=None) -> PreparedSource:

@@ -513,22 +513,6 @@ def floor_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float | None
     return None
 
 
-#: A clip whose floor (:func:`floor_height`) lies between these heights (m) stands on its own floor
-#: and keeps its heights: joints sit above the sole (a heel or toe tip a few cm), and moving them to
-#: z = 0 sinks the feet; only a clip floating above this or sunk below it is moved.
-STANDING_BAND = (-0.03, 0.10)
-
-
-def ground_shift(kp: np.ndarray, mask: np.ndarray | None = None) -> tuple:
-    """``(shift, floor)``: metres to add to every height to put the clip on the floor (0 when it
-    stands on its own floor, :data:`STANDING_BAND`), and where its floor was (``None``: no foot points)."""
-    floor = floor_height(kp, mask)
-    if floor is None:
-        return 0.0, None
-    lo, hi = STANDING_BAND
-    return (0.0 if lo <= floor <= hi else -floor), floor
-
-
 def _looks_image_normalised(points: np.ndarray) -> bool:
     """x and y all within [0, 1] (pixel coordinates divided by the image size)."""
     with _quiet():
@@ -964,12 +948,12 @@ def finish_clip(
     # floor
     shift = 0.0
     if ground:
-        shift, floor = ground_shift(kp, raw_mask)
-        if shift:
+        floor = floor_height(kp, raw_mask)
+        if floor is not None and abs(floor) > 1e-4:
+            shift = -floor
             p[..., 2] += shift
-            warns.append(f"grounded: moved {shift * 100.0:+.1f} cm vertically: the feet were "
-                         f"{abs(floor) * 100.0:.1f} cm {'above' if floor > 0 else 'below'} the floor "
-                         f"({_flag('ground')} keeps the file's heights)")
+            warns.append(f"grounded: moved {shift * 100.0:+.1f} cm vertically so that the lowest foot point "
+                         f"touches the floor ({_flag('ground')} keeps the file's heights)")
 
     return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay,
                         floor_shift=shift)

@@ -62,20 +62,6 @@ def test_rig_rest_and_tails(tmp_path):
     np.testing.assert_allclose(rig.tail[fa], rig.head[rig.index("LeftHand")])
 
 
-def test_a_clip_standing_on_its_floor_keeps_its_heights(tmp_path):
-    """Joints sit above the sole: a clip whose lowest foot points are a few centimetres above z = 0
-    stands on its floor and is not moved (it was moved down, sinking the feet); one floating 25 cm
-    above it or sunk below it is."""
-    for floor, moved in ((0.04, False), (-0.01, False), (0.25, True), (-0.2, True)):
-        path, world = humanoid_bvh(tmp_path / f"s{floor}.bvh", "studio", up="Z", units="m", floor=floor)
-        clip = read_keypoints(path)
-        assert (clip.floor_shift != 0.0) is moved, (floor, clip.floor_shift)
-        assert any("grounded" in w for w in clip.warnings) is moved
-        if not moved:
-            got, want = _heads_vs_clip(clip)
-            np.testing.assert_allclose(got, want, atol=1e-5)
-
-
 def test_no_ground_keeps_heights(tmp_path):
     path, world = humanoid_bvh(tmp_path / "f.bvh", "studio", up="Z", units="m", floor=0.4)
     clip = read_keypoints(path, ground=False)
