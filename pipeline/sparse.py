@@ -47,8 +47,10 @@ class SparsePath(BakePath):
         """The network's skeleton: a few effectors say little about bone lengths.
 
         The source skeleton's size when the file has one (its effectors are
-        scaled onto the rig like a dense clip), else the rig's own (effectors
-        placed for this rig, as the empties of Add Effectors: taken as they are).
+        scaled onto the rig like a dense clip); for a clip of effectors alone,
+        the rig's size over :meth:`_body_ratio` (another body's effectors are
+        scaled onto the rig too); else the rig's own (effectors placed for this
+        rig, as the empties of Add Effectors: taken as they are).
         """
         job = self.job
         leg = job.plan.leg_length * job.unit
@@ -58,14 +60,45 @@ class SparsePath(BakePath):
                 leg = splan.leg_length if splan.leg_length > 0 else leg
             except ValueError:
                 pass
+        elif self._body_ratio() is not None:
+            leg = leg / self._body_ratio()
         return CANONICAL.scaled(leg / leg_length(CANONICAL))
+
+    def _body_ratio(self):
+        """The rig's size over the body's of a clip of effectors without a skeleton, or None (one pose, no feet).
+
+        The pelvis' height over the lower ankle, where the legs are straightest (the clip's 90th
+        percentile), against the rig's at rest; within :data:`.tuning.SAME_BODY` of 1 the body is
+        taken as the rig's own (effectors made for it).
+        """
+        from .targets import floor_normal
+
+        job = self.job
+        if job.source_rig is not None or not self._clip():
+            return None
+        if "body_ratio" not in self.__dict__:
+            self.body_ratio = None
+            rig, ent = job.plan.rig, job.plan.mapping.entries
+            n = floor_normal(job.object_matrix)
+            if all(j in ent and rig.has(ent[j]) for j in ("pelvis", "foot_l", "foot_r")):
+                h = [rig.head[rig.index(ent[j])] @ n for j in ("pelvis", "foot_l", "foot_r")]
+                rig_h = (h[0] - min(h[1:])) * job.unit
+                k = [KEYPOINTS.index(j) for j in ("pelvis", "foot_l", "foot_r")]
+                z = job.src_m[:, k] @ n
+                src = z[:, 0] - np.minimum(z[:, 1], z[:, 2])
+                src = src[np.isfinite(src)]
+                if src.size and rig_h > 0:
+                    ratio = rig_h / float(np.percentile(src, 90))
+                    if np.isfinite(ratio) and ratio > 0 and abs(ratio - 1.0) > tuning.SAME_BODY:
+                        self.body_ratio = ratio
+        return self.body_ratio
 
     def scale(self, scale):
         from .targets import floor_normal
 
         job = self.job
         if job.source_rig is None or not source_rest_is_human(job.source_rig):
-            return scale
+            return scale   # (effectors alone: the network's skeleton has the body's size, see _skeleton)
         # a file's effectors: its pelvis must stand over its feet on the rig as in the file, so the
         # scale is the ratio of the hip heights at rest (the legs' lengths leave out where the hips
         # sit below the pelvis and how high the ankle is)

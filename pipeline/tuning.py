@@ -135,3 +135,7 @@ HINGE_OFF = (np.cos(np.radians(30.0)), np.cos(np.radians(60.0)))
 HYPEREXTENSION_MAX = 30.0
 #: ... over a run of frames bent backwards that reaches this much somewhere (a straight limb's flicker is left).
 HYPEREXTENSION_MIN = 4.0
+
+#: A clip of effectors without a skeleton whose pelvis-over-ankle height is within this share of the
+#: rig's is taken as made for the rig (its effectors kept as they are); another body is scaled.
+SAME_BODY = 0.05

@@ -1,0 +1,41 @@
+"""Six effectors of another body, without its skeleton (a file of trackers or markers): scaled onto the rig."""
+
+import numpy as np
+import pytest
+
+import rigs
+from _pkg import pkg
+
+pkg()
+from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
+from neural_ik.model.skeleton import KEYPOINTS, SPARSE_EFFECTORS  # noqa: E402
+from neural_ik.pipeline import BakeOptions, RigBake  # noqa: E402
+from neural_ik.retarget.mapping import auto_map  # noqa: E402
+
+
+def _six(kp):
+    out = np.full_like(kp, np.nan)
+    keep = [KEYPOINTS.index(e) for e in SPARSE_EFFECTORS]
+    out[:, keep] = kp[:, keep]
+    return out
+
+
+@pytest.mark.parametrize("size", [0.7, 1.0])
+def test_effectors_of_another_body_are_scaled_onto_the_rig(size):
+    rig = rigs.humanoid("mixamo")
+    mapping = auto_map(rig)
+    walk = walk_keypoints(2.0, 30.0)
+    kp = _six(walk * size)                                        # a child-sized walker's six effectors
+    job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+    res = job.run()
+    f = job.figures
+    ratio = job.scale * job.unit
+    if size == 1.0:
+        assert ratio == pytest.approx(1.0, abs=0.02)             # made for the rig: taken as they are
+    else:
+        assert ratio == pytest.approx(1.0 / size, rel=0.1)       # scaled by the bodies' hip heights
+    assert f.effector_reach_mm[1] < 1.0                           # the (scaled) effectors are met
+    pelvis, foot = mapping.entries["pelvis"], mapping.entries["foot_l"]
+    legs = res.heads[:, rig.index(pelvis), 2] - res.heads[:, rig.index(foot), 2]
+    rest = rig.head[rig.index(pelvis), 2] - rig.head[rig.index(foot), 2]
+    assert np.percentile(legs, 90) > 0.9 * rest                   # standing tall on the rig's legs
