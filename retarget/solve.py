@@ -748,15 +748,31 @@ def turn_bones_to(rig, quats, locations, targets: dict) -> None:
     Bones are taken parents first; a bone's children turn with it.
     """
     order = sorted(targets, key=lambda i: (rig.depth[i], i))
-    rot = None
-    for n, b in enumerate(order):
-        if rot is None or any(rig.is_ancestor(a, b) for a in order[:n]):   # (an ancestor turned)
-            rot, _ = pose_rig(rig, quats[None], locations[None])
+    rot, _ = pose_rig(rig, quats[None], locations[None], bones=_closed_under_parents(rig, order))
+    rot = rot[0]
+    turned = {}   # bone -> (its rotation before, after): a descendant turns with it
+    for b in order:
+        now = rot[b]
+        for a in reversed(order[:order.index(b)]):
+            if a in turned and rig.is_ancestor(a, b):
+                before, after = turned[a]
+                now = after @ before.T @ now
+                break
+        target = np.asarray(targets[b], dtype=np.float64)
         basis = quat_to_matrix(quats[b])
         # the bone's world rotation is base @ basis: the new basis is base^T @ target
-        new = basis @ rot[0, b].T @ np.asarray(targets[b], dtype=np.float64)
-        q = matrix_to_quat(new)
+        q = matrix_to_quat(basis @ now.T @ target)
         quats[b] = q * (1.0 if float(np.dot(q, quats[b])) >= 0.0 else -1.0)
+        turned[b] = (now, target)
+
+
+def _closed_under_parents(rig, bones):
+    out = set()
+    for b in bones:
+        while b >= 0 and b not in out:
+            out.add(int(b))
+            b = int(rig.parents[b])
+    return sorted(out)
 
 
 def _levels(rig):
