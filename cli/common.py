@@ -954,7 +954,7 @@ def headline(row) -> str:
     if row.get("floor_error_cm") is not None:
         parts.append("floor {:+.1f} cm".format(row["floor_error_cm"]))
     reach = (row.get("effector_reach_mm") or {}).get("max")
-    if reach is not None:
+    if reach is not None and row.get("mode") == "sparse":   # (a keypoint bake has no effectors to reach)
         parts.append("effectors within {:.1f} mm".format(reach))
     if row.get("bone_direction_error_deg") is not None:
         parts.append("bone directions {:.1f}\u00b0".format(row["bone_direction_error_deg"]))

@@ -138,3 +138,11 @@ def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monke
     rows = {os.path.basename(r["source"]): r for r in json.loads((out / "report.json").read_text())["clips"]}
     assert rows["a.bvh"]["status"] == "failed" and "a.bvh" in rows["a.bvh"]["error"], rows["a.bvh"]
     assert rows["b.bvh"]["status"] == "done"
+
+
+def test_headline_names_effectors_only_for_bakes_from_effectors():
+    from neural_ik.cli.common import headline
+
+    row = {"floor_error_cm": 0.3, "effector_reach_mm": {"mean": 1.0, "max": 6.5}, "bone_direction_error_deg": 0.8}
+    assert "effectors within" not in headline(dict(row, mode="dense"))
+    assert "effectors within 6.5 mm" in headline(dict(row, mode="sparse"))
