@@ -312,6 +312,27 @@ def _compose(path, motion, names, offsets, channels, position_mode):
     return rot, trans
 
 
+#: Largest rotation channel value read, in degrees: beyond it a float64 angle keeps no useful
+#: precision (cos(1e200) is noise), so it can only be a corrupt value.
+MAX_ROTATION_DEGREES = 1e6
+
+
+def _check_rotation_range(path, motion, names, channels, data_start, cum):
+    """Refuse a rotation channel beyond :data:`MAX_ROTATION_DEGREES` (naming its line, joint and channel)."""
+    cols = [(j, c) for j, chans in enumerate(channels) for c in chans]
+    rot = np.array([c.endswith("rotation") for _, c in cols], dtype=bool)
+    if not rot.any():
+        return
+    bad = np.abs(motion[:, rot]) > MAX_ROTATION_DEGREES
+    if not bad.any():
+        return
+    t, k = np.argwhere(bad)[0]
+    col = int(np.flatnonzero(rot)[k])
+    line = data_start + int(np.searchsorted(cum, int(t) * motion.shape[1] + col, side="right")) + 1
+    raise BVHError(path, line, f"corrupt value {motion[t, col]:g} in channel {cols[col][1]} of joint "
+                   f"{names[cols[col][0]]!r} (frame {int(t)}): a rotation of more than {MAX_ROTATION_DEGREES:g} degrees")
+
+
 def _check_numbers(path, body, data_start):
     """Raise :class:`BVHError` naming the line of the first motion token that is not a number."""
     for li, ln in enumerate(body):
@@ -349,11 +370,12 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
     path = str(path)
     if text is None:
         try:
-            with open(path, "r", encoding="utf-8", errors="replace", newline=None) as fh:
+            # utf-8-sig: a byte-order mark (Windows editors) is not part of HIERARCHY
+            with open(path, "r", encoding="utf-8-sig", errors="replace", newline=None) as fh:
                 text = fh.read()
         except OSError as exc:
             raise BVHError(path, 0, f"cannot read: {exc}") from exc
-    lines = text.splitlines()
+    lines = text.removeprefix("\ufeff").splitlines()
     # locate MOTION
     motion_line = None
     for i, ln in enumerate(lines):
@@ -454,6 +476,7 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
             raise BVHError(path, data_start + li + 1, "non-finite motion value")
         motion = values.reshape(frames, nchan)
         del joined, values
+        _check_rotation_range(path, motion, names, channels, data_start, cum)
     else:
         motion = np.zeros((frames, nchan))
     del text, lines    # (the file's text: as large as the motion again, twice)
