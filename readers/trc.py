@@ -19,6 +19,8 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
+import math
+
 from .base import KeypointReadError, finish_clip
 from .csvfmt import _read_text, parse_numeric_table
 
@@ -42,11 +44,12 @@ def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     for k in ("DataRate", "CameraRate", "OrigDataRate"):
         try:
             v = float(meta.get(k, ""))
-            if v > 0:
+            if v > 0 and math.isfinite(v):
                 file_fps = v
                 break
         except ValueError:
             pass
+    rate_given = file_fps is not None and k == "DataRate"
     file_units = meta.get("Units") or None
     try:
         n_markers = int(float(meta["NumMarkers"])) if meta.get("NumMarkers") else None
@@ -92,12 +95,32 @@ def read_trc(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     warns = []
     if n_frames is not None and n_frames != data.shape[0]:
         warns.append(f"header says {n_frames} frames, the file has {data.shape[0]}")
+    if not rate_given and fps is None:  # the Time column is the next best witness of the rate
+        time_fps = _rate_from_time(data[:, 1])
+        if time_fps is not None:
+            warns.append(f"DataRate {meta.get('DataRate', '(missing)') or '(empty)'} is not a frame rate: "
+                         f"{time_fps:g} fps taken from the Time column")
+            file_fps = time_fps
     pos = data[:, 2:].reshape(data.shape[0], len(names), 3)
     if layout is None:
         pos, names, layout = _with_joint_centres(path, pos, names, warns)
     return finish_clip(path, pos, names, fps=fps, file_fps=file_fps, layout=layout, units=units,
                        up_axis=up_axis, file_units=file_units, default_up_axis="Y", max_gap=max_gap,
                        warnings=warns, ground=ground)
+
+
+def _rate_from_time(times):
+    """Frames per second from a TRC's Time column (median step; ``None`` when it does not increase)."""
+    import numpy as np
+
+    steps = np.diff(np.asarray(times, dtype=np.float64))
+    steps = steps[np.isfinite(steps)]
+    if steps.size == 0 or not (steps > 0).all():
+        return None
+    rate = 1.0 / float(np.median(steps))
+    if not math.isfinite(rate):
+        return None
+    return float(round(rate)) if abs(rate - round(rate)) < 1e-3 * rate else rate
 
 
 #: A leg needs these centres (from markers or from named points) to be solved.
