@@ -83,6 +83,9 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
         raise KeypointReadError(path, f"invalid or truncated JSON at line {ex.lineno}, column {ex.colno}: {ex.msg}") from None
     except RecursionError:
         raise KeypointReadError(path, "nested too deeply to be keypoints (JSON)") from None
+    except ValueError as ex:  # an integer past Python's digit limit
+        raise KeypointReadError(path, f"a number too long to be read ({str(ex).split(';')[0]}): "
+                                "not a keypoint file?") from None
     except OSError as ex:
         raise KeypointReadError(path, f"cannot read ({ex})") from None
 

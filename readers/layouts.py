@@ -519,8 +519,8 @@ def load_mapping(source, name: str | None = None) -> Layout:
         try:
             with open(source, encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
-            raise ValueError(f"{where}: cannot read layout mapping ({ex})") from None
+        except (OSError, UnicodeDecodeError, ValueError) as ex:  # (ValueError: also an integer past the digit limit)
+            raise ValueError(f"{where}: cannot read layout mapping ({str(ex).split(';')[0]})") from None
         name = name or os.path.splitext(os.path.basename(where))[0]
     else:
         data = source
@@ -567,8 +567,8 @@ def get_layout(layout) -> Layout:
     if key.lstrip().startswith("{"):  # Layout.to_json()
         try:
             return load_mapping(json.loads(key))
-        except json.JSONDecodeError as ex:
-            raise ValueError(f"layout JSON: {ex}") from None
+        except ValueError as ex:
+            raise ValueError(f"layout JSON: {str(ex).split(';')[0]}") from None
     if key in LAYOUTS:
         return LAYOUTS[key]
     if key.lower() in LAYOUTS:
