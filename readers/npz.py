@@ -52,7 +52,59 @@ import numpy as np
 from .base import KeypointReadError, _flag, finish_clip
 from .layouts import get_layout, recognise_nameless
 
-__all__ = ["read_npz", "read_npy"]
+__all__ = ["read_npz", "read_npy", "check_declared_arrays", "MAX_ARRAY_BYTES", "MAX_POINTS"]
+
+#: Largest array a keypoint file may declare: checked from its header before anything is allocated.
+MAX_ARRAY_BYTES = 8 * 2 ** 30
+#: Most points per frame (a dense marker set or mesh has thousands, not millions).
+MAX_POINTS = 100_000
+
+
+def _declared(handle):
+    """``(shape, dtype)`` from a ``.npy`` header (``None`` when it is not one: the reader says why)."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read(handle)
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError):
+        return None
+    return tuple(int(n) for n in shape), dtype
+
+
+def check_declared_arrays(path):
+    """Refuse a ``.npy``/``.npz`` whose header declares an array too large to hold, before it is read.
+
+    Raises
+    ------
+    KeypointReadError
+        More than :data:`MAX_ARRAY_BYTES` in one array, or more than
+        :data:`MAX_POINTS` points per frame (the message names the array and its shape).
+    """
+    members = []
+    try:
+        if str(path).lower().endswith(".npz"):
+            with zipfile.ZipFile(path) as archive:
+                for name in archive.namelist():
+                    if name.endswith(".npy"):
+                        with archive.open(name) as handle:
+                            members.append((name[:-4], _declared(handle)))
+        else:
+            with open(path, "rb") as handle:
+                members.append(("the array", _declared(handle)))
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return  # the reader reports a bad file
+    for name, declared in members:
+        if declared is None:
+            continue
+        shape, dtype = declared
+        size = int(np.prod(shape, dtype=object)) * int(dtype.itemsize)
+        what = f"'{name}'" if name != "the array" else name
+        if size > MAX_ARRAY_BYTES:
+            raise KeypointReadError(path, f"{what} declares shape {shape} ({size / 2 ** 30:,.1f} GiB of {dtype}), more "
+                                    f"than the {MAX_ARRAY_BYTES / 2 ** 30:g} GiB a keypoint array may hold: corrupt?")
+        if name in ("positions", "the array") and len(shape) >= 2 and shape[-2 if len(shape) > 2 else 0] > MAX_POINTS:
+            raise KeypointReadError(path, f"{what} declares shape {shape}: more than {MAX_POINTS:,} points per "
+                                    "frame: not a keypoint file?")
 
 
 def _scalar_str(path, data, key):
@@ -66,6 +118,7 @@ def _scalar_str(path, data, key):
 
 def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a ``.npz`` keypoint file (format in the module docstring)."""
+    check_declared_arrays(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             keys = set(data.files)
@@ -113,6 +166,7 @@ def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
     geometry (:func:`.layouts.recognise_nameless`: SMPL-22/24, H36M-17,
     COCO-17, MediaPipe-33, canonical 32).
     """
+    check_declared_arrays(path)
     try:
         pos = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as ex:
