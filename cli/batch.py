@@ -640,8 +640,11 @@ def run(args):
     from .targets import check_target, target_label
 
     started = time.perf_counter()
-    if not os.path.isdir(args.input_dir):
-        raise UsageError("{}: no such folder".format(args.input_dir))
+    from .pathcheck import not_a_folder
+
+    why = not_a_folder(args.input_dir)
+    if why is not None:
+        raise UsageError("{}: {}".format(args.input_dir, why))
     check_target(args.target)
     common.check_layout_argument(args.layout)
     mapping = common.load_bone_mapping(args.mapping)

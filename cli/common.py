@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from .names import check_name_length, temp_stem
+from .limits import FPS_RANGE, SCALE_RANGE, bounded_float
 from .parser import add_device_argument, device_choice
 
 __all__ = [
@@ -197,16 +199,6 @@ def _frame_number(text):
     return value
 
 
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a number: {!r}".format(text)) from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError("must be a positive number, got {!r}".format(text))
-    return value
-
-
 def int_at_least(minimum, meaning=""):
     """An argparse type: a whole number of at least ``minimum`` (``meaning`` said in the message)."""
     def parse(text):
@@ -270,14 +262,14 @@ def add_bake_arguments(parser):
     g.add_argument("--up-axis", default=None, choices=("Z", "Y", "-Y", "-Z"),
                    help="up axis of the source (default: the file's, else detected from the motion: "
                         "feet to head)")
-    g.add_argument("--source-fps", type=_positive_float, default=None, metavar="FPS",
+    g.add_argument("--source-fps", type=bounded_float(*FPS_RANGE, "frames per second"), default=None, metavar="FPS",
                    help="frame rate of the source when the file has none or a wrong one")
     g.add_argument("--frames", type=parse_frames, default=None, metavar="A:B",
                    help="bake source frames A up to B (B excluded; A: or :B for open ends)")
     g = parser.add_argument_group("bake")
     g.add_argument("--mapping", metavar="BONES.json", default=None,
                    help="canonical joint -> bone mapping of the target (default: automatic)")
-    g.add_argument("--fps", type=_positive_float, default=None,
+    g.add_argument("--fps", type=bounded_float(*FPS_RANGE, "frames per second"), default=None,
                    help="frame rate of the baked action (default: the source's)")
     g.add_argument("--frame-start", type=_frame_number, default=None, metavar="N",
                    help="scene frame of the first baked frame, {}..{} (default: the scene's start frame)".format(
@@ -290,7 +282,8 @@ def add_bake_arguments(parser):
     g.add_argument("--mode", default="auto", choices=("auto", "dense", "sparse"),
                    help="solve mode: dense (most keypoints), sparse (pelvis, head, hands, feet) or auto "
                         "(sparse when the source holds only effectors; default)")
-    g.add_argument("--scale", type=_positive_float, default=None, metavar="X",
+    g.add_argument("--scale", type=bounded_float(*SCALE_RANGE, "armature units per source metre"), default=None,
+                   metavar="X",
                    help="armature units per source metre for the root motion (default: the ratio of the "
                         "target's leg length to the source's)")
     g.add_argument("--refine", action=argparse.BooleanOptionalAction, default=True,
@@ -391,7 +384,7 @@ def load_bone_mapping(path):
     except FileNotFoundError:
         raise UsageError("--mapping {}: no such file".format(path)) from None
     except (OSError, UnicodeDecodeError, ValueError) as ex:
-        raise UsageError("--mapping {}: not a readable JSON file ({})".format(path, ex)) from None
+        raise UsageError("--mapping {}: not a readable JSON file ({})".format(path, str(ex).split(";")[0])) from None
     except RecursionError:
         raise UsageError("--mapping {}: JSON nested too deeply (expected a flat object "
                          "{{\"canonical joint\": \"bone\"}})".format(path)) from None
@@ -600,6 +593,9 @@ def check_output_paths(outputs, inputs=()):
             raise UsageError("{}: is a folder; give a file name".format(what))
         if os.path.exists(path) and not os.path.isfile(path):
             raise UsageError("{}: exists and is not a regular file".format(what))
+        too_long = check_name_length(path)
+        if too_long:
+            raise UsageError("{}: {}".format(what, too_long))
         key = _same_key(path)
         if key in seen:
             raise UsageError("{}: the same file as {}; give each output its own name".format(what, seen[key]))
@@ -635,6 +631,7 @@ def atomic_output(path):
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     stem, ext = os.path.splitext(os.path.basename(path))
+    stem = temp_stem(stem)
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=_PARTIAL_PREFIX.format(stem), suffix=_PARTIAL_SUFFIX.format(ext),
@@ -721,6 +718,7 @@ def remove_partials(path):
     before it could remove them: ``remove_pending`` only knows this process's)."""
     folder = os.path.dirname(os.path.abspath(path))
     stem, ext = os.path.splitext(os.path.basename(path))
+    stem = temp_stem(stem)
     pattern = glob.escape(_PARTIAL_PREFIX.format(stem)) + "*" + glob.escape(_PARTIAL_SUFFIX.format(ext))
     for left in glob.glob(os.path.join(glob.escape(folder), pattern)):
         _unlink_temporary(left)
@@ -784,8 +782,11 @@ def check_source_path(path):
     if ext not in SOURCE_EXTENSIONS:
         raise UsageError("{}: unknown source type {!r}; readable: {}".format(
             path, ext or "(none)", ", ".join(SOURCE_EXTENSIONS)))
-    if not os.path.isfile(path):
-        raise UsageError("{}: no such file".format(path))
+    from .pathcheck import not_a_file
+
+    why = not_a_file(path)
+    if why is not None:
+        raise UsageError("{}: {}".format(path, why))
 
 
 def peek_frame_count(path):

@@ -81,6 +81,29 @@ def device_choice(args):
     return getattr(args, "device", None) or getattr(args, "default_device", None) or "auto"
 
 
+#: Options whose values start with a dash (``-Z``): argparse would read the value as an option.
+DASH_VALUE_OPTIONS = ("--up-axis", "--target-up-axis")
+
+
+def join_negative_values(argv):
+    """``--up-axis -Z`` as ``--up-axis=-Z``, so that argparse does not take ``-Z`` for an option."""
+    out = []
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":  # everything after it is positional
+            out.extend(argv[i:])
+            break
+        if arg in DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].upper() in ("-X", "-Y", "-Z"):
+            out.append("{}={}".format(arg, argv[i + 1]))
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def build_parser(prog=PROG_STANDALONE):
     """Build the parser with every subcommand in :data:`SUBCOMMANDS`.
 
@@ -126,7 +149,7 @@ def main(argv=None, prog=PROG_STANDALONE, default_device="auto"):
         argv = sys.argv[1:]
     parser = build_parser(prog)
     try:
-        args = parser.parse_args(list(argv))
+        args = parser.parse_args(join_negative_values(argv))
     except SystemExit as ex:  # --help (0) or a usage error (2)
         return ex.code if isinstance(ex.code, int) else 2
     args.default_device = default_device
