@@ -276,28 +276,41 @@ def write_outputs(target, result, out=None, exports=()):
     paths = []
     start = int(result.frame_start)
     end = start + int(result.frames) - 1
-    if isinstance(target.obj, FileArmature):
-        if out is not None:
-            raise ValueError("a file's armature has no scene to save as .blend")
-        for path in exports:
-            write_keys_bvh(target.obj, result, path, scene_frame_time(float(result.fps)))
-            paths.append(os.path.abspath(path))
-        return paths, time.perf_counter() - t0
-    import bpy
-
-    scene = bpy.context.scene
-    saved = (scene.render.fps, scene.render.fps_base)
     try:
-        set_scene_fps(scene, float(result.fps))  # exporters take the frame time from the scene
-        for path in exports:
-            export_armature(target.obj, path, start, end)
-            paths.append(os.path.abspath(path))
-    finally:
-        scene.render.fps, scene.render.fps_base = saved
-    if out is not None:
-        save_blend(out)
-        paths.append(os.path.abspath(out))
+        if isinstance(target.obj, FileArmature):
+            if out is not None:
+                raise ValueError("a file's armature has no scene to save as .blend")
+            for path in exports:
+                write_keys_bvh(target.obj, result, path, scene_frame_time(float(result.fps)))
+                paths.append(os.path.abspath(path))
+            return paths, time.perf_counter() - t0
+        import bpy
+
+        scene = bpy.context.scene
+        saved = (scene.render.fps, scene.render.fps_base)
+        try:
+            set_scene_fps(scene, float(result.fps))  # exporters take the frame time from the scene
+            for path in exports:
+                export_armature(target.obj, path, start, end)
+                paths.append(os.path.abspath(path))
+        finally:
+            scene.render.fps, scene.render.fps_base = saved
+        if out is not None:
+            save_blend(out)
+            paths.append(os.path.abspath(out))
+    except BaseException:
+        _remove_written(paths)
+        raise
     return paths, time.perf_counter() - t0
+
+
+def _remove_written(paths):
+    """Remove the outputs one clip wrote before a later one failed: its outputs are all there or none."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def load_bake_target(args, exports, blend):

@@ -33,7 +33,9 @@ formats expect.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -509,13 +511,57 @@ def _write(obj, tmp, ext, frame_start, frame_end, bvh_writer="numpy"):
                   bake_anim_use_all_actions=False, bake_anim_use_nla_strips=False,
                   bake_anim_force_startend_keying=True, bake_anim_simplify_factor=0.0)
         else:
-            quiet(bpy.ops.export_scene.gltf, filepath=tmp, check_existing=False, use_selection=True,
-                  export_format="GLB" if ext == ".glb" else "GLTF_EMBEDDED", export_animations=True,
-                  export_animation_mode="ACTIVE_ACTIONS", export_force_sampling=True,
-                  export_optimize_animation_size=False, export_frame_range=True)
+            with gltf_format(ext) as export_format:
+                quiet(bpy.ops.export_scene.gltf, filepath=tmp, check_existing=False, use_selection=True,
+                      export_format=export_format, export_animations=True,
+                      export_animation_mode="ACTIVE_ACTIONS", export_force_sampling=True,
+                      export_optimize_animation_size=False, export_frame_range=True)
     finally:
         scene.frame_start, scene.frame_end = saved
     return "blender"
+
+
+def _gltf_format_items():
+    """Identifiers the glTF exporter's ``export_format`` accepts now (its items depend on a preference)."""
+    import bpy
+
+    try:
+        bpy.ops.export_scene.gltf(export_format="?")
+    except TypeError as ex:  # "enum "..." not found in ('GLB', 'GLTF_SEPARATE')": the accepted items
+        text = str(ex)
+        return set(re.findall(r"'([A-Z_]+)'", text[text.rfind("("):]))
+    except Exception:
+        pass
+    return set()
+
+
+@contextlib.contextmanager
+def gltf_format(ext):
+    """The ``export_format`` writing one self-contained file for ``ext`` (``.glb`` or ``.gltf``).
+
+    A single ``.gltf`` is ``GLTF_EMBEDDED``, which Blender 4.2-5.0 offer only
+    while the glTF add-on's "allow embedded format" preference is on: it is
+    turned on for the export and restored after (``GLTF_SEPARATE`` would
+    leave a ``.bin`` named after the temporary file).
+    """
+    import bpy
+
+    if ext == ".glb":
+        yield "GLB"
+        return
+    addon = bpy.context.preferences.addons.get("io_scene_gltf2")
+    prefs = getattr(addon, "preferences", None)
+    saved = getattr(prefs, "allow_embedded_format", None)
+    try:
+        if saved is False:
+            prefs.allow_embedded_format = True
+        if "GLTF_EMBEDDED" not in _gltf_format_items():
+            raise CliError("the glTF exporter of Blender {} cannot write a single .gltf file (no embedded "
+                           "format); export .glb instead".format(bpy.app.version_string))
+        yield "GLTF_EMBEDDED"
+    finally:
+        if saved is False:
+            prefs.allow_embedded_format = False
 
 
 def export_armature(obj, path, frame_start, frame_end, *, bvh_writer="numpy"):
@@ -552,9 +598,11 @@ def export_armature(obj, path, frame_start, frame_end, *, bvh_writer="numpy"):
     try:
         with atomic_output(path) as tmp:
             return _write(obj, tmp, ext, int(frame_start), int(frame_end), bvh_writer)
-    except (RuntimeError, OSError) as ex:
+    except (RuntimeError, OSError, TypeError) as ex:  # (TypeError: an operator's argument this Blender refuses)
         message = " ".join(str(ex).split())  # a RuntimeError holds the cause alone (targets.quiet)
         raise CliError("{}: export failed ({})".format(path, message)) from None
+    except CliError as ex:
+        raise CliError("{}: export failed ({})".format(path, ex)) from None
 
 
 def save_blend(path):
