@@ -339,7 +339,15 @@ def load_bake_target(args, exports, blend):
 
 @guarded
 def run(args):
-    """Bake SOURCE onto TARGET; returns 0, 1 (failed) or 2 (bad arguments)."""
+    """Bake SOURCE onto TARGET; returns 0, 1 (failed), 2 (bad arguments), 130 or 143 (SIGINT, SIGTERM)."""
+    from .signals import sigterm_raises
+
+    with sigterm_raises():
+        return _run(args)
+
+
+def _run(args):
+    from .devicecheck import check_device, device_fallback
     from .targets import check_target, target_label
 
     started = time.perf_counter()
@@ -348,6 +356,7 @@ def run(args):
     common.check_layout_argument(args.layout)
     mapping = common.load_bone_mapping(args.mapping)
     check_outputs(args)
+    device_note = check_device(args)
     progress = common.Progress(1, 0, quiet=args.quiet)
     name = os.path.basename(args.source)
     progress.begin_clip(1, name, 0)
@@ -365,17 +374,34 @@ def run(args):
         row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
         row["seconds_total"] = round(sum(row["seconds"].values()), 4)
         row["frames_per_second"] = round(row["frames"] / row["seconds_total"], 2) if row["seconds_total"] else None
+        if device_note:
+            row["warnings"].append(device_note)
+    except KeyboardInterrupt as ex:   # Ctrl-C or SIGTERM: no output half-written, the report says so
+        common.remove_pending()
+        from .signals import Terminated
+
+        signum = 15 if isinstance(ex, Terminated) else 2
+        row.update(status="interrupted", outputs=[])
+        progress.message("clip 1/1 {}: interrupted".format(name))
+        report = {"command": "bake", "clips": [row],
+                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+                                            interrupted=True, signal="SIGTERM" if signum == 15 else "SIGINT",
+                                            **device_fallback(device_note))}
+        common.emit_report(args.report, report)
+        return 128 + signum
     except CliError as ex:
         row["status"], row["error"] = "failed", str(ex)
         progress.message("clip 1/1 {}: failed".format(name))
         print("neural-ik bake: error: {}".format(ex), file=sys.stderr)
         report = {"command": "bake", "clips": [row],
-                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
+                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+                                            **device_fallback(device_note))}
         common.emit_report(args.report, report)
         return 2 if ex.code == 2 else 1
     progress.end_clip("done, {} frames, {} fps: {}".format(row["frames"], row["fps"], common.headline(row)))
     report = {"command": "bake", "clips": [row],
-              "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds)}
+              "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+                                        **device_fallback(device_note))}
     common.emit_report(args.report, report)
     if not args.quiet:
         for path in row["outputs"]:

@@ -155,8 +155,8 @@ def main(argv=None, prog=PROG_STANDALONE, default_device="auto"):
     args.default_device = default_device
     try:
         code = args.run(args)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as ex:   # (a SIGTERM handled as Ctrl-C: 143, see cli/signals.py)
+        return 143 if type(ex).__name__ == "Terminated" else 130
     except Exception:
         traceback.print_exc()
         print("{}: {} failed".format(prog, args.command), file=sys.stderr)
