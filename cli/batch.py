@@ -35,6 +35,7 @@ import time
 
 from . import common
 from .common import CliError, UsageError, guarded
+from .signals import STOP_SIGNALS, exit_code, signal_name
 
 __all__ = ["add_parser", "run", "find_clips", "ClipJob"]
 
@@ -75,7 +76,7 @@ def add_parser(subparsers):
     return parser
 
 
-def find_clips(input_dir, pattern=None, exclude=None):
+def find_clips(input_dir, pattern=None, exclude=None, problems=None):
     """Keypoint files below ``input_dir``, sorted.
 
     Parameters
@@ -86,28 +87,37 @@ def find_clips(input_dir, pattern=None, exclude=None):
         extension, recursively.
     exclude : str, optional
         A folder to leave out (the output folder when it lies inside).
+    problems : list, optional
+        Gets ``(path, reason, status)`` of each entry that is not a readable file:
+        a dangling or looping link, a FIFO, a link back to a folder already
+        searched (:func:`.clipwalk.walk_sources`; never left out silently).
 
     Returns
     -------
     list of str
-        Absolute paths; hidden files and folders are left out.
+        Absolute paths; hidden files and folders are left out. Linked
+        folders are searched (each folder once).
     """
+    from .clipwalk import walk_sources
+
     root = os.path.abspath(input_dir)
     exclude = os.path.abspath(exclude) if exclude else None
+    problems = [] if problems is None else problems
     if pattern:
         paths = glob.glob(os.path.join(root, pattern), recursive=True)
     else:
-        paths = []
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in files:
-                if os.path.splitext(name)[1].lower() in common.SOURCE_EXTENSIONS:
-                    paths.append(os.path.join(folder, name))
+        paths = walk_sources(root, common.SOURCE_EXTENSIONS, problems, exclude)
     out = []
     for path in paths:
         path = os.path.abspath(path)
         rel = os.path.relpath(path, root)
-        if not os.path.isfile(path) or any(part.startswith(".") for part in rel.split(os.sep)):
+        if any(part.startswith(".") for part in rel.split(os.sep)):
+            continue
+        if not os.path.isfile(path):
+            if pattern and not os.path.isdir(path):   # (walk_sources names them without a pattern)
+                from .pathcheck import not_a_file
+
+                problems.append((path, not_a_file(path), "failed"))
             continue
         if exclude and (path + os.sep).startswith(exclude + os.sep):
             continue
@@ -193,6 +203,7 @@ class ClipJob:
         self.note = note
         self.exports = [os.path.join(out_dir, "{}.{}".format(name, fmt)) for fmt in exports]
         self.row = None
+        self.rebake = None   # why outputs newer than the clip are stale (:func:`_changed`)
 
     def exports_fresh(self):
         """Whether every per-clip export exists and is newer than the clip."""
@@ -249,29 +260,34 @@ def _carry_actions(path, names):
 
 
 class _Interrupt:
-    """SIGINT handler: the first Ctrl-C asks to stop cleanly, the second aborts at once."""
+    """SIGINT and SIGTERM handler: the first asks to stop cleanly, a second aborts at once."""
 
     def __init__(self, progress):
         self.requested = False
+        self.signum = None
         self.progress = progress
-        self.previous = None
+        self.previous = {}
 
     def __call__(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self.progress.message("interrupted: stopping after cleaning up (Ctrl-C again to abort now)")
+        self.signum = signum
+        self.progress.message("{}: stopping after cleaning up (Ctrl-C again to abort now)".format(
+            "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"))
 
     def install(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self)
-        except ValueError:  # not the main thread
-            self.previous = None
+        for signum in STOP_SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not the main thread
+                pass
         return self
 
     def restore(self):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        self.previous = {}
 
 
 def _remove_action(name):
@@ -429,7 +445,8 @@ class _PipeProgress:
 def _worker_init():
     # Ctrl-C is the batch's to handle (it sets the stop event); the processes share the cores:
     # the rig solve of a clip takes one, and the idle ones once fewer clips are left than workers
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     from ..retarget import rigsolve
 
     cores, busy, waiting = _cores(), _WORKER["busy"], _WORKER["waiting"]
@@ -606,7 +623,7 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
             reader.close()
     except KeyboardInterrupt:     # a second Ctrl-C: the workers end now
         for proc, _i in workers_of.values():
-            proc.terminate()
+            proc.kill()   # (they ignore SIGTERM: the batch's to handle)
         for proc, _i in workers_of.values():
             proc.join()
         for job in pending:
@@ -635,8 +652,20 @@ def _parallel_status(progress, pending, n_skipped, active, done_rows):
 
 @guarded
 def run(args):
-    """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments) or 130 (interrupted)."""
+    """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments), 130 or 143 (SIGINT, SIGTERM)."""
+    held = []
+    try:
+        return _run(args, held)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _run(args, held):
+    from . import fingerprint
     from .bake import get_solver, load_bake_target
+    from .devicecheck import check_device, device_fallback
+    from .locks import FolderLock
     from .targets import check_target, target_label
 
     started = time.perf_counter()
@@ -662,11 +691,14 @@ def run(args):
     report_path = args.report if args.report is not None else os.path.join(out_dir, "report.json")
     check_output_folders(args, root, out_dir, blend, report_path)
 
-    sources = find_clips(root, args.pattern)
+    problems = []
+    sources = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
     if not sources:
         what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
             ", ".join(common.SOURCE_EXTENSIONS))
-        raise CliError("{}: no keypoint files {}".format(args.input_dir, what))
+        unread = "; not read: {}".format("; ".join("{}: {}".format(p, why) for p, why, _s in problems)) \
+            if problems else ""
+        raise CliError("{}: no keypoint files {}{}".format(args.input_dir, what, unread))
     jobs = [ClipJob(s, root, out_dir, exports, name, note)
             for s, (name, note) in zip(sources, output_names(sources, root))]
     from .bake import input_files
@@ -678,6 +710,10 @@ def run(args):
         os.makedirs(out_dir, exist_ok=True)
     except OSError as ex:
         raise UsageError("--out-dir {}: cannot create ({})".format(args.out_dir, ex.strerror or ex)) from None
+    held.append(FolderLock(out_dir, "batch").acquire())   # (before the outputs there are read)
+    device_note = check_device(args, "batch")
+    settings = fingerprint.settings(args)
+    record = fingerprint.read_record(out_dir)
 
     # what is up to date
     old_actions = set()
@@ -689,6 +725,9 @@ def run(args):
                  and (blend is None or (job.action_name in old_actions
                                         and os.path.getmtime(blend) > os.path.getmtime(job.source))))
         if fresh:
+            job.rebake = _changed(job, record, settings)
+            fresh = job.rebake is None
+        if fresh:
             job.row = {"source": job.source, "target": target_label(args.target), "status": "skipped",
                        "action": job.action_name, "reason": "outputs newer than the clip",
                        "outputs": list(job.exports) + ([blend] if blend else [])}
@@ -697,8 +736,16 @@ def run(args):
             pending.append(job)
 
     progress = common.Progress(len(jobs), 0, quiet=args.quiet)
+    if held[0].note:
+        progress.message(held[0].note)
     for job in skipped:
         progress.message("skip {}: outputs are up to date".format(job.rel))
+    for path, why, status in problems:
+        if status == "skipped":
+            progress.message("skip {}: {}".format(os.path.relpath(path, root), why))
+    for job in pending:
+        if job.rebake:
+            progress.message("bake {} again: {}".format(job.rel, job.rebake))
     interrupt = _Interrupt(progress).install()
     interrupted = False
     target = None
@@ -755,11 +802,11 @@ def run(args):
                     else:
                         blend_written = time.perf_counter() - t0
                         progress.message("wrote {}".format(blend))
+                    # (a signal during the save waits for it: the file is whole, the run still interrupted)
+                    interrupted = interrupted or interrupt.requested
     except KeyboardInterrupt:
         common.remove_pending()
         interrupted = True
-    finally:
-        interrupt.restore()
 
     rows = []
     for job in jobs:
@@ -768,9 +815,14 @@ def run(args):
                        "status": "interrupted" if interrupted else "not run", "outputs": []}
         if blend is not None and job.row.get("status") == "done" and blend_written is None:
             job.row["outputs"] = [p for p in job.row["outputs"] if p != blend]
+        if job.row.get("status") == "done" and job.rebake:
+            job.row.setdefault("warnings", []).append("baked again: {}".format(job.rebake))
         rows.append(job.row)
+    rows += [_problem_row(path, why, status, args) for path, why, status in problems]
     extra = {"load_target_seconds": round(load_seconds, 3), "interrupted": interrupted,
-             "blend": blend if blend_written is not None else None}
+             "blend": blend if blend_written is not None else None, **device_fallback(device_note)}
+    if interrupted:
+        extra["signal"] = signal_name(interrupt.signum)
     if blend_error is not None:
         extra["blend_error"] = blend_error
     target_warnings = list(getattr(target, "warnings", None) or []) if target is not None else []
@@ -783,11 +835,18 @@ def run(args):
     report_error = None
     try:
         common.emit_report(report_path, report)
+        if interrupt.requested and not interrupted:   # a signal while the report was written
+            interrupted = report["summary"]["interrupted"] = True
+            report["summary"]["signal"] = signal_name(interrupt.signum)
+            common.emit_report(report_path, report)
     except KeyboardInterrupt:
         common.remove_pending()
         interrupted = True
     except CliError as ex:  # e.g. a full disk
         report_error = str(ex)
+    finally:
+        interrupt.restore()
+    _write_record(out_dir, jobs, record, settings, progress)
     s = report["summary"]
     if not args.quiet:
         progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames{}".format(
@@ -801,8 +860,47 @@ def run(args):
     if report_error is not None:
         print("neural-ik batch: error: {}".format(report_error), file=sys.stderr)
     if interrupted:
-        return common.EXIT_INTERRUPTED
+        return exit_code(interrupt.signum)
     return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
+
+
+def _problem_row(path, why, status, args):
+    """The row of an entry of INPUT_DIR that is not read (:func:`find_clips`' ``problems``)."""
+    from .targets import target_label
+
+    row = {"source": path, "target": target_label(args.target), "status": status, "outputs": []}
+    row["error" if status == "failed" else "reason"] = "{}: {}".format(path, why)
+    return row
+
+
+def _changed(job, record, settings):
+    """Why a clip with fresh outputs must be baked again (``None``: it need not): :mod:`.fingerprint`."""
+    from . import fingerprint
+
+    entry = record.get(job.action_name)
+    if entry is None:
+        return fingerprint.describe_change(None, settings)
+    if entry.get("source") != job.source or entry.get("source_file") != fingerprint.source_identity(job.source):
+        return "{} is not the file its outputs were baked from".format(job.rel)
+    return fingerprint.describe_change(entry.get("settings"), settings)
+
+
+def _write_record(out_dir, jobs, record, settings, progress):
+    """Store what each clip's outputs were baked from (clips of other runs, e.g. another --pattern, stay)."""
+    from . import fingerprint
+
+    clips = dict(record)
+    for job in jobs:
+        status = (job.row or {}).get("status")
+        if status == "done":
+            clips[job.action_name] = {"source": job.source, "source_file": fingerprint.source_identity(job.source),
+                                      "settings": settings}
+        elif status != "skipped":   # (failed, interrupted: its outputs, if any, are not this run's)
+            clips.pop(job.action_name, None)
+    try:
+        fingerprint.write_record(out_dir, clips)
+    except (CliError, OSError) as ex:   # the next run then bakes again: no harm beyond the time
+        progress.message("cannot record the settings in {} ({})".format(out_dir, ex))
 
 
 def _estimate_total(progress, done_rows, pending, index):

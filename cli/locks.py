@@ -1,0 +1,123 @@
+"""A lock file guarding a batch's output folder: a second batch into it is refused while the first runs.
+
+``DIR/.neural_ik.lock`` holds the owner's process id, host and start time
+(for the message) and is held with ``fcntl.flock`` for the run: the kernel
+releases it when the process ends however it ends, so a lock left by a
+dead process is taken over. Where ``flock`` is missing (Windows) the
+recorded process id is checked instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from .common import CliError
+
+__all__ = ["LOCK_NAME", "FolderLock"]
+
+LOCK_NAME = ".neural_ik.lock"
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError, TypeError):
+        return True   # someone else's process, or a record we cannot judge: assume alive
+    except OSError:
+        return True
+    return True
+
+
+class FolderLock:
+    """Hold ``folder``'s lock file for a ``with`` block (:class:`CliError` when another run holds it).
+
+    Parameters
+    ----------
+    folder : str
+    command : str
+        What holds it, for the other run's message (``"batch"``).
+    """
+
+    def __init__(self, folder, command="batch"):
+        self.path = os.path.join(os.path.abspath(folder), LOCK_NAME)
+        self.command = command
+        self.fd = None
+        self.note = None   # "took over a stale lock of process N" when one was left behind
+
+    def _owner(self):
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return {}
+
+    def _refuse(self, owner):
+        who = "process {} on {}".format(owner.get("pid", "?"), owner.get("host", "?"))
+        since = owner.get("started")
+        raise CliError("{}: another neural-ik {} ({}, started {}) is writing into this folder; wait for it to "
+                       "finish or pick another --out-dir (a lock of a process that has ended is taken over by "
+                       "itself)".format(self.path, owner.get("command", "run"), who, since or "at an unknown time"))
+
+    def _open_locked(self, fcntl):
+        """The lock file's descriptor, flocked; a file replaced meanwhile (released by its owner) is opened again."""
+        for _ in range(5):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                self._refuse(self._owner())
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        raise CliError("{}: cannot take the lock (the file keeps being replaced)".format(self.path))
+
+    def acquire(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:   # pragma: no cover (Windows)
+            fcntl = None
+        owner = self._owner()
+        if fcntl is not None:
+            fd = self._open_locked(fcntl)
+        else:   # pragma: no cover
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is None and owner.get("pid") not in (None, os.getpid()) \
+                and owner.get("host") == socket.gethostname() and _pid_alive(owner["pid"]):
+            os.close(fd)
+            self._refuse(owner)
+        if owner.get("pid") is not None:
+            self.note = "took over the lock {} left by process {} (no longer running)".format(
+                self.path, owner["pid"])
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        self.fd = fd
+        return self
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)   # (while still held: no other run can be holding this file)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
