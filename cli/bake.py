@@ -340,13 +340,13 @@ def load_bake_target(args, exports, blend):
 @guarded
 def run(args):
     """Bake SOURCE onto TARGET; returns 0, 1 (failed), 2 (bad arguments), 130 or 143 (SIGINT, SIGTERM)."""
-    from .signals import sigterm_raises
+    from .signals import sigterm_stops
 
-    with sigterm_raises():
-        return _run(args)
+    with sigterm_stops() as term:
+        return _run(args, term)
 
 
-def _run(args):
+def _run(args, term):
     from .devicecheck import check_device, device_fallback
     from .targets import check_target, target_label
 
@@ -367,9 +367,14 @@ def _run(args):
         t0 = time.perf_counter()
         target = load_bake_target(args, args.export or [], args.out)
         load_seconds = time.perf_counter() - t0
+        term.check()
         row, result, written = bake_and_write(args.source, target, args, args.export or [], progress=progress,
-                                              mapping=mapping)   # (a .blend output: Blender's armature, no overlap)
+                                              mapping=mapping, cancel=term)   # (a .blend: Blender's armature)
+        term.check()
         paths, t_export = written or write_outputs(target, result, args.out, args.export or [])
+        if term.requested:   # (during the writing: the outputs go, as after Ctrl-C)
+            _remove_written(paths)
+            term.check()
         row["outputs"] = paths
         row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
         row["seconds_total"] = round(sum(row["seconds"].values()), 4)
@@ -380,7 +385,7 @@ def _run(args):
         common.remove_pending()
         from .signals import Terminated
 
-        signum = 15 if isinstance(ex, Terminated) else 2
+        signum = 15 if isinstance(ex, Terminated) or term.requested else 2
         row.update(status="interrupted", outputs=[])
         progress.message("clip 1/1 {}: interrupted".format(name))
         report = {"command": "bake", "clips": [row],

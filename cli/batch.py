@@ -273,8 +273,11 @@ class _Interrupt:
             raise KeyboardInterrupt
         self.requested = True
         self.signum = signum
-        self.progress.message("{}: stopping after cleaning up (Ctrl-C again to abort now)".format(
-            "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"))
+        try:
+            self.progress.message("{}: stopping after cleaning up (Ctrl-C again to abort now)".format(
+                "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"))
+        except RuntimeError:   # stderr was being written when the signal came (a reentrant write)
+            pass
 
     def install(self):
         for signum in STOP_SIGNALS:
@@ -850,7 +853,8 @@ def _run(args, held):
     s = report["summary"]
     if not args.quiet:
         progress.message("{} clips: {} done, {} skipped, {} failed{}; {} frames{}".format(
-            s["clips"], s["done"], s["skipped"], s["failed"], ", interrupted" if interrupted else "",
+            s["clips"], s["done"], s["skipped"], s["failed"],
+            ", interrupted ({})".format(signal_name(interrupt.signum)) if interrupted else "",
             s["frames"], "" if s["frames_per_second"] is None else " at {} frames/s".format(s["frames_per_second"])))
     for row in rows:
         if row.get("status") == "failed":

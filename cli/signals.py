@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 
-__all__ = ["Terminated", "STOP_SIGNALS", "exit_code", "signal_name", "sigterm_raises"]
+__all__ = ["Terminated", "STOP_SIGNALS", "exit_code", "signal_name", "TermFlag", "sigterm_stops"]
 
 #: The signals a run stops cleanly on.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -30,19 +30,41 @@ def signal_name(signum):
     return signal.Signals(signum).name if signum else "SIGINT"
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated
+class TermFlag:
+    """SIGTERM handler of a bake: the first asks the bake to stop (polled like a cancel), a second raises
+    :class:`Terminated` at once.
+
+    Raising at the first signal could land inside an import of torch or bpy (a crash); the bake polls
+    ``requested`` between its steps instead.
+    """
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self, signum=None, frame=None):
+        if signum is None:   # (called as the bake's cancel test)
+            return self.requested
+        if self.requested:
+            raise Terminated
+        self.requested = True
+        return None
+
+    def check(self):
+        """Raise :class:`Terminated` when SIGTERM came."""
+        if self.requested:
+            raise Terminated
 
 
 @contextlib.contextmanager
-def sigterm_raises():
-    """Within the block SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) as Ctrl-C would."""
+def sigterm_stops():
+    """Within the block SIGTERM sets the yielded :class:`TermFlag` (a second one raises :class:`Terminated`)."""
+    flag = TermFlag()
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = signal.signal(signal.SIGTERM, flag)
     except ValueError:   # not the main thread
         previous = None
     try:
-        yield
+        yield flag
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
