@@ -299,3 +299,28 @@ def test_cuda_asked_without_cuda_is_one_line_and_reported(run_cli, tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     assert "CUDA is not available" in report["summary"]["device_fallback"]
     assert any("--device cuda" in w for w in report["clips"][0]["warnings"])
+
+
+@needs_weights
+def test_sigint_during_the_blend_save_is_not_lost(tmp_path):
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    write_walk_npz(clips / "walk.npz", seconds=0.5)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(REPO / "neural-ik"), "batch", str(clips), "--target", "rigify", "--out-dir",
+                             str(out), *weights_args()], stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    deadline = time.time() + 300
+    while not list(out.glob(".batch.*partial.blend*")):   # Blender is saving the .blend
+        if proc.poll() is not None:
+            pytest.skip("the save ended before it was seen (a fast disk)")
+        assert time.time() < deadline
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    rows, summary = _rows(out)
+    assert summary["interrupted"] is True and summary["signal"] == "SIGINT"
+    assert not partial_files(out)
+    if summary["blend"] is not None:   # the save completed: the file is whole and listed
+        assert (out / "batch.blend").is_file() and str(out / "batch.blend") in rows["walk.npz"]["outputs"]
