@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 
 __all__ = ["RECORD_NAME", "RESULT_FLAGS", "settings", "describe_change", "read_record", "write_record",
            "source_identity"]
@@ -49,12 +50,16 @@ def _version():
             version = tomllib.load(fh).get("version")
     except (ImportError, OSError, ValueError):
         version = None
-    try:
-        import bpy
+    bpy = sys.modules.get("bpy")
+    if bpy is not None and hasattr(bpy, "app"):
+        blender = "{}.{}.{}".format(*bpy.app.version)
+    else:   # not imported: a bake without Blender must not import it (worker processes are forked then)
+        try:
+            from importlib.metadata import PackageNotFoundError, version as _dist_version
 
-        blender = bpy.app.version_string
-    except ImportError:   # (the pure tests)
-        blender = None
+            blender = _dist_version("bpy")
+        except (ImportError, PackageNotFoundError, ValueError):
+            blender = None
     return {"neural_ik": version, "blender": blender}
 
 
