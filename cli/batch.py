@@ -14,14 +14,17 @@ export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
 - Memory does not grow with the clips: each clip's arrays are released once
   its outputs are written, and with ``--no-blend`` its action too (only
   the ``.blend`` keeps every clip's keys).
-- A rerun skips clips whose outputs are all newer than the clip (for the
-  ``.blend``: it holds the clip's action and is newer); ``--force`` bakes
+- A rerun skips clips whose outputs are all newer than the clip and were
+  baked with the same settings, target and weights (:mod:`.fingerprint`;
+  for the ``.blend``: it holds the clip's action and is newer); ``--force`` bakes
   everything again. Actions of skipped clips are carried over into the new
   ``.blend``.
 - Every file is written to a temporary name and renamed when complete.
-  Ctrl-C (SIGINT) stops after cleaning up: the clip in progress is dropped,
-  temporary files are removed, the report lists what completed, and the exit
-  code is 130. A second Ctrl-C aborts at once (still removing temporary files).
+  Ctrl-C (SIGINT) or SIGTERM stops after cleaning up: the clip in progress is
+  dropped, temporary files are removed, the report lists what completed, and
+  the exit code is 130 (143 after SIGTERM). A second signal aborts at once
+  (still removing temporary files).
+- ``DIR/.neural_ik.lock`` keeps a second batch out of the folder (:mod:`.locks`).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def add_parser(subparsers):
             "Bake every keypoint file below INPUT_DIR (.npz, .npy, .json, .csv, .trc, .bvh, .fbx; or those "
             "matching --pattern) onto TARGET, each clip as its own action. Writes one .blend holding them all "
             "and/or one export per clip, and a JSON report. A bad clip is reported and skipped. Clips whose "
-            "outputs are newer than the clip are skipped unless --force. Exit codes: 0 all clips done, "
-            "1 some failed, 2 bad arguments, 130 interrupted."
+            "outputs are newer than the clip and baked with the same settings, target and weights are skipped "
+            "unless --force. Exit codes: 0 all clips done, 1 some failed, 2 bad arguments, 130 interrupted, "
+            "143 terminated (SIGTERM)."
         ),
     )
     parser.add_argument("input_dir", metavar="INPUT_DIR", help="folder of keypoint clips (searched recursively)")
@@ -718,37 +722,9 @@ def _run(args, held):
     settings = fingerprint.settings(args)
     record = fingerprint.read_record(out_dir)
 
-    # what is up to date
-    old_actions = set()
-    if blend is not None and os.path.isfile(blend) and not args.force:
-        old_actions = _blend_actions(blend)
-    pending, skipped = [], []
-    for job in jobs:
-        fresh = (not args.force and job.exports_fresh()
-                 and (blend is None or (job.action_name in old_actions
-                                        and os.path.getmtime(blend) > os.path.getmtime(job.source))))
-        if fresh:
-            job.rebake = _changed(job, record, settings)
-            fresh = job.rebake is None
-        if fresh:
-            job.row = {"source": job.source, "target": target_label(args.target), "status": "skipped",
-                       "action": job.action_name, "reason": "outputs newer than the clip",
-                       "outputs": list(job.exports) + ([blend] if blend else [])}
-            skipped.append(job)
-        else:
-            pending.append(job)
-
+    pending, skipped = _split_fresh(jobs, args, blend, record, settings)
     progress = common.Progress(len(jobs), 0, quiet=args.quiet)
-    if held[0].note:
-        progress.message(held[0].note)
-    for job in skipped:
-        progress.message("skip {}: outputs are up to date".format(job.rel))
-    for path, why, status in problems:
-        if status == "skipped":
-            progress.message("skip {}: {}".format(os.path.relpath(path, root), why))
-    for job in pending:
-        if job.rebake:
-            progress.message("bake {} again: {}".format(job.rel, job.rebake))
+    _say_skips(progress, held[0].note, skipped, pending, problems, root)
     interrupt = _Interrupt(progress).install()
     interrupted = False
     target = None
@@ -866,6 +842,45 @@ def _run(args, held):
     if interrupted:
         return exit_code(interrupt.signum)
     return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
+
+
+def _split_fresh(jobs, args, blend, record, settings):
+    """``(pending, skipped)``: a clip is skipped when its outputs are newer than it and its record matches."""
+    from .targets import target_label
+
+    old_actions = set()
+    if blend is not None and os.path.isfile(blend) and not args.force:
+        old_actions = _blend_actions(blend)
+    pending, skipped = [], []
+    for job in jobs:
+        fresh = (not args.force and job.exports_fresh()
+                 and (blend is None or (job.action_name in old_actions
+                                        and os.path.getmtime(blend) > os.path.getmtime(job.source))))
+        if fresh:
+            job.rebake = _changed(job, record, settings)
+            fresh = job.rebake is None
+        if fresh:
+            job.row = {"source": job.source, "target": target_label(args.target), "status": "skipped",
+                       "action": job.action_name, "reason": "outputs newer than the clip, same settings",
+                       "outputs": list(job.exports) + ([blend] if blend else [])}
+            skipped.append(job)
+        else:
+            pending.append(job)
+    return pending, skipped
+
+
+def _say_skips(progress, lock_note, skipped, pending, problems, root):
+    """The lines before the work: a lock taken over, clips skipped or baked again, folders not searched."""
+    if lock_note:
+        progress.message(lock_note)
+    for job in skipped:
+        progress.message("skip {}: outputs are up to date".format(job.rel))
+    for path, why, status in problems:
+        if status == "skipped":
+            progress.message("skip {}: {}".format(os.path.relpath(path, root), why))
+    for job in pending:
+        if job.rebake:
+            progress.message("bake {} again: {}".format(job.rel, job.rebake))
 
 
 def _problem_row(path, why, status, args):
