@@ -911,7 +911,7 @@ def _write_record(out_dir, jobs, record, settings, progress):
     clips = dict(record)
     for job in jobs:
         status = (job.row or {}).get("status")
-        if status == "done":
+        if status == "done" and os.path.isfile(job.source):   # (a clip removed meanwhile: no record)
             clips[job.action_name] = {"source": job.source, "source_file": fingerprint.source_identity(job.source),
                                       "settings": settings}
         elif status != "skipped":   # (failed, interrupted: its outputs, if any, are not this run's)
