@@ -64,12 +64,12 @@ def test_longer_clip_is_refused_before_loading(run_cli, tmp_path):
 
 def test_resampled_length_counts(run_cli, tmp_path):
     src = tmp_path / "walk.npz"
-    _walk(src)  # 60 frames at 30 fps -> 196,667 frames at 100,000 fps
-    result = run_cli("bake", src, "--target", "rigify", "--fps", "100000", "--max-frames", "100000",
+    _walk(src)  # 60 frames at 30 fps -> 59,001 frames at 30,000 fps (--fps stops at 32,767: cli/limits.py)
+    result = run_cli("bake", src, "--target", "rigify", "--fps", "30000", "--max-frames", "50000",
                      "--out", tmp_path / "o.blend", *_weights())
     assert result.returncode == 1, result.stderr
-    assert "walk.npz" in result.stderr and "196,667 frames at 100000 fps" in result.stderr
-    assert "--max-frames 100,000" in result.stderr and "Traceback" not in result.stderr
+    assert "walk.npz" in result.stderr and "59,001 frames at 30000 fps" in result.stderr
+    assert "--max-frames 50,000" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_bad_max_frames_is_a_usage_error(run_cli, tmp_path):
