@@ -3,12 +3,14 @@
 ``DIR/.neural_ik.lock`` holds the owner's process id, host and start time
 (for the message) and is held with ``fcntl.flock`` for the run: the kernel
 releases it when the process ends however it ends, so a lock left by a
-dead process is taken over. Where ``flock`` is missing (Windows) the
-recorded process id is checked instead.
+dead process is taken over. Where ``flock`` is missing (Windows) or not
+supported by the file system (some network mounts) the recorded process id
+is checked instead.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -64,17 +66,20 @@ class FolderLock:
                        "itself)".format(self.path, owner.get("command", "run"), who, since or "at an unknown time"))
 
     def _open_locked(self, fcntl):
-        """The lock file's descriptor, flocked; a file replaced meanwhile (released by its owner) is opened again."""
+        """``(descriptor, flocked)`` of the lock file; a file replaced meanwhile (released by its owner) is opened
+        again."""
         for _ in range(5):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as ex:
+                if ex.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return fd, False   # (a file system without flock: the recorded process id decides)
                 os.close(fd)
                 self._refuse(self._owner())
             try:
                 if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
-                    return fd
+                    return fd, True
             except FileNotFoundError:
                 pass
             os.close(fd)
@@ -87,11 +92,12 @@ class FolderLock:
         except ImportError:   # pragma: no cover (Windows)
             fcntl = None
         owner = self._owner()
+        locked = False
         if fcntl is not None:
-            fd = self._open_locked(fcntl)
+            fd, locked = self._open_locked(fcntl)
         else:   # pragma: no cover
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is None and owner.get("pid") not in (None, os.getpid()) \
+        if not locked and owner.get("pid") not in (None, os.getpid()) \
                 and owner.get("host") == socket.gethostname() and _pid_alive(owner["pid"]):
             os.close(fd)
             self._refuse(owner)
