@@ -431,7 +431,8 @@ class BakeJob:
             writer = ActionWriter(obj, self.action_name)
             for i, (name, prop, values) in enumerate(channels):
                 path = f'pose.bones["{bpy.utils.escape_identifier(name)}"].{prop}'
-                writer.add_vector(path, frames, np.asarray(values(), dtype=np.float64), group=name)
+                writer.add_vector(path, frames, _finite_keys(np.asarray(values(), dtype=np.float64), name, prop),
+                                  group=name)
                 if progress is not None:
                     progress((i + 1) / len(channels), "write")
             for name in mode_changes:
@@ -468,7 +469,7 @@ class BakeJob:
         keys = {}
         for i, (name, prop, values) in enumerate(channels):
             b = self.rig.index(name)
-            v = np.asarray(values(), dtype=np.float32)
+            v = _finite_keys(np.asarray(values(), dtype=np.float32), name, prop)
             for k in range(v.shape[1]):
                 keys[(prop, b, k)] = np.ascontiguousarray(v[:, k])
             if progress is not None:
@@ -597,6 +598,19 @@ def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None
     job = BakeJob(obj, keypoints, mask, source_fps, options, source_name=source_name,
                   mapping=mapping, solver=solver, source_rig=source_rig)
     return job.run(progress, cancel)
+
+
+def _finite_keys(values, bone, prop):
+    """``values``, or :class:`BakeError` where one is inf/NaN in float32 (as Blender stores keys): no key Blender
+    cannot draw is ever written."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(values) <= np.finfo(np.float32).max)   # (NaN compares false)
+    if bad.any():
+        t = int(np.argwhere(bad)[0][0])
+        n = int(bad.reshape(len(values), -1).any(axis=1).sum())
+        raise BakeError(f"the bake gave a non-finite {prop} on bone {bone!r} at frame {t} ({n} frames): check "
+                        "--scale, --units and the source's values")
+    return values
 
 
 def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):

@@ -324,3 +324,24 @@ def test_sigint_during_the_blend_save_is_not_lost(tmp_path):
     assert not partial_files(out)
     if summary["blend"] is not None:   # the save completed: the file is whole and listed
         assert (out / "batch.blend").is_file() and str(out / "batch.blend") in rows["walk.npz"]["outputs"]
+
+
+@needs_weights
+def test_keys_are_never_inf_or_nan(bake):
+    """--scale is bounded on the command line; the bake itself refuses to write a key Blender cannot draw."""
+    import addon_utils
+    import bpy
+
+    from _pkg import pkg
+
+    pkg()
+    from neural_ik.cli.demo_motion import walk_keypoints
+
+    addon_utils.enable("rigify", default_set=True)
+    bpy.ops.object.armature_human_metarig_add()
+    obj = bpy.context.active_object
+    with pytest.raises(bake.BakeError) as err:
+        bake.bake_keypoints(obj, walk_keypoints(0.5, 30.0), None, 30.0, bake.BakeOptions(scale=1e300),
+                            source_name="walk")
+    assert "non-finite" in str(err.value) and "--scale" in str(err.value)
+    assert not bpy.data.actions, "a half-made action was left"
