@@ -134,9 +134,10 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         name="In Place", default=False,
         description="Drop the horizontal root motion (the character walks on the spot)")
     ground: BoolProperty(
-        name="Ground", default=True,
-        description="Move the whole clip up or down so that its lowest foot point touches the floor "
-                    "(for sources whose floor is not at zero); the pose is unchanged")
+        name="Ground", default=False,
+        description="Move the whole clip up or down at the bake so that its lowest foot point touches the "
+                    "floor; a file is grounded when it is imported (the import's Ground, on like --ground), "
+                    "effectors keyed in the air stay there; the pose is unchanged")
     foot_lock: BoolProperty(
         name="Foot Lock", default=True,
         description="Keep the feet planted where the source's feet are planted, on the rig's floor: the "
