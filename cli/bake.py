@@ -243,8 +243,8 @@ def bake_and_write(source, target, args, exports, *, solver=None, progress=None,
 
     On a file's armature (a BVH target, BVH exports only) the exports are
     written as soon as the keys are, while the figures are measured on a
-    second thread (:meth:`..blender_io.bake.BakeJob.run`: a 3,000-frame
-    clip's last 0.13 s become about 0.09); ``written`` is then
+    second thread (:meth:`..blender_io.bake.BakeJob.run`: the end of a long
+    clip's bake overlaps); ``written`` is then
     ``(paths, seconds)`` of :func:`write_outputs`, else ``None`` (the
     caller writes them). A cancel before the exports leaves none.
     """

@@ -997,7 +997,7 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     job = BakeJob(obj, keypoints, mask, clip.fps, options, source_name=source_name, mapping=mapping,
                   solver=solver, source_rig=getattr(clip, "source_rig", None))
     # the job holds what it reads (prepared, in the armature's axes): the clip's motion goes now
-    # (a 100,000-frame clip: some 300 MB), so that the bake's peak does not carry it
+    # (hundreds of MB for a long clip), so that the bake's peak does not carry it
     del keypoints, mask
     release_motion(clip)
     result = job.run(progress, cancel, keep_pose=False, after_keys=after_keys)

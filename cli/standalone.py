@@ -12,8 +12,7 @@ import sys
 # numpy's OpenBLAS on one thread unless the user asks for more (read when numpy loads, so
 # before any import of it). Nothing here gains from its threads: its products are small and
 # the long solves run chunks on threads of their own; its idle threads spin for the next
-# call instead, on the cores the work needs (a 3,000-frame clip: 1.35 -> 0.91 s of CPU
-# for the same wall time; a batch of two: 1.60 -> 1.42 s, wall 0.93 -> 0.87 s)
+# call instead, on the cores the work needs (docs/tuning.md#openblas-threads)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 PACKAGE_NAME = "neural_ik"
@@ -24,12 +23,10 @@ def tune_malloc():
 
     A bake makes and drops arrays of a few hundred kB to tens of MB many times
     over (a chunk's Jacobian, a clip's rotations). By default glibc maps each
-    of over 128 kB afresh and returns the top of its heap once 128 kB are free,
-    so the next array of that size faults in every page again (a batch of two
-    3,000-frame clips: 85,000 page faults, a third of its system time). Here
-    arrays up to 32 MB come from the heap, and 256 MB may stay free at its top
-    before it is returned (a 100,000-frame bake: peak memory 714 -> 765 MB,
-    wall 17.8 -> 15.7 s). Only this process's allocator is tuned (its own
+    of over a small threshold afresh and returns the top of its heap as soon as
+    a little is free, so the next array of that size faults in every page
+    again. Here mid-sized arrays come from the heap, and more may stay free at
+    its top before it is returned (docs/tuning.md#malloc). Only this process's allocator is tuned (its own
     command line, not a Blender that loads the add-on).
     """
     try:

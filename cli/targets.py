@@ -366,7 +366,7 @@ def blender_version():
     if bpy is not None:
         return tuple(int(x) for x in bpy.app.version[:2])
     # the package's ``bpy-X.Y.Z.dist-info`` folder on the path (importing importlib.metadata
-    # alone takes 25 ms of a batch's start)
+    # alone is a noticeable part of a batch's start)
     for folder in sys.path:
         try:
             names = os.listdir(folder or ".")
