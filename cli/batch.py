@@ -454,12 +454,18 @@ def _worker_init():
     # the rig solve of a clip takes one, and the idle ones once fewer clips are left than workers
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    cores, busy, waiting = _cores(), _WORKER["busy"], _WORKER["waiting"]
+    # (while clips wait, a worker between two clips is not idle: it takes the next at once)
+    limit_threads(lambda: 1 if waiting.value > 0 else cores - busy.value + 1)
+
+
+def limit_threads(allowed):
+    """Threads of a worker process that shares the cores with others: ``allowed()`` for the rig solve, one
+    for numpy and torch (a worker of ``--jobs`` or of a Dask cluster)."""
     from ..retarget import rigsolve
 
-    cores, busy, waiting = _cores(), _WORKER["busy"], _WORKER["waiting"]
-    rigsolve.MAX_THREADS = max(cores, 1)
-    # (while clips wait, a worker between two clips is not idle: it takes the next at once)
-    rigsolve.THREADS_ALLOWED = lambda: 1 if waiting.value > 0 else cores - busy.value + 1
+    rigsolve.MAX_THREADS = max(_cores(), 1)
+    rigsolve.THREADS_ALLOWED = allowed
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
     # numpy's OpenBLAS was loaded before the fork, so the variables above no longer reach it: one
@@ -472,6 +478,21 @@ def _worker_init():
     torch = sys.modules.get("torch")
     if torch is not None:   # (loaded before the fork: its thread pool did not come along)
         torch.set_num_threads(1)
+
+
+def bake_clip(job, target, args, solver, mapping, cancel, progress=None):
+    """Bake one clip of a batch in a worker (``--jobs`` or a Dask cluster): ``(status, row or None)``.
+
+    ``status`` is ``"done"`` (the row), ``"failed"`` (the failed row: one bad
+    clip never stops the batch) or ``"interrupted"`` (``cancel()`` turned
+    true; nothing of the clip is left).
+    """
+    try:
+        return "done", _bake_job(job, target, args, solver, mapping, None, progress, cancel)
+    except KeyboardInterrupt:
+        return "interrupted", None
+    except Exception as ex:  # one bad clip never stops the batch
+        return "failed", _failed_row(job, ex, args)
 
 
 def _worker_bake(index):
@@ -488,12 +509,7 @@ def _worker_bake(index):
     with w["waiting"].get_lock():
         w["waiting"].value -= 1
     try:
-        row = _bake_job(job, w["target"], w["args"], w["solver"], w["mapping"], None, progress, stop.is_set)
-        return index, "done", row
-    except KeyboardInterrupt:
-        return index, "interrupted", None
-    except Exception as ex:  # one bad clip never stops the batch
-        return index, "failed", _failed_row(job, ex, w["args"])
+        return (index,) + bake_clip(job, w["target"], w["args"], w["solver"], w["mapping"], stop.is_set, progress)
     finally:
         with busy.get_lock():
             busy.value -= 1
@@ -523,7 +539,22 @@ def _worker_main(conn):
     conn.close()
 
 
-def _remove_partials(job):
+def finish_clip(job, label, status, payload, progress):
+    """Take a worker's result for ``job`` (its row when done or failed) and say so; whether it was
+    interrupted."""
+    if status == "done":
+        job.row = payload
+        progress.frames_done += int(payload["frames"])
+        progress.message("{}: done, {} frames: {}".format(label, payload["frames"], common.headline(payload)))
+    elif status == "failed":
+        job.row = payload
+        progress.message("{}: failed: {}".format(label, payload["error"]))
+    elif status == "interrupted":
+        progress.message("{}: interrupted".format(label))
+    return status == "interrupted"
+
+
+def remove_clip_partials(job):
     """Temporary files of ``job``'s exports that a killed worker left behind."""
     for path in job.exports:
         common.remove_partials(path)
@@ -570,18 +601,10 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
         left.discard(i)
         active.pop(i, None)
         job = pending[i]
-        label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel)
         if status == "done":
-            job.row = payload
             done_rows.append(payload)
-            progress.frames_done += int(payload["frames"])
-            progress.message("{}: done, {} frames: {}".format(label, payload["frames"], common.headline(payload)))
-        elif status == "failed":
-            job.row = payload
-            progress.message("{}: failed: {}".format(label, payload["error"]))
-        elif status == "interrupted":
-            progress.message("{}: interrupted".format(label))
-        return status == "interrupted"
+        return finish_clip(job, "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel), status, payload,
+                           progress)
 
     def ended(reader):
         """The worker behind ``reader`` is gone: a clip it took and did not finish fails, named."""
@@ -590,7 +613,7 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
         proc.join()
         if i is None or i not in left:
             return
-        _remove_partials(pending[i])
+        remove_clip_partials(pending[i])
         why = ("killed by signal {}".format(-proc.exitcode) if (proc.exitcode or 0) < 0
                else "exit code {}".format(proc.exitcode))
         finish(i, "failed", _failed_row(pending[i], CliError(
@@ -635,7 +658,7 @@ def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, map
             proc.join()
         for job in pending:
             if job.row is None:
-                _remove_partials(job)
+                remove_clip_partials(job)
         raise
     finally:
         _WORKER.clear()
