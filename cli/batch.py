@@ -25,6 +25,8 @@ export per clip (``--export bvh|fbx|glb|gltf``, repeatable:
   the exit code is 130 (143 after SIGTERM). A second signal aborts at once
   (still removing temporary files).
 - ``DIR/.neural_ik.lock`` keeps a second batch out of the folder (:mod:`.locks`).
+- ``--scheduler ADDRESS`` bakes the clips as tasks of a Dask cluster
+  (:mod:`.cluster`, ``docs/cluster.md``) with the same rules and report.
 """
 
 from __future__ import annotations
@@ -76,8 +78,26 @@ def add_parser(subparsers):
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
                              "(a .bvh target, --no-blend, --export bvh only); default 0: one per CPU core, "
                              "fewer where memory is short")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None, type=_scheduler_address,
+                        help="bake the clips as tasks of a Dask cluster: its scheduler's address "
+                             "(tcp://host:8786) or local:N for N worker processes on this machine; needs "
+                             "dask[distributed], a .bvh target, --no-blend and --export bvh, and INPUT_DIR and DIR "
+                             "at the same paths on every worker (docs/cluster.md)")
     common.add_bake_arguments(parser)
     return parser
+
+
+def _scheduler_address(text):
+    """``--scheduler``: ``local:N`` (N at least 1) or a Dask scheduler's address."""
+    import argparse
+
+    if text.startswith("local:"):
+        n = text[len("local:"):]
+        if not n.isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError("{!r}: local:N needs N, the worker processes, at least 1".format(text))
+    elif not text or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError("{!r}: not a scheduler address (tcp://host:8786 or local:N)".format(text))
+    return text
 
 
 def find_clips(input_dir, pattern=None, exclude=None, problems=None):
@@ -720,6 +740,10 @@ def _run(args, held):
         raise UsageError("nothing to write: --no-blend needs --export FMT")
     report_path = args.report if args.report is not None else os.path.join(out_dir, "report.json")
     check_output_folders(args, root, out_dir, blend, report_path)
+    if getattr(args, "scheduler", None):
+        from . import cluster
+
+        cluster.check_arguments(args, blend, exports)   # (before any clip is looked at: exit code 2)
 
     problems = []
     sources = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
@@ -765,8 +789,13 @@ def _run(args, held):
             load_seconds = time.perf_counter() - t0
             # frames of every clip for the time left: estimated from the file sizes as clips are read
             progress.total_frames = 0
-            workers = worker_count(args, target, pending, progress)
-            if workers > 1:
+            workers = 1 if getattr(args, "scheduler", None) else worker_count(args, target, pending, progress)
+            if getattr(args, "scheduler", None):
+                from . import cluster
+
+                interrupted = cluster.run_batch(args, pending, len(skipped), len(jobs), (root, out_dir, exports),
+                                                progress, interrupt)
+            elif workers > 1:
                 interrupted = _run_parallel(workers, pending, len(skipped), len(jobs), target, args, solver,
                                             mapping, progress, interrupt)
             else:

@@ -165,3 +165,33 @@ def test_batch_releases_each_clip_once_written(ext, tmp_path):
         else:
             assert kept == set(names)
             assert _blend_actions(out / "batch.blend") >= set(names)
+
+
+_NO_DASK = r"""
+import runpy, sys
+sys.modules["dask"] = sys.modules["distributed"] = None  # as where it is not installed: every import fails
+sys.argv = [sys.argv[1]] + sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_scheduler_without_dask_says_how_to_install_it(tmp_path):
+    """``--scheduler`` where Dask does not import: exit code 2, naming the packages to install."""
+    import subprocess
+    import sys
+
+    from source_fixtures import humanoid_bvh
+
+    src = tmp_path / "clips"
+    src.mkdir()
+    write_walk_npz(src / "walk.npz", seconds=0.5)
+    humanoid_bvh(tmp_path / "rig.bvh", "studio", "Y", "cm", "A", frames=1)
+    argv = ["batch", str(src), "--target", str(tmp_path / "rig.bvh"), "--out-dir", str(tmp_path / "out"),
+            "--no-blend", "--export", "bvh", "--scheduler", "local:2"]
+    r = subprocess.run([sys.executable, "-c", _NO_DASK, str(REPO / "cli" / "standalone.py"), *argv],
+                       capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "--scheduler needs Dask's distributed package" in r.stderr
+    assert "pip install dask==" in r.stderr and "distributed==" in r.stderr
+    assert not (tmp_path / "out" / "report.json").exists()

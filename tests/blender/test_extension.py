@@ -80,6 +80,11 @@ def test_zip_contents(ext_zip):
     assert not [n for n in base if n.startswith("test_") or n.startswith("bench_")], names
     assert not any(n in ("train.py", "dataset.py", "evaluate.py", "augment.py") for n in base), names
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
+    # Dask is a batch-side extra (requirements.txt): no wheel of it, and only the --scheduler path imports it
+    assert not [n for n in names if n.split("/")[-1].lower().startswith(("dask", "distributed"))], names
+    imports_dask = re.compile(r"^(from|import)\s+(dask|distributed)\b", re.M)
+    assert [n for n in names if n.endswith(".py") and imports_dask.search(archive.read(n).decode("utf-8"))] \
+        == ["cli/cluster_task.py"]
     # what ships never imports what does not
     imports_dev = re.compile(r"^\s*(from|import)\s+(devpkg|training|benchmarks|tests|_pkg)\b", re.M)
     for name in names:
