@@ -488,10 +488,8 @@ def limit_threads(allowed):
     rigsolve.THREADS_ALLOWED = allowed
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
-    # numpy's OpenBLAS was loaded before the fork, so the variables above no longer reach it: one
-    # thread, told directly (a worker's larger products on two threads each took the core another
-    # worker was baking on: a 3,000-frame clip used 1.32 s of CPU for 1.01 s of wall time, 0.98 s
-    # on one thread)
+    # numpy's OpenBLAS may be loaded already (before a fork), out of the variables' reach: one thread,
+    # told directly (a worker's products on two threads take the core another worker bakes on)
     lib = rigsolve._openblas()
     if lib is not None:
         lib[1](1)
