@@ -93,7 +93,7 @@ def _plain_args(args):
     return plain
 
 
-def _connect(address, progress):
+def _connect(address):
     """``(client, cluster or None)`` for ``--scheduler``: a LocalCluster of ``local:N`` or a running scheduler."""
     import logging
 
@@ -142,21 +142,16 @@ def run_batch(args, pending, n_skipped, n_jobs, where, progress, interrupt):
 
     _import_distributed()
     cloudpickle.register_pickle_by_value(cluster_task)   # (workers need no import of this package to unpickle)
-    client, cluster = _connect(args.scheduler, progress)
+    client, cluster = _connect(args.scheduler)
     try:
-        client.register_plugin(cluster_task.PackageLoader(PACKAGE_ROOT), name="neural-ik-package")
-    except BaseException:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-        raise
-    root, out_dir, exports = where
-    token = uuid.uuid4().hex[:12]
-    plain = _plain_args(args)
-    spec = {"root": root, "out_dir": out_dir, "exports": list(exports), "args": plain,
-            "key": json.dumps([root, out_dir, list(exports), plain], sort_keys=True, default=str),
-            "stop": "neural-ik-stop-" + token, "hosts": _threads_per_host(client)}
-    try:
+        client.register_plugin(cluster_task.PackageLoader(PACKAGE_ROOT, local=cluster is not None),
+                               name="neural-ik-package")
+        root, out_dir, exports = where
+        token = uuid.uuid4().hex[:12]
+        plain = _plain_args(args)
+        spec = {"root": root, "out_dir": out_dir, "exports": list(exports), "args": plain,
+                "key": json.dumps([root, out_dir, list(exports), plain], sort_keys=True, default=str),
+                "stop": "neural-ik-stop-" + token, "hosts": _threads_per_host(client)}
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         progress.message("baking {} clips on {} Dask workers ({})".format(len(pending), n_workers, args.scheduler))
         return _collect(client, _submit(client, pending, spec, token), pending, n_skipped, n_jobs, args, spec,
@@ -188,11 +183,12 @@ def _submit(client, pending, spec, token):
 
 def _collect(client, futures, pending, n_skipped, n_jobs, args, spec, progress, interrupt):
     """Take the tasks' rows as they come back; Ctrl-C stops the cluster's clips. Whether interrupted."""
-    from distributed import Event
+    from distributed import Event, as_completed
 
     from .batch import finish_clip
 
     left = dict(futures)
+    arrived = as_completed(list(futures))
     stop_at = None
     interrupted = False
     try:
@@ -204,13 +200,15 @@ def _collect(client, futures, pending, n_skipped, n_jobs, args, spec, progress, 
                 Event(spec["stop"], client=client).set()
             elif stop_at is not None and time.monotonic() - stop_at > STOP_GRACE_SECONDS:
                 client.cancel(list(left))
-            for future in [f for f in left if f.done()]:
-                job = pending[left.pop(future)]
-                status, row = _outcome(future, job, args)
-                label = "clip {}/{} {}".format(n_skipped + pending.index(job) + 1, n_jobs, job.rel)
-                interrupted |= finish_clip(job, label, status, row, progress)
+                stop_at = float("inf")   # (once)
+            batch = arrived.next_batch(block=False)
+            for future in batch:
+                i = left.pop(future)
+                label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, pending[i].rel)
+                interrupted |= finish_clip(pending[i], label, *_outcome(future, pending[i], args), progress)
             _status(progress, pending, n_skipped, len(left))
-            time.sleep(0.05)
+            if not batch:
+                time.sleep(0.05)
     except KeyboardInterrupt:    # a second Ctrl-C: everything stops now
         client.cancel(list(left))
         raise

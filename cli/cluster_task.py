@@ -35,12 +35,25 @@ def load_package(root):
 
 
 class PackageLoader(WorkerPlugin):
-    """Loads the package on every worker as it joins, before it takes a task."""
+    """Loads the package on every worker as it joins, before it takes a task.
 
-    def __init__(self, root):
+    ``local``: the workers are this command's children (``local:N``), in its
+    process group: Ctrl-C in the terminal is the command's to handle (it
+    stops the tasks), so they ignore SIGINT, as ``--jobs`` workers do.
+    """
+
+    def __init__(self, root, local=False):
         self.root = root
+        self.local = local
 
     def setup(self, worker):
+        if self.local:
+            import signal
+
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            except ValueError:   # (not the main thread: a terminal's Ctrl-C may then end this worker)
+                pass
         load_package(self.root)
 
 
