@@ -80,6 +80,11 @@ def check_arguments(args, blend, exports):
                          "Blender scene: give a .bvh target (or use --jobs on one machine)".format(args.target))
     if not __name__.startswith("neural_ik."):   # (the name the workers load the package under)
         raise UsageError("--scheduler: run it from ./neural-ik, not inside Blender")
+    from .targets import direct_target
+
+    if direct_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis) is None:
+        raise UsageError("--scheduler: --target {}: this BVH file is built by Blender's importer, which the "
+                         "workers do not run: use --jobs on one machine".format(args.target))
     _import_distributed()
 
 
@@ -284,9 +289,8 @@ def _worker_state(spec, address):
         _STATE.clear()
         args = argparse.Namespace(**spec["args"])
         target = load_bake_target(args, spec["exports"], None)
-        if not isinstance(target.obj, FileArmature):
-            raise CliError("--target {}: this BVH file is built by Blender's importer, which the workers do "
-                           "not run: use --jobs on one machine".format(args.target))
+        if not isinstance(target.obj, FileArmature):   # (refused by check_arguments: never Blender here)
+            raise CliError("--target {}: not baked without Blender".format(args.target))
         host = address.split("://")[-1].rsplit(":", 1)[0]
         threads = max(_cores() // max(spec["hosts"].get(host, 1), 1), 1)
         limit_threads(lambda: threads)
