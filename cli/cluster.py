@@ -5,7 +5,9 @@
 - ``ADDRESS`` is a Dask scheduler's (``tcp://host:8786``, from ``dask
   scheduler``, dask-jobqueue or dask-kubernetes) or ``local:N``: a
   ``LocalCluster`` of N worker processes on this machine, closed at the end.
-- One task per clip, the largest first; each worker bakes it with the same
+- One task per clip, the largest first, no more at once than the cluster
+  has threads (a worker holds only the clip it bakes: Dask counts a worker's
+  death against every task it holds); each worker bakes it with the same
   :func:`.batch.bake_clip` as a ``--jobs`` worker and hands back its report
   row. The client (this process) keeps the skip rules, the progress line,
   the report and the exit codes of the local batch.
@@ -16,14 +18,14 @@
 - A worker loads the package from the client's checkout path, and the target,
   the bone mapping and the network once per process (:func:`worker_bake`);
   INPUT_DIR and DIR must be at the same paths on every worker.
-- Faults: a task whose worker dies is run once more (on a local cluster:
-  ``allowed-failures`` 1; a remote scheduler's own setting holds there), then
-  reported failed with the worker named; an exception that escapes a task is
-  retried once (``retries=1``); a worker that cannot read a clip or write in
-  DIR fails that clip naming the worker and the path. Ctrl-C sets a stop
-  event the tasks poll (the clips in progress are dropped, the queued ones
-  return unrun) and the report lists what finished; a second one cancels
-  everything at once. Outputs are written under temporary names and renamed
+- Faults: a clip whose worker dies is submitted once more, then reported
+  failed with the worker named (on a local cluster ``allowed-failures`` is
+  0, so Dask itself runs it no more; a remote scheduler's own setting adds
+  its runs); an exception that escapes a task is retried once
+  (``retries=1``); a worker that cannot read a clip or write in DIR fails
+  that clip naming the worker and the path. Ctrl-C sets a stop event the
+  tasks poll (the clips in progress are dropped, no other is submitted) and
+  the report lists what finished; a second one cancels everything at once. Outputs are written under temporary names and renamed
   when whole, as in the local batch.
 
 Dask is imported here only when ``--scheduler`` is given: the Blender
@@ -108,8 +110,8 @@ def _connect(address):
     logging.getLogger("distributed").setLevel(logging.ERROR)   # (a worker's death is reported per clip)
     if address.startswith("local:"):
         n = int(address.split(":", 1)[1])
-        # a clip that a dying worker held is run once more, then fails (the scheduler reads this at start)
-        with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        # a dying worker's clip fails at once, to be submitted again by _Feeder (read at the scheduler's start)
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                    silence_logs=logging.ERROR)
         return Client(cluster), cluster
@@ -159,8 +161,8 @@ def run_batch(args, pending, n_skipped, n_jobs, where, progress, interrupt):
                 "stop": "neural-ik-stop-" + token, "hosts": _threads_per_host(client)}
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         progress.message("baking {} clips on {} Dask workers ({})".format(len(pending), n_workers, args.scheduler))
-        return _collect(client, _submit(client, pending, spec, token), pending, n_skipped, n_jobs, args, spec,
-                        progress, interrupt)
+        return _collect(client, _Feeder(client, pending, spec, token), n_skipped, n_jobs, args, spec, progress,
+                        interrupt)
     finally:
         client.close()
         if cluster is not None:
@@ -170,38 +172,66 @@ def run_batch(args, pending, n_skipped, n_jobs, where, progress, interrupt):
                 remove_clip_partials(job)
 
 
-def _submit(client, pending, spec, token):
-    """One task per clip, the largest first (the batch does not end waiting on one long clip)."""
-    from . import cluster_task
-
-    size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
-    order = sorted(range(len(pending)), key=lambda i: -size[i])
-    futures = {}
-    for rank, i in enumerate(order):
-        job = pending[i]
-        clip = (job.source, job.action_name.replace("/", os.sep), job.note)
-        future = client.submit(cluster_task.bake_task, spec, clip, key="neural-ik-{}-{}".format(
-            token, i), retries=1, pure=False, priority=len(order) - rank)
-        futures[future] = i
-    return futures
+#: Runs of a clip whose worker died under it (the second death fails it).
+RUNS_PER_CLIP = 2
 
 
-def _collect(client, futures, pending, n_skipped, n_jobs, args, spec, progress, interrupt):
+class _Feeder:
+    """Hands the cluster the next clips, the largest first (the batch does not end waiting on one long
+    clip), no more than it has threads for, so a worker holds only the clip it bakes: Dask counts a
+    worker's death against every task it holds, and a clip whose worker died is submitted again here
+    (``allowed-failures`` 0 on a local cluster), never stacked behind another."""
+
+    def __init__(self, client, pending, spec, token):
+        size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
+        self.queue = sorted(range(len(pending)), key=lambda i: -size[i])
+        self.client, self.pending, self.spec, self.token = client, pending, spec, token
+        self.runs = {}
+        self.left = {}      # future -> clip index
+        self.checked = 0.0
+
+    def fill(self, arrived, force=False):
+        """Submit clips while the cluster has a free thread (asked at most twice a second unless ``force``)."""
+        from . import cluster_task
+
+        if not self.queue or (not force and time.monotonic() - self.checked < 0.5):
+            return
+        self.checked = time.monotonic()
+        room = max(sum(self.client.nthreads().values()), 1) - len(self.left)
+        while room > 0 and self.queue:
+            i = self.queue.pop(0)
+            self.runs[i] = self.runs.get(i, 0) + 1
+            job = self.pending[i]
+            clip = (job.source, job.action_name.replace("/", os.sep), job.note)
+            future = self.client.submit(cluster_task.bake_task, self.spec, clip, retries=1, pure=False,
+                                        key="neural-ik-{}-{}-{}".format(self.token, i, self.runs[i]))
+            self.left[future] = i
+            arrived.add(future)
+            room -= 1
+
+    def again(self, i):
+        """Whether clip ``i``, whose worker died, runs again (first in line)."""
+        if self.runs.get(i, 0) >= RUNS_PER_CLIP:
+            return False
+        self.queue.insert(0, i)
+        return True
+
+
+def _collect(client, feeder, n_skipped, n_jobs, args, spec, progress, interrupt):
     """Take the tasks' rows as they come back; Ctrl-C stops the cluster's clips. Whether interrupted."""
     from distributed import Event, as_completed
 
     from .batch import finish_clip
 
-    left = dict(futures)
-    arrived = as_completed(list(futures))
+    pending, left = feeder.pending, feeder.left
+    arrived = as_completed()
+    feeder.fill(arrived, force=True)
     stop_at = None
     interrupted = False
     try:
         while left:
             if interrupt.requested and stop_at is None:
-                stop_at = time.monotonic()
-                # (not cancelled: a task that finished as the client was told would lose its row; the queued
-                # ones see the event and return at once)
+                stop_at = time.monotonic()   # (no clip is submitted after this; those running see the event)
                 Event(spec["stop"], client=client).set()
             elif stop_at is not None and time.monotonic() - stop_at > STOP_GRACE_SECONDS:
                 client.cancel(list(left))
@@ -210,7 +240,15 @@ def _collect(client, futures, pending, n_skipped, n_jobs, args, spec, progress, 
             for future in batch:
                 i = left.pop(future)
                 label = "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, pending[i].rel)
-                interrupted |= finish_clip(pending[i], label, *_outcome(future, pending[i], args), progress)
+                status, row = _outcome(future, pending[i], args)
+                if status == "died" and stop_at is None and feeder.again(i):
+                    progress.message("{}: its worker ended abruptly: running it again".format(label))
+                    continue
+                if status == "died":
+                    status, row = "failed", _died_row(future, pending[i], args)
+                interrupted |= finish_clip(pending[i], label, status, row, progress)
+            if stop_at is None:
+                feeder.fill(arrived, force=bool(batch))
             _status(progress, pending, n_skipped, len(left))
             if not batch:
                 time.sleep(0.05)
@@ -221,7 +259,7 @@ def _collect(client, futures, pending, n_skipped, n_jobs, args, spec, progress, 
 
 
 def _outcome(future, job, args):
-    """``(status, row)`` of a finished, failed or cancelled task."""
+    """``(status, row)`` of a finished, failed or cancelled task (``"died"``: its worker did)."""
     from .batch import _failed_row
 
     if future.status == "cancelled":
@@ -230,10 +268,18 @@ def _outcome(future, job, args):
         return future.result()
     ex = future.exception()
     if type(ex).__name__ == "KilledWorker":
-        last = ex.args[1] if len(ex.args) > 1 else None
-        ex = CliError("{}: not baked: the worker process baking it ended abruptly twice, the last time {} "
-                      "(out of memory?)".format(job.source, getattr(last, "address", last)))
+        return "died", None
     return "failed", _failed_row(job, ex, args)
+
+
+def _died_row(future, job, args):
+    from .batch import _failed_row
+
+    ex = future.exception()
+    last = ex.args[1] if len(ex.args) > 1 else None
+    return _failed_row(job, CliError("{}: not baked: the worker process baking it ended abruptly twice, the "
+                                     "last time {} (out of memory?)".format(job.source,
+                                                                           getattr(last, "address", last))), args)
 
 
 def _status(progress, pending, n_skipped, n_left):
@@ -242,7 +288,8 @@ def _status(progress, pending, n_skipped, n_left):
         return
     rows = [job.row for job in pending if job.row is not None and job.row.get("status") == "done"]
     if rows:   # clips left count as the mean clip so far
-        progress.total_frames = int(progress.frames_done + n_left * progress.frames_done / len(rows))
+        waiting = sum(1 for job in pending if job.row is None)
+        progress.total_frames = int(progress.frames_done + waiting * progress.frames_done / len(rows))
     done = n_skipped + sum(1 for job in pending if job.row is not None)
     progress.update_many(done, "{} clips on the cluster".format(n_left), progress.frames_done)
 

@@ -85,9 +85,9 @@ def test_a_killed_workers_clip_is_run_again_and_faults_name_the_worker(run_cli, 
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
     deaths = [line.split() for line in record.read_text().splitlines()]
-    assert [d[0] for d in deaths].count("walk_0.npz") == 1     # killed once, then baked
-    assert [d[0] for d in deaths].count("walk_1.npz") == 2     # killed, run again, killed again: failed
     rows = {os.path.basename(r["source"]): r for r in _report(out)["clips"]}
+    assert [d[0] for d in deaths].count("walk_0.npz") == 1, (deaths, rows)    # killed once, then baked
+    assert [d[0] for d in deaths].count("walk_1.npz") == 2, (deaths, rows)    # killed, run again, killed again
     assert {k: v["status"] for k, v in rows.items()} == {
         "run.bvh": "done", "walk_0.npz": "done", "walk_1.npz": "failed", "walk_2.npz": "done",
         "unreadable.npz": "failed"}
