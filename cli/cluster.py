@@ -341,6 +341,10 @@ def _worker_state(spec, address):
         host = address.split("://")[-1].rsplit(":", 1)[0]
         threads = max(_cores() // max(spec["hosts"].get(host, 1), 1), 1)
         limit_threads(lambda: threads)
+        # the network too takes the worker's share of its host's cores (one worker alone: all of them)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        if sys.modules.get("torch") is not None:
+            sys.modules["torch"].set_num_threads(threads)
         _STATE.update(key=spec["key"], state=(target, args, get_solver(args), common.load_bone_mapping(args.mapping)))
     return _STATE["state"]
 

@@ -31,6 +31,7 @@ def load_package(root):
     spec = importlib.util.spec_from_file_location("_neural_ik_standalone", path)
     standalone = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(standalone)
+    standalone.tune_malloc()   # (as ./neural-ik's own process: a bake's arrays reuse freed memory)
     return standalone.load_package(root)
 
 
