@@ -53,7 +53,7 @@ def add_parser(subparsers):
         "batch",
         help="bake every keypoint clip of a folder onto one rig",
         description=(
-            "Bake every keypoint file below INPUT_DIR (.npz, .npy, .json, .csv, .trc, .bvh, .fbx; or those "
+            "Bake every keypoint file below INPUT_DIR (.npz, .npy, .json, .csv, .trc, .c3d, .bvh, .fbx; or those "
             "matching --pattern) onto TARGET, each clip as its own action. Writes one .blend holding them all "
             "and/or one export per clip, and a JSON report. A bad clip is reported and skipped. Clips whose "
             "outputs are newer than the clip and baked with the same settings, target and weights are skipped "
@@ -377,8 +377,7 @@ def _failed_row(job, ex, args):
 # clips in worker processes
 
 #: Memory a worker needs for a clip, beyond what it shares with the batch: a
-#: base plus a share per frame (``bench_long``: a 100,000-frame BVH bake's
-#: peak is under 1 GB with Blender's keys in it; without them less).
+#: base plus a share per frame, above what ``bench_long`` measures of a BVH bake.
 WORKER_BASE_BYTES = 200 * 2 ** 20
 WORKER_FRAME_BYTES = 8 * 2 ** 10
 
