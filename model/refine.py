@@ -39,6 +39,8 @@ import torch
 from .fk import NUM_JOINTS, ancestor_matrix, forward_kinematics, keypoints_from_world
 from .limits import limit_arrays
 from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_rot6d, rot6d_to_matrix, skew
+from .rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, cross
+from .rotations_np import matrix_to_axis_angle as matrix_to_axis_angle_np, orthonormalise, skew as skew_np, vector_norm
 from .skeleton import PARENTS
 
 __all__ = ["refine", "DEFAULTS"]
@@ -541,55 +543,6 @@ for _d in range(1, max(_depth) + 1):
     _LEVELS.append((np.array(_idx), np.array([PARENTS[j] for j in _idx])))
 
 
-def _np_aa_to_matrix(aa):
-    th2 = (aa * aa).sum(-1)[..., None, None]
-    small = th2 < 1e-12
-    th = np.sqrt(np.where(small, 1.0, th2))
-    a = np.where(small, 1.0 - th2 / 6.0, np.sin(th) / th)
-    b = np.where(small, 0.5 - th2 / 24.0, (1.0 - np.cos(th)) / np.where(small, 1.0, th2))
-    x, y, z = aa[..., 0], aa[..., 1], aa[..., 2]
-    o = np.zeros_like(x)
-    k = np.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(aa.shape[:-1] + (3, 3))
-    return np.eye(3) + a * k + b * (k @ k)
-
-
-_QC = None
-
-
-def _np_matrix_to_aa(m):
-    global _QC
-    if _QC is None:
-        from .rotations import _QUAT_COEF
-
-        _QC = _QUAT_COEF.numpy()
-    c = (m.reshape(m.shape[:-2] + (9,)) @ _QC[:9] + _QC[9]).reshape(m.shape[:-2] + (4, 4))
-    cf = c.reshape(-1, 4, 4)
-    q = cf[np.arange(cf.shape[0]), np.argmax(cf.reshape(-1, 16)[:, ::5], -1)].reshape(c.shape[:-1])
-    q = q / _np_norm(q)
-    q = np.where(q[..., :1] < 0, -q, q)
-    v = q[..., 1:]
-    s = _np_norm(v)
-    ang = 2.0 * np.arctan2(s, q[..., :1])
-    return v * np.where(s < 1e-9, 2.0 / np.maximum(q[..., :1], 1e-12), ang / np.maximum(s, 1e-300))
-
-
-def _np_norm(x):
-    """Euclidean norm over the last axis, kept (cheaper than np.linalg.norm on small arrays)."""
-    return np.sqrt((x * x).sum(-1, keepdims=True))
-
-
-def _np_cross(a, b):
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
-
-
-def _np_skew(v):
-    x, y, z = v[..., 0], v[..., 1], v[..., 2]
-    o = np.zeros_like(x)
-    return np.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(v.shape[:-1] + (3, 3))
-
-
 def _np_fk(L, t, off, eo):
     """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3).
 
@@ -614,14 +567,6 @@ def _np_fk(L, t, off, eo):
 from .skeleton import END_PARENTS as _END_PARENTS_NP  # noqa: E402
 
 _END_PARENTS_LIST = list(_END_PARENTS_NP)
-
-
-def _np_orthonormalise(m):
-    a, b = m[..., :, 0], m[..., :, 1]
-    x = a / _np_norm(a)
-    b = b - (x * b).sum(-1, keepdims=True) * x
-    y = b / _np_norm(b)
-    return np.stack([x, y, _np_cross(x, y)], -1)
 
 
 def _solve_spd(H, g):
@@ -738,11 +683,11 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         cost = (w_k * (rk * rk).sum(-1)).sum(1)
         st = {"L": L, "t": t, "W": W, "P": P, "pk": pk, "rk": rk, "kp": kp}
         if use_orient:
-            err = _np_matrix_to_aa(W[:, oj] @ np.swapaxes(o_tgt, -1, -2))
+            err = matrix_to_axis_angle_np(W[:, oj] @ np.swapaxes(o_tgt, -1, -2))
             st["oerr"] = err
             cost = cost + (wo * (err * err).sum(-1)).sum(1)
         LJ = L[:, J]
-        aa = _np_matrix_to_aa(np.concatenate([LJ @ init_inv, LJ], 1) if limits else LJ @ init_inv)
+        aa = matrix_to_axis_angle_np(np.concatenate([LJ @ init_inv, LJ], 1) if limits else LJ @ init_inv)
         dev = aa[:, :nj]
         st["dev"] = dev
         cost = cost + prior * (dev * dev).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
@@ -761,7 +706,7 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         wpk = pk * w_k[..., None]
         wrk = rk * w_k[..., None]
         feats = np.concatenate([w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk,
-                                _np_cross(pk, wrk)], -1)
+                                cross(pk, wrk)], -1)
         T = A.T @ feats  # (B, nj, 19)
         pj = P[:, J]
         T0 = np.concatenate([T[..., :13], np.zeros((B, 1, 13))], 1)
@@ -775,11 +720,11 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         # H_ii' = tr(Q) I - Q^T, rows (i, a), columns (i', c)
         H[:, : 3 * nj, : 3 * nj] = (trq[:, :, None, :, None] * eye3[None, None, :, None, :]
                                     - Q.transpose(0, 1, 4, 2, 3)).reshape(B, 3 * nj, 3 * nj)
-        Hrt = _np_skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
+        Hrt = skew_np(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
         H[:, : 3 * nj, 3 * nj:] = Hrt
         H[:, 3 * nj:, : 3 * nj] = np.swapaxes(Hrt, 1, 2)
         H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
-        g_rot = T[..., 16:19] - _np_cross(pj, T[..., 13:16])
+        g_rot = T[..., 16:19] - cross(pj, T[..., 13:16])
         g = np.concatenate([g_rot.reshape(B, -1), wrk.sum(1)], 1)
         if use_orient:
             pair = np.einsum("be,ei,ej->bij", wo, o_A, o_A)
@@ -804,12 +749,12 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
         if not np.isfinite(step).all():
             step = np.nan_to_num(step)
         wj = step[:, : 3 * nj].reshape(B, nj, 3)
-        wj = wj * (max_rot / np.maximum(_np_norm(wj), max_rot))
+        wj = wj * (max_rot / np.maximum(vector_norm(wj, keepdims=True), max_rot))
         dtr = step[:, 3 * nj:]
-        dtr = dtr * (max_trans / np.maximum(_np_norm(dtr), max_trans))
+        dtr = dtr * (max_trans / np.maximum(vector_norm(dtr, keepdims=True), max_trans))
         w = np.zeros((B, NUM_JOINTS, 3))
         w[:, J] = wj
-        L_new = _np_orthonormalise(np.swapaxes(Wpar, -1, -2) @ _np_aa_to_matrix(w) @ W)
+        L_new = orthonormalise(np.swapaxes(Wpar, -1, -2) @ axis_angle_to_matrix_np(w) @ W)
         cand = evaluate(L_new, cur["t"] + dtr)
         ok = (cand["cost"] <= cur["cost"]) & ok_solve
         if ok.all():

@@ -60,6 +60,7 @@ import sys
 import numpy as np
 
 from ..model.rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, vector_norm
+from ..model.rotations_np import matrix_to_axis_angle as matrix_to_axis_angle_np
 
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
@@ -182,19 +183,6 @@ def free_bones(rig, bones, root: int) -> list:
         out.add(b)
         out.update(rig.path(root, b))
     return sorted(out, key=lambda i: (rig.depth[i], i))
-
-
-def _logmap(R):
-    """Rotation matrices (..., 3, 3) to axis-angle vectors (small angles exact, pi safe enough)."""
-    import torch
-
-    tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
-    cos = ((tr - 1.0) * 0.5).clamp(-1.0, 1.0)
-    theta = torch.arccos(cos)
-    w = torch.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
-    s = torch.sin(theta)
-    f = torch.where(s.abs() < 1e-6, 0.5 + theta ** 2 / 12.0, theta / (2.0 * s.clamp_min(1e-12)))
-    return w * f[..., None]
 
 
 #: Chunks of up to this many frames are solved in float64 numpy (:func:`_lm_numpy`):
@@ -550,7 +538,7 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
     """Levenberg-Marquardt on one chunk of frames, torch (large batches); returns numpy ``(basis, loc, iterations)``."""
     import torch
 
-    from ..model.rotations import axis_angle_to_matrix
+    from ..model.rotations import axis_angle_to_matrix, matrix_to_axis_angle
 
     dtype = _torch_dtype(pb.dtype)
     tt = pb.torch()
@@ -579,7 +567,7 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             r_t = wdiag * (comb - tgt)                            # (n, R, 3)
         else:
             r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-        eta = _logmap(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
+        eta = matrix_to_axis_angle(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
         r_p = [eta.reshape(n, -1)]
         if rs >= 0:
             r_p.append(X[:, rs] - root_head0)
@@ -645,16 +633,6 @@ def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
         if progress is not None:
             progress()
     return basis.double().numpy(), loc.double().numpy(), done
-
-
-def _np_logmap(R):
-    """Rotation matrices (..., 3, 3) to axis-angle vectors, numpy (as :func:`_logmap`)."""
-    tr = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
-    theta = np.arccos(np.clip((tr - 1.0) * 0.5, -1.0, 1.0))
-    w = np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
-    s = np.sin(theta)
-    f = np.where(np.abs(s) < 1e-6, 0.5 + theta ** 2 / 12.0, theta / (2.0 * np.maximum(s, 1e-12)))
-    return w * f[..., None]
 
 
 def _np_solve_spd(H, g):
@@ -786,7 +764,7 @@ def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_dec
             r_t = wdiag * (comb - tgt)
         else:
             r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-        eta = _np_logmap(basis0T @ basis[:, fslot])
+        eta = matrix_to_axis_angle_np(basis0T @ basis[:, fslot])
         r_p = eta.reshape(n, -1)
         if rs >= 0:
             r_p = np.concatenate([r_p, X[:, rs] - root_head0], 1)

@@ -1131,7 +1131,8 @@ def test_six_effectors_mend_a_few_frames_on_another_branch(where, monkeypatch):
         return
     assert off(mended, fit)[frames].max() < 3.0, off(mended, fit)[frames]
     others = np.setdiff1d(np.arange(len(fit.quaternions)), frames)
-    assert off(mended, fit)[others].max() < 1e-6
+    # (1e-5 deg: a few ulps of the dot product read through arccos, the other frames untouched)
+    assert off(mended, fit)[others].max() < 1e-5
     ok = core.REACH_OK_MM / 1000.0
     rows = list(job.target_info.effectors.values())
     assert (mended.residual[frames][:, rows] < ok).all()
