@@ -59,8 +59,8 @@ import sys
 
 import numpy as np
 
-from ..model.rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, vector_norm
-from ..model.rotations_np import matrix_to_axis_angle as matrix_to_axis_angle_np
+from ..model.rotations_np import vector_norm
+from .levenberg import NUMPY, levenberg_marquardt, torch_ops
 
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
@@ -185,7 +185,7 @@ def free_bones(rig, bones, root: int) -> list:
     return sorted(out, key=lambda i: (rig.depth[i], i))
 
 
-#: Chunks of up to this many frames are solved in float64 numpy (:func:`_lm_numpy`):
+#: Chunks of up to this many frames are solved in float64 numpy (:data:`.levenberg.NUMPY`):
 #: for tiny problems a torch call's fixed cost (and its thread pool's hand-offs)
 #: outweighs the work.
 SMALL_BATCH = 32
@@ -207,15 +207,6 @@ def _torch_dtype(dtype):
     import torch
 
     return torch.float32 if dtype is None else dtype
-
-
-def _solve_spd(H, g):
-    """``-H^-1 g`` per frame for symmetric positive definite ``H`` (n, m, m); 0 where singular."""
-    import torch
-
-    L, info = torch.linalg.cholesky_ex(H)
-    step = -torch.cholesky_solve(g[..., None], L)[..., 0]
-    return torch.where((info == 0)[:, None], step, torch.zeros_like(step))
 
 
 class _RigFK:
@@ -481,185 +472,6 @@ def _problem(rig, targets, free, root, prior_rotation, prior_translation, locked
     return pb
 
 
-def _jacobian(pb, wproj, pts, X, xp, out=None):
-    """The weighted Jacobian ``(n, 3R, 3F [+ 3])`` of every target row (numpy or torch, as ``xp``).
-
-    Row ``r``'s block for a world-axis increment ``d_k`` of free bone ``k``
-    (the subtree of ``k`` turns about its head ``X_k``) is
-    ``sum_p C[r,p] A[p,k] d_k x (p - X_k) = -[v_rk]_x d_k`` with
-    ``v_rk = q_rk - M_rk X_k``, weighted by the row's projection ``a_r``:
-    column ``j`` of ``a_r (-[v]_x)`` is ``a_r (e_j x v)``, written out.
-    Only the blocks of :attr:`_Problem.pair_r` / ``pair_k`` (the bones a
-    row can move with) are computed, in a ``(pairs, n, ...)`` layout, and
-    written into a zeroed matrix; ``out``, a matrix this function returned
-    before for the same problem and frame count, is written again in place
-    (the zeros stay where they were). The root translation's block is
-    ``Mroot_r a_r``.
-    """
-    n, R, nF = pts.shape[0], pb.R, pb.nF
-    P = pts.shape[1]
-    rs = pb.root_slot
-    if xp is np:
-        dt = pts.dtype
-        pair_CA, pair_M, pair_r, pair_k, pair_fslot, Mroot = (
-            pb.pair_CA.astype(dt, copy=False), pb.pair_M.astype(dt, copy=False), pb.pair_r, pb.pair_k,
-            pb.pair_fslot, pb.Mroot.astype(dt, copy=False))
-        swap = lambda a, i, j: np.swapaxes(a, i, j)   # noqa: E731
-    else:
-        tt = pb.torch()
-        pair_CA, pair_M, pair_r, pair_k, pair_fslot, Mroot = (
-            tt[k] for k in ("pair_CA", "pair_M", "pair_r", "pair_k", "pair_fslot", "Mroot"))
-        swap = lambda a, i, j: a.transpose(i, j)      # noqa: E731
-    S = pair_M.shape[0]
-    width = 3 * nF + (3 if rs >= 0 else 0)
-    if out is None:
-        Jd = xp.zeros((n, R, 3, width), dtype=pts.dtype)
-    else:
-        Jd = out.reshape(n, R, 3, width)
-    if S:
-        # q[s, t] = sum_p CA[r_s, p, k_s] pts[t, p]: one (S, P) x (P, 3n) product
-        q = (pair_CA @ swap(pts, 0, 1).reshape(P, n * 3)).reshape(S, n, 3)
-        v = q - pair_M[:, None, None] * swap(X, 0, 1)[pair_fslot]           # (S, n, 3)
-        a = swap(wproj, 0, 1)[pair_r]                                          # (S, n, 3, 3)
-        vx, vy, vz = v[..., 0:1], v[..., 1:2], v[..., 2:3]                    # (S, n, 1)
-        a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]                          # columns of a_r: (S, n, 3)
-        J5 = Jd[..., :3 * nF].reshape(n, R, 3, nF, 3)   # a view: splitting one axis never copies
-        # (two index arrays apart: the pairs' axis comes first, then frames and the block's rows)
-        J5[:, pair_r, :, pair_k, 0] = a2 * vy - a1 * vz
-        J5[:, pair_r, :, pair_k, 1] = a0 * vz - a2 * vx
-        J5[:, pair_r, :, pair_k, 2] = a1 * vx - a0 * vy
-    if rs >= 0:
-        Jd[..., 3 * nF:] = Mroot[None, :, None, None] * wproj
-    return Jd.reshape(n, 3 * R, width)
-
-
-def _lm_torch(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
-              min_iterations, tol, progress=None):
-    """Levenberg-Marquardt on one chunk of frames, torch (large batches); returns numpy ``(basis, loc, iterations)``."""
-    import torch
-
-    from ..model.rotations import axis_angle_to_matrix, matrix_to_axis_angle
-
-    dtype = _torch_dtype(pb.dtype)
-    tt = pb.torch()
-    n = basis.shape[0]
-    nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
-    basis = torch.as_tensor(basis, dtype=dtype)
-    loc = torch.as_tensor(loc, dtype=dtype)
-    basis0 = basis[:, fslot].clone()
-    tgt = torch.as_tensor(tgt, dtype=dtype)
-    wts = torch.as_tensor(wts, dtype=dtype)
-    proj = torch.as_tensor(proj, dtype=dtype)
-    if proj.dim() == 3:
-        proj = proj[None]
-    wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
-    wdiag = torch.diagonal(wproj, dim1=-2, dim2=-1)             # (n, R, 3)
-    lam = torch.full((n,), 1e-3, dtype=dtype)
-    Ct, prior_t = tt["C"], tt["prior"]
-    pslot, poff = tt["pslot"], tt["poff"]
-    state = {"pw": prior_t}
-
-    def evaluate(basis, loc):
-        W, X, Bm = pb.fk(basis, loc)
-        pts = posed_points(W, X, pslot, poff)                    # (n, P, 3)
-        comb = torch.einsum("rp,tpi->tri", Ct, pts)
-        if pb.diag_only:
-            r_t = wdiag * (comb - tgt)                            # (n, R, 3)
-        else:
-            r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-        eta = matrix_to_axis_angle(basis0.transpose(-1, -2) @ basis[:, fslot])  # (n, F, 3)
-        r_p = [eta.reshape(n, -1)]
-        if rs >= 0:
-            r_p.append(X[:, rs] - root_head0)
-        r_prior = state["pw"] * torch.cat(r_p, 1)
-        cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
-        return W, X, Bm, pts, r_t, r_prior, cost
-
-    root_head0 = pb.fk(basis, loc)[1][:, rs].clone() if rs >= 0 else None
-    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc)
-    pw = prior_t
-    done = 0
-    for it in range(int(iterations)):
-        if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
-            new_pw = prior_t * max(prior_decay ** it, prior_floor)
-            ratio = new_pw / pw
-            cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
-            r_prior = r_prior * ratio
-            pw = state["pw"] = new_pw
-        Jd = _jacobian(pb, wproj, pts, X, torch)
-        rt = r_t.reshape(n, 3 * R)
-        H = Jd.transpose(1, 2) @ Jd
-        g = (Jd.transpose(1, 2) @ rt[..., None])[..., 0]
-        # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
-        Wf = W[:, fslot]
-        gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
-        if rs >= 0:
-            gp = torch.cat([gp, r_prior[:, 3 * nF:]], 1)
-        H = H + torch.diag_embed(pw ** 2).expand_as(H)
-        g = g + pw * gp
-        diag = torch.diagonal(H, dim1=-2, dim2=-1)
-        H = H + torch.diag_embed(lam[:, None] * diag + 1e-9)
-        if pb.lock_f:   # locked bone axes: stiff springs on (W_k e_a) . d_k
-            u = (Wf[:, tt["lock_f"]] @ tt["lock_e"][None, :, :, None])[..., 0]        # (n, Lk, 3)
-            for j, f_i in enumerate(pb.lock_f):
-                sl = slice(3 * f_i, 3 * f_i + 3)
-                H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
-        if rs >= 0 and pb.root_fixed is not None:   # root translation held in these directions
-            H[:, 3 * nF:, 3 * nF:] += 1e6 * tt["root_fixed"]
-        step = _solve_spd(H, g)
-        if rs >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
-            step[:, 3 * nF:] -= step[:, 3 * nF:] @ tt["root_fixed"].T
-        d_w = step[:, :3 * nF].reshape(n, nF, 3)
-        eta = (Wf.transpose(-1, -2) @ d_w[..., None])[..., 0]            # bone frame
-        nb_basis = basis.clone()
-        nb_basis[:, fslot] = basis[:, fslot] @ axis_angle_to_matrix(eta)
-        nloc = loc
-        if rs >= 0:
-            tau = step[:, 3 * nF:]
-            nloc = loc.clone()
-            nloc[:, rs] = loc[:, rs] + (Bm[:, rs].transpose(-1, -2) @ tau[..., None])[..., 0]
-        cand = evaluate(nb_basis, nloc)
-        better = cand[-1] <= cost
-        basis = torch.where(better[:, None, None, None], nb_basis, basis)
-        loc = torch.where(better[:, None, None], nloc, loc)
-        W, X, Bm, pts, r_t, r_prior = (torch.where(better.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
-                                       for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-        cost = torch.where(better, cand[-1], cost)
-        lam = torch.where(better, (lam / 3.0).clamp_min(1e-7), lam * 10.0)
-        done = it + 1
-        # every frame converged: a further step would move nothing that matters
-        if float(step.abs().max()) < tol and it + 1 >= min_iterations:
-            break
-        if progress is not None:
-            progress()
-    return basis.double().numpy(), loc.double().numpy(), done
-
-
-def _np_solve_spd(H, g):
-    """``-H^-1 g`` per frame for float64 numpy arrays; 0 for a frame whose ``H`` is singular.
-
-    Where torch is loaded, factorised by torch on one thread (:class:`_threads`):
-    numpy's LAPACK hands a 70 x 70 system to its thread pool, which next to
-    torch's spinning workers costs milliseconds instead of tens of
-    microseconds. Without torch (a bake that runs no network never imports
-    it) numpy's batched solve is as fast (docs/tuning.md#small_batch).
-    """
-    if "torch" in sys.modules:
-        import torch
-
-        return _solve_spd(torch.from_numpy(H), torch.from_numpy(g)).numpy()
-    try:
-        return -np.linalg.solve(H, g[..., None])[..., 0]
-    except np.linalg.LinAlgError:   # a singular frame: the others still step, it stays
-        out = np.zeros_like(g)
-        for i in range(len(H)):
-            try:
-                out[i] = -np.linalg.solve(H[i], g[i])
-            except np.linalg.LinAlgError:
-                pass
-        return out
-
-
 _OPENBLAS = None
 
 
@@ -724,121 +536,6 @@ class _threads:
             self.torch.set_num_threads(self.old)
 
 
-def _lm_numpy(pb: _Problem, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
-              min_iterations, tol, progress=None):
-    """:func:`_lm_torch` in float64 numpy: a few frames (a pose being dragged), or any chunk where torch is not loaded.
-
-    Returns ``(basis, loc, iterations, (W, X, pts))``: the last accepted
-    pose's bone rotations, heads and target points come along, so the caller
-    need not pose the chunk again.
-
-    A torch call costs several times a numpy call on small matrices whatever
-    its size, and an iteration makes some 200 of them: for a live solve that
-    decides its speed (``bench_live.py``). Same algorithm, same steps (``tests/pure/test_pipeline.py``
-    checks that both give the same pose).
-    """
-    n = basis.shape[0]
-    nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
-    basis = np.array(basis, dtype=np.float64)
-    loc = np.array(loc, dtype=np.float64)
-    basis0T = np.swapaxes(basis[:, fslot], -1, -2).copy()
-    if proj.ndim == 3:
-        proj = proj[None]
-    wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
-    wdiag = np.diagonal(wproj, axis1=-2, axis2=-1)              # (n, R, 3)
-    # the normal equations in float32 where the prior stays (dense bakes: every bone held by its
-    # targets: faster); where it fades towards nothing (six effectors) they grow too stiff for
-    # float32 (docs/tuning.md#small_batch)
-    ne = np.float32 if prior_decay >= 1.0 else np.float64
-    wproj_ne = wproj.astype(ne, copy=False)
-    lam = np.full(n, 1e-3)
-    prior = pb.prior
-    pw = prior
-    state = {"pw": prior}
-
-    def evaluate(basis, loc, fk=None):
-        W, X, Bm = pb.fk.numpy(basis, loc) if fk is None else fk
-        pts = X[:, pb.pslot] + (W[:, pb.pslot] @ pb.poff[None, :, :, None])[..., 0]
-        comb = np.einsum("rp,tpi->tri", pb.C, pts)
-        if pb.diag_only:
-            r_t = wdiag * (comb - tgt)
-        else:
-            r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-        eta = matrix_to_axis_angle_np(basis0T @ basis[:, fslot])
-        r_p = eta.reshape(n, -1)
-        if rs >= 0:
-            r_p = np.concatenate([r_p, X[:, rs] - root_head0], 1)
-        r_prior = state["pw"] * r_p
-        cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
-        return W, X, Bm, pts, r_t, r_prior, cost
-
-    fk0 = pb.fk.numpy(basis, loc)
-    root_head0 = fk0[1][:, rs].copy() if rs >= 0 else None
-    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc, fk0)
-    done = 0
-    JtJ = Jtr = Jbuf = None
-    eye_idx = np.arange(3 * nF + (3 if rs >= 0 else 0))
-    for it in range(int(iterations)):
-        if it and prior_decay < 1.0:
-            new_pw = prior * max(prior_decay ** it, prior_floor)
-            ratio = new_pw / pw
-            cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
-            r_prior = r_prior * ratio
-            pw = state["pw"] = new_pw
-        if JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
-            Jd = Jbuf = _jacobian(pb, wproj_ne, pts.astype(ne, copy=False), X.astype(ne, copy=False), np, out=Jbuf)
-            rt = r_t.reshape(n, 3 * R)
-            JdT = np.swapaxes(Jd, 1, 2)
-            JtJ = JdT @ Jd
-            Jtr = (JdT @ rt.astype(ne, copy=False)[..., None])[..., 0]
-        H = JtJ.astype(np.float64)
-        g = Jtr.astype(np.float64, copy=False)
-        Wf = W[:, fslot]
-        gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
-        if rs >= 0:
-            gp = np.concatenate([gp, r_prior[:, 3 * nF:]], 1)
-        H[:, eye_idx, eye_idx] += pw ** 2
-        g = g + pw * gp
-        H[:, eye_idx, eye_idx] += lam[:, None] * H[:, eye_idx, eye_idx] + 1e-9
-        if pb.lock_f:
-            u = (Wf[:, pb.lock_f] @ pb.lock_e[None, :, :, None])[..., 0]
-            for j, f_i in enumerate(pb.lock_f):
-                sl = slice(3 * f_i, 3 * f_i + 3)
-                H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
-        if rs >= 0 and pb.root_fixed is not None:
-            H[:, 3 * nF:, 3 * nF:] += 1e6 * pb.root_fixed
-        step = _np_solve_spd(H, g)
-        if rs >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
-            step[:, 3 * nF:] -= step[:, 3 * nF:] @ pb.root_fixed.T
-        d_w = step[:, :3 * nF].reshape(n, nF, 3)
-        eta = (np.swapaxes(Wf, -1, -2) @ d_w[..., None])[..., 0]
-        nb_basis = basis.copy()
-        nb_basis[:, fslot] = basis[:, fslot] @ axis_angle_to_matrix_np(eta)
-        nloc = loc
-        if rs >= 0:
-            nloc = loc.copy()
-            nloc[:, rs] = loc[:, rs] + (np.swapaxes(Bm[:, rs], -1, -2) @ step[:, 3 * nF:, None])[..., 0]
-        cand = evaluate(nb_basis, nloc)
-        better = cand[-1] <= cost
-        if better.all():   # (the usual case: the candidate as it is, no per-frame choice)
-            basis, loc, (W, X, Bm, pts, r_t, r_prior, cost) = nb_basis, nloc, cand
-        elif better.any():
-            basis = np.where(better[:, None, None, None], nb_basis, basis)
-            loc = np.where(better[:, None, None], nloc, loc)
-            W, X, Bm, pts, r_t, r_prior = (np.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
-                                           for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-            cost = np.where(better, cand[-1], cost)
-        lam = np.where(better, np.maximum(lam / 3.0, 1e-7), lam * 10.0)
-        if better.any():
-            JtJ = None
-        done = it + 1
-        if float(np.abs(step).max()) < tol and it + 1 >= min_iterations:
-            break
-        if progress is not None:
-            progress()
-    return basis, loc, done, (W, X, pts)
-
-
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
@@ -886,7 +583,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     backend : {"auto", "numpy", "torch"}
         ``auto``: chunks of more than :data:`SMALL_BATCH` frames run in torch
         where torch is already loaded (the network ran: its threads are
-        warm); everything else runs in float64 numpy (:func:`_lm_numpy`; long
+        warm); everything else runs in float64 numpy (:data:`.levenberg.NUMPY`; long
         clips in chunks of :data:`NUMPY_CHUNK` frames on two threads), so
         that a bake that needs no network never imports torch (its import
         alone takes longer than a short bake).
@@ -952,10 +649,10 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         if int(iterations) <= 0:   # only the residuals of the start pose
             it = 0
         elif use_torch and n > SMALL_BATCH:
-            basis, loc, it = _lm_torch(pb, basis, loc, tgt, w, proj, **kw)
+            basis, loc, it, posed = levenberg_marquardt(pb, torch_ops(pb.dtype), basis, loc, tgt, w, proj, **kw)
         else:
             with _threads(1):
-                basis, loc, it, posed = _lm_numpy(pb, basis, loc, tgt, w, proj, **kw)
+                basis, loc, it, posed = levenberg_marquardt(pb, NUMPY, basis, loc, tgt, w, proj, **kw)
         if it:   # rotations through unit quaternions
             q = matrix_to_quat(basis)
             q /= vector_norm(q, keepdims=True)
