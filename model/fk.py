@@ -69,7 +69,8 @@ def forward_kinematics(local_rot: torch.Tensor, root_pos: torch.Tensor, offsets:
     loc = local_rot.unbind(-3)
     off = offsets[..., None].unbind(-3)  # each (..., 3, 1)
     rots = [loc[0]]
-    pos = [torch.broadcast_to(root_pos, torch.broadcast_shapes(root_pos.shape, loc[0].shape[:-1]))[..., None]]
+    # (numpy's shape rule: torch.broadcast_shapes imports torch._refs on first use, a third of a second)
+    pos = [torch.broadcast_to(root_pos, np.broadcast_shapes(tuple(root_pos.shape), tuple(loc[0].shape[:-1])))[..., None]]
     for j in range(1, NUM_JOINTS):
         p = PARENTS[j]
         rp = rots[p]
