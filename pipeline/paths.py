@@ -205,11 +205,13 @@ def ease_start_jumps(job, init):
     touched = np.flatnonzero(wgt > 0)
     breaks = np.flatnonzero(np.diff(touched) > 1)
     pad = 4 * half
+    # (the driven bones only, all at once: the others keep their rest, and a window is short)
+    driven = np.flatnonzero(init.driven) if init.driven is not None else np.arange(q.shape[1])
     for a, b in zip(np.r_[touched[0], touched[breaks + 1]], np.r_[touched[breaks], touched[-1]] + 1):
         lo, hi = max(a - pad, 0), min(b + pad, T)
         low = np.array(q[lo:hi], dtype=np.float64)
-        smooth_columns("smooth_rotations", low, range(q.shape[1]), "butter", tuning.START_LOW_PASS, job.fps,
-                       unit=True, inplace=True)
+        smooth_columns("smooth_rotations", low, driven, "butter", tuning.START_LOW_PASS, job.fps,
+                       unit=True, inplace=True, group=max(len(driven), 1))
         quat_continuity(low, out=low)
         part = np.array(q[a:b], dtype=np.float64)
         low = low[a - lo:b - lo]
