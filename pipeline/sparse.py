@@ -114,8 +114,9 @@ class SparsePath(BakePath):
         if not self._clip():
             return
         q = np.array(init.quaternions, dtype=np.float64)
+        driven = np.flatnonzero(init.driven)   # (the others keep their rest: nothing to low-pass)
         for a, b in stretches(job):   # (never across a cut: see SPARSE_CUT_SPEED)
-            smooth_columns("smooth_rotations", q[a:b], range(q.shape[1]), "butter", tuning.START_LOW_PASS, job.fps,
+            smooth_columns("smooth_rotations", q[a:b], driven, "butter", tuning.START_LOW_PASS, job.fps,
                            unit=True, inplace=True)
         init.quaternions = quat_continuity(q, out=q)
         _, init.heads = pose_rig(job.plan.rig, init.quaternions, init.locations, chunk=job.chunk, rotations=False)
