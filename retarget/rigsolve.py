@@ -235,6 +235,23 @@ class _RigFK:
         self.rel_rot_np, self.rel_pos_np = rel_rot, rel_pos
         self.par = [int(x) for x in par]
         self._torch = None
+        self._levels_np = None
+
+    def _levels(self):
+        """``(slice, parent slots or None, rest rotations, rest offsets)`` per depth level (numpy)."""
+        if self._levels_np is None:
+            # posed bones are sorted by depth: every level is a contiguous slice
+            depth = np.zeros(len(self.par), dtype=np.int64)
+            for i, p in enumerate(self.par):
+                depth[i] = 0 if p < 0 else depth[p] + 1
+            self._levels_np = []
+            for d in range(int(depth.max()) + 1 if depth.size else 0):
+                idx = np.flatnonzero(depth == d)
+                sl = slice(int(idx[0]), int(idx[-1]) + 1)
+                assert idx[-1] - idx[0] + 1 == len(idx)
+                par = None if d == 0 else np.array([self.par[i] for i in idx])
+                self._levels_np.append((sl, par, self.rel_rot_np[sl], self.rel_pos_np[sl][..., None]))
+        return self._levels_np
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
@@ -242,55 +259,37 @@ class _RigFK:
 
         if self._torch is None:
             dt = _torch_dtype(self.dtype)
-            self._torch = (list(torch.as_tensor(self.rel_rot_np, dtype=dt).unbind(0)),
-                           list(torch.as_tensor(self.rel_pos_np, dtype=dt).unbind(0)))
-        rr, rp = self._torch
-        T, n = basis.shape[:2]
-        W, X, B = [None] * n, [None] * n, [None] * n
-        for i in range(n):           # parents first; per-bone views, no gathers
-            p = self.par[i]
-            if p < 0:
-                br = rr[i].expand(T, 3, 3)
-                bp = rp[i].expand(T, 3)
-            else:
-                Wp = W[p]
-                br = Wp @ rr[i]
-                bp = X[p] + Wp @ rp[i]
-            B[i] = br
-            W[i] = br @ basis[:, i]
-            X[i] = bp + (br @ loc[:, i, :, None])[..., 0]
-        return torch.stack(W, 1), torch.stack(X, 1), torch.stack(B, 1)
+            self._torch = [(sl, None if par is None else torch.as_tensor(par), torch.as_tensor(rr, dtype=dt),
+                            torch.as_tensor(rp, dtype=dt)) for sl, par, rr, rp in self._levels()]
+        return _level_fk(basis, loc, self._torch, lambda shape: torch.empty(shape, dtype=basis.dtype))
 
     def numpy(self, basis, loc):
-        """The same forward kinematics on float64 numpy arrays, one batch per depth level."""
-        if not hasattr(self, "_levels"):
-            # posed bones are sorted by depth: every level is a contiguous slice
-            depth = np.zeros(len(self.par), dtype=np.int64)
-            for i, p in enumerate(self.par):
-                depth[i] = 0 if p < 0 else depth[p] + 1
-            self._levels = []
-            for d in range(int(depth.max()) + 1 if depth.size else 0):
-                idx = np.flatnonzero(depth == d)
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                assert idx[-1] - idx[0] + 1 == len(idx)
-                par = None if d == 0 else np.array([self.par[i] for i in idx])
-                self._levels.append((sl, par, self.rel_rot_np[sl], self.rel_pos_np[sl][..., None]))
-        T, n = basis.shape[:2]
-        W = np.empty((T, n, 3, 3))
-        X = np.empty((T, n, 3))
-        B = np.empty((T, n, 3, 3))
-        for sl, par, rr, rp in self._levels:
-            if par is None:
-                br = rr
-                bp = rp[..., 0]
-            else:
-                Wp = W[:, par]
-                br = Wp @ rr
-                bp = X[:, par] + (Wp @ rp)[..., 0]
-            B[:, sl] = br
-            W[:, sl] = br @ basis[:, sl]
-            X[:, sl] = bp + (br @ loc[:, sl, :, None])[..., 0]
-        return W, X, B
+        """The same forward kinematics on float64 numpy arrays."""
+        return _level_fk(basis, loc, self._levels(), np.empty)
+
+
+def _level_fk(basis, loc, levels, empty):
+    """Forward kinematics one depth level at a time (numpy or torch arrays alike): ``(W, X, B)``.
+
+    ``W`` the bones' armature-space rotations, ``X`` their heads, ``B`` their
+    rotations before their own pose (the parent's with the rest offset).
+    """
+    T, n = basis.shape[:2]
+    W = empty((T, n, 3, 3))
+    X = empty((T, n, 3))
+    B = empty((T, n, 3, 3))
+    for sl, par, rr, rp in levels:
+        if par is None:
+            br = rr
+            bp = rp[..., 0]
+        else:
+            Wp = W[:, par]
+            br = Wp @ rr
+            bp = X[:, par] + (Wp @ rp)[..., 0]
+        B[:, sl] = br
+        W[:, sl] = br @ basis[:, sl]
+        X[:, sl] = bp + (br @ loc[:, sl, :, None])[..., 0]
+    return W, X, B
 
 
 class _RestFK:
