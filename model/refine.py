@@ -41,7 +41,7 @@ from .limits import limit_arrays
 from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_rot6d, rot6d_to_matrix, skew
 from .rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, cross
 from .rotations_np import matrix_to_axis_angle as matrix_to_axis_angle_np, orthonormalise, skew as skew_np, vector_norm
-from .skeleton import PARENTS
+from .skeleton import PARENTS, forward_kinematics_np, keypoints_from_world_np
 
 __all__ = ["refine", "DEFAULTS"]
 
@@ -544,29 +544,9 @@ for _d in range(1, max(_depth) + 1):
 
 
 def _np_fk(L, t, off, eo):
-    """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3).
-
-    A loop over the joints with basic (view) indexing: for the few frames this
-    path serves, that is much cheaper than fancy indexing per tree level.
-    """
-    B = L.shape[0]
-    W = np.empty_like(L)
-    P = np.empty((B, NUM_JOINTS, 3))
-    W[:, 0] = L[:, 0]
-    P[:, 0] = t
-    for j in range(1, NUM_JOINTS):
-        p = PARENTS[j]
-        Wp = W[:, p]
-        np.matmul(Wp, L[:, j], out=W[:, j])
-        P[:, j] = P[:, p] + Wp @ off[j]
-    ep = _END_PARENTS_LIST
-    ends = P[:, ep] + (W[:, ep] @ eo[..., None])[..., 0]
-    return W, P, np.concatenate([P, ends], 1)
-
-
-from .skeleton import END_PARENTS as _END_PARENTS_NP  # noqa: E402
-
-_END_PARENTS_LIST = list(_END_PARENTS_NP)
+    """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3)."""
+    W, P = forward_kinematics_np(L, t, off)
+    return W, P, keypoints_from_world_np(W, P, eo)
 
 
 def _solve_spd(H, g):

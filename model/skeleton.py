@@ -53,6 +53,7 @@ __all__ = [
     "keypoint_index",
     "forward_kinematics_np",
     "keypoints_from_fk_np",
+    "keypoints_from_world_np",
 ]
 
 # name, parent, rest offset from the parent joint (metres, Z up, faces -Y)
@@ -234,17 +235,18 @@ def forward_kinematics_np(local_rot: np.ndarray, root_pos: np.ndarray, offsets: 
         offsets = REST_OFFSETS
     local_rot = np.asarray(local_rot, dtype=np.float64)
     batch = local_rot.shape[:-3]
-    offsets = np.broadcast_to(offsets, batch + (len(JOINTS), 3))
+    off = np.asarray(offsets, dtype=np.float64)[..., None]          # (..., 22, 3, 1)
     world_rot = np.empty_like(local_rot)
     world_pos = np.empty(batch + (len(JOINTS), 3))
     world_rot[..., 0, :, :] = local_rot[..., 0, :, :]
     world_pos[..., 0, :] = root_pos
+    # joint by joint with basic (view) indexing: for the few frames of an interactive solve much
+    # cheaper than a batch per tree level's gathers
     for j in range(1, len(JOINTS)):
         p = PARENTS[j]
-        world_rot[..., j, :, :] = world_rot[..., p, :, :] @ local_rot[..., j, :, :]
-        world_pos[..., j, :] = world_pos[..., p, :] + np.einsum(
-            "...ij,...j->...i", world_rot[..., p, :, :], offsets[..., j, :]
-        )
+        Wp = world_rot[..., p, :, :]
+        np.matmul(Wp, local_rot[..., j, :, :], out=world_rot[..., j, :, :])
+        world_pos[..., j, :] = world_pos[..., p, :] + (Wp @ off[..., j, :, :])[..., 0]
     return world_rot, world_pos
 
 
@@ -256,7 +258,11 @@ def keypoints_from_fk_np(local_rot: np.ndarray, root_pos: np.ndarray, skeleton: 
     """
     skeleton = skeleton or CANONICAL
     world_rot, world_pos = forward_kinematics_np(local_rot, root_pos, skeleton.offsets)
-    ends = world_pos[..., END_PARENTS, :] + np.einsum(
-        "...kij,...kj->...ki", world_rot[..., END_PARENTS, :, :], skeleton.end_offsets
-    )
+    return keypoints_from_world_np(world_rot, world_pos, skeleton.end_offsets)
+
+
+def keypoints_from_world_np(world_rot: np.ndarray, world_pos: np.ndarray, end_offsets) -> np.ndarray:
+    """The 32 keypoints (..., 32, 3) from the joints' world rotations and positions and the end offsets."""
+    eo = np.asarray(end_offsets, dtype=np.float64)[..., None]       # (..., 10, 3, 1)
+    ends = world_pos[..., END_PARENTS, :] + (world_rot[..., END_PARENTS, :, :] @ eo)[..., 0]
     return np.concatenate([world_pos, ends], axis=-2)
