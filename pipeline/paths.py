@@ -106,7 +106,9 @@ class DensePath(BakePath):
                                       hands=job.source_rig is None)
         if len(targets):   # the start pose's heads: no dense target reads them; the fit poses the rig again
             init.heads = None
-        return targets, info, tuning.DENSE_PRIOR
+        mapped = {plan.rig.index(b) for b in plan.mapping.entries.values() if plan.rig.has(b)}
+        prior = np.array([tuning.DENSE_PRIOR * (1.0 if b in mapped else tuning.DENSE_PRIOR_BETWEEN) for b in free])
+        return targets, info, prior
 
     def iterations(self, iterations, free, copied):
         if self.job.same_skeleton and all(b in copied for b in free):

@@ -46,6 +46,10 @@ SPARSE_PRIOR_TORSO = 0.3
 SPARSE_PRIOR_LIMB = 0.05
 #: Dense: a weak, constant prior that only settles twist (many targets decide the pose).
 DENSE_PRIOR = 0.01
+#: Dense: the prior of a solved bone no joint is mapped to (a neck bone between neck and head) is this
+#: many times stronger: its turn about the segment it shares with its neighbours is not seen
+#: (docs/tuning.md#dense_prior_between).
+DENSE_PRIOR_BETWEEN = 30.0
 #: Sparse second pass (an effector still off): the prior at this share of the first pass's.
 SPARSE_SECOND_PASS_PRIOR = 0.05
 #: Sparse second pass: iterations at least, from the pose the first pass reached.
