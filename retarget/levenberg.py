@@ -253,7 +253,7 @@ def jacobian(pb, wproj, pts, X, ops, out=None):
 
 
 def levenberg_marquardt(pb, ops, basis, loc, tgt, wts, proj, *, iterations, prior_decay, prior_floor,
-                        min_iterations, tol, progress=None):
+                        min_iterations, tol, rtol=0.0, progress=None):
     """Levenberg-Marquardt on one chunk of frames of the problem ``pb`` with the backend ``ops``.
 
     ``basis`` (n, posed, 3, 3), ``loc`` (n, posed, 3): the start (and the
@@ -262,72 +262,105 @@ def levenberg_marquardt(pb, ops, basis, loc, tgt, wts, proj, *, iterations, prio
     the damped normal equations of every frame at once; a frame keeps a step
     that does not raise its cost. While the prior fades (``prior_decay`` <
     1) its weight drops every iteration down to ``prior_floor`` times its
-    start.
+    start. Once ``min_iterations`` are done, a frame whose accepted step
+    lowered its cost by less than ``rtol`` of it is finished and leaves the
+    batch (the others go on without it).
 
     Returns ``(basis, loc, iterations, posed)`` as float64 numpy: ``posed``
     is ``(W, X, pts)`` of the last accepted pose where the backend is exact
     (float64), else None (the caller poses the unit quaternions again).
     """
-    n = basis.shape[0]
-    nF, R, fslot, rs = pb.nF, pb.R, pb.fslot, pb.root_slot
-    c = ops.consts(pb)
-    basis, loc = ops.asarray(basis), ops.asarray(loc)
-    basis0T = ops.copy(ops.T(basis[:, fslot]))
-    tgt, wts, proj = ops.asarray(tgt), ops.asarray(wts), ops.asarray(proj)
-    if proj.ndim == 3:
-        proj = proj[None]
-    wproj = wts[..., None, None] * proj                          # (n, R, 3, 3)
-    wdiag = ops.diagonal(wproj)                                 # (n, R, 3)
-    ne = ops.normal_dtype(prior_decay)
-    wproj_ne = ops.astype(wproj, ne)
-    lam = ops.full(n, 1e-3)
-    prior = pw = c["prior"]
-    state = {"pw": prior}
+    lm = _Chunk(pb, ops, basis, loc, tgt, wts, proj, prior_decay)
+    done = 0
+    for it in range(int(iterations)):
+        if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
+            lm.fade(lm.c["prior"], max(prior_decay ** it, prior_floor))
+        step, finished = lm.iterate(rtol if it + 1 >= min_iterations else 0.0)
+        done = it + 1
+        if finished is not None:
+            lm.retire(finished)
+        # every frame converged: a further step would move nothing that matters
+        if (ops.absmax(step) < tol and it + 1 >= min_iterations) or lm.all_finished():
+            break
+        if progress is not None:
+            progress()
+    return lm.result(done)
 
-    def evaluate(basis, loc, fk=None):
+
+class _Chunk:
+    """The state of :func:`levenberg_marquardt` on the frames of a chunk still being solved."""
+
+    def __init__(self, pb, ops, basis, loc, tgt, wts, proj, prior_decay):
+        self.pb, self.ops = pb, ops
+        c = self.c = ops.consts(pb)
+        fslot, rs = pb.fslot, pb.root_slot
+        basis, loc = ops.asarray(basis), ops.asarray(loc)
+        proj = ops.asarray(proj)
+        if proj.ndim == 3:
+            proj = proj[None]
+        self.n_all = n = basis.shape[0]
+        self.rows = np.arange(n)                                     # the chunk's frames still solved
+        self.basis0T = ops.copy(ops.T(basis[:, fslot]))
+        self.tgt = ops.asarray(tgt)
+        self.wproj = ops.asarray(wts)[..., None, None] * proj       # (n, R, 3, 3)
+        self.wdiag = ops.diagonal(self.wproj)                       # (n, R, 3)
+        self.ne = ops.normal_dtype(prior_decay)
+        self.lam = ops.full(n, 1e-3)
+        self.pw = c["prior"]
+        fk0 = ops.fk(pb, basis, loc)
+        self.root_head0 = ops.copy(fk0[1][:, rs]) if rs >= 0 else None
+        self.basis, self.loc = basis, loc
+        self.W, self.X, self.Bm, self.pts, self.r_t, self.r_prior, self.cost = self.evaluate(basis, loc, fk0)
+        self.JtJ = self.Jtr = self.Jbuf = None
+        self.diag_idx = np.arange(3 * pb.nF + (3 if rs >= 0 else 0))
+        self.out = None    # (full-chunk arrays, made when the first frames finish)
+
+    def evaluate(self, basis, loc, fk=None):
+        pb, ops, c = self.pb, self.ops, self.c
+        n = basis.shape[0]
         W, X, Bm = ops.fk(pb, basis, loc) if fk is None else fk
         pts = X[:, c["pslot"]] + (W[:, c["pslot"]] @ c["poff"][None, :, :, None])[..., 0]
         comb = ops.xp.einsum("rp,tpi->tri", c["C"], pts)
         if pb.diag_only:
-            r_t = wdiag * (comb - tgt)
+            r_t = self.wdiag * (comb - self.tgt)
         else:
-            r_t = (wproj @ (comb - tgt)[..., None])[..., 0]
-        r_p = ops.logmap(basis0T @ basis[:, fslot]).reshape(n, -1)
-        if rs >= 0:
-            r_p = ops.cat([r_p, X[:, rs] - root_head0], 1)
-        r_prior = state["pw"] * r_p
+            r_t = (self.wproj @ (comb - self.tgt)[..., None])[..., 0]
+        r_p = ops.logmap(self.basis0T @ basis[:, pb.fslot]).reshape(n, -1)
+        if pb.root_slot >= 0:
+            r_p = ops.cat([r_p, X[:, pb.root_slot] - self.root_head0], 1)
+        r_prior = self.pw * r_p
         cost = (r_t ** 2).sum((1, 2)) + (r_prior ** 2).sum(1)
         return W, X, Bm, pts, r_t, r_prior, cost
 
-    fk0 = ops.fk(pb, basis, loc)
-    root_head0 = ops.copy(fk0[1][:, rs]) if rs >= 0 else None
-    W, X, Bm, pts, r_t, r_prior, cost = evaluate(basis, loc, fk0)
-    done = 0
-    JtJ = Jtr = Jbuf = None
-    diag_idx = np.arange(3 * nF + (3 if rs >= 0 else 0))
-    for it in range(int(iterations)):
-        if it and prior_decay < 1.0:   # continuation: the prior fades, the targets are met exactly
-            new_pw = prior * max(prior_decay ** it, prior_floor)
-            ratio = new_pw / pw
-            cost = cost - (r_prior ** 2).sum(1) + ((r_prior * ratio) ** 2).sum(1)
-            r_prior = r_prior * ratio
-            pw = state["pw"] = new_pw
-        if JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
-            Jd = Jbuf = jacobian(pb, wproj_ne, ops.astype(pts, ne), ops.astype(X, ne), ops, out=Jbuf)
+    def fade(self, prior, share):
+        """The prior's weight set to ``share`` of its start (the cost follows without a new evaluation)."""
+        new_pw = prior * share
+        ratio = new_pw / self.pw
+        self.cost = self.cost - (self.r_prior ** 2).sum(1) + ((self.r_prior * ratio) ** 2).sum(1)
+        self.r_prior = self.r_prior * ratio
+        self.pw = new_pw
+
+    def _normal_equations(self):
+        pb, ops, c = self.pb, self.ops, self.c
+        n, nF, rs = self.basis.shape[0], pb.nF, pb.root_slot
+        if self.JtJ is None:   # (after a step every frame rejected, the pose and so J^T J, J^T r are unchanged)
+            Jd = self.Jbuf = jacobian(pb, ops.astype(self.wproj, self.ne), ops.astype(self.pts, self.ne),
+                                      ops.astype(self.X, self.ne), ops, out=self.Jbuf)
             JdT = ops.T(Jd)
-            JtJ = JdT @ Jd
-            Jtr = (JdT @ ops.astype(r_t.reshape(n, 3 * R), ne)[..., None])[..., 0]
-        H = ops.astype(JtJ, ops.dtype)
-        if H is JtJ:   # (kept for the next iteration: the damping is added to a copy)
+            self.JtJ = JdT @ Jd
+            self.Jtr = (JdT @ ops.astype(self.r_t.reshape(n, 3 * pb.R), self.ne)[..., None])[..., 0]
+        H = ops.astype(self.JtJ, ops.dtype)
+        if H is self.JtJ:   # (kept for the next iteration: the damping is added to a copy)
             H = ops.copy(H)
-        Wf = W[:, fslot]
-        gp = (Wf @ r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
+        Wf = self.W[:, pb.fslot]
+        gp = (Wf @ self.r_prior[:, :3 * nF].reshape(n, nF, 3, 1))[..., 0].reshape(n, 3 * nF)
         if rs >= 0:
-            gp = ops.cat([gp, r_prior[:, 3 * nF:]], 1)
+            gp = ops.cat([gp, self.r_prior[:, 3 * nF:]], 1)
         # prior rows: r = w (eta_acc + W_k^T d_k): H += w^2 I, g += w W_k r
-        H[:, diag_idx, diag_idx] += pw ** 2
-        g = ops.astype(Jtr, ops.dtype) + pw * gp
-        H[:, diag_idx, diag_idx] += lam[:, None] * H[:, diag_idx, diag_idx] + 1e-9
+        d = self.diag_idx
+        H[:, d, d] += self.pw ** 2
+        g = ops.astype(self.Jtr, ops.dtype) + self.pw * gp
+        H[:, d, d] += self.lam[:, None] * H[:, d, d] + 1e-9
         if pb.lock_f:   # locked bone axes: stiff springs on (W_k e_a) . d_k
             u = (Wf[:, c["lock_f"]] @ c["lock_e"][None, :, :, None])[..., 0]        # (n, Lk, 3)
             for j, f_i in enumerate(pb.lock_f):
@@ -335,34 +368,84 @@ def levenberg_marquardt(pb, ops, basis, loc, tgt, wts, proj, *, iterations, prio
                 H[:, sl, sl] += 1e6 * (u[:, j, :, None] * u[:, j, None, :])
         if rs >= 0 and pb.root_fixed is not None:   # root translation held in these directions
             H[:, 3 * nF:, 3 * nF:] += 1e6 * c["root_fixed"]
+        return H, g, Wf
+
+    def iterate(self, rtol):
+        """One damped step of every frame; returns ``(step, finished)``: finished frames (positions in
+        the batch) whose accepted step lowered the cost by less than ``rtol`` of it."""
+        pb, ops, c = self.pb, self.ops, self.c
+        nF, rs = pb.nF, pb.root_slot
+        H, g, Wf = self._normal_equations()
         step = ops.solve(H, g)
         if rs >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
             step[:, 3 * nF:] -= step[:, 3 * nF:] @ ops.T(c["root_fixed"])
-        d_w = step[:, :3 * nF].reshape(n, nF, 3)
+        d_w = step[:, :3 * nF].reshape(-1, nF, 3)
+        basis, loc = self.basis, self.loc
         nb_basis = ops.copy(basis)
-        nb_basis[:, fslot] = basis[:, fslot] @ ops.expmap((ops.T(Wf) @ d_w[..., None])[..., 0])   # (bone frame)
+        nb_basis[:, pb.fslot] = basis[:, pb.fslot] @ ops.expmap((ops.T(Wf) @ d_w[..., None])[..., 0])   # (bone frame)
         nloc = loc
         if rs >= 0:
             nloc = ops.copy(loc)
-            nloc[:, rs] = loc[:, rs] + (ops.T(Bm[:, rs]) @ step[:, 3 * nF:, None])[..., 0]
-        cand = evaluate(nb_basis, nloc)
+            nloc[:, rs] = loc[:, rs] + (ops.T(self.Bm[:, rs]) @ step[:, 3 * nF:, None])[..., 0]
+        cand = self.evaluate(nb_basis, nloc)
+        cost = self.cost
         better = cand[-1] <= cost
+        finished = None
+        if rtol > 0:
+            fin = better & (cost - cand[-1] <= rtol * cost)
+            if bool(fin.any()):
+                finished = np.flatnonzero(ops.numpy(fin) > 0)
         if bool(better.all()):   # (the usual case: the candidate as it is, no per-frame choice)
-            basis, loc, (W, X, Bm, pts, r_t, r_prior, cost) = nb_basis, nloc, cand
+            self.basis, self.loc, (self.W, self.X, self.Bm, self.pts, self.r_t, self.r_prior, self.cost) = \
+                nb_basis, nloc, cand
         elif bool(better.any()):
-            basis = ops.where(better[:, None, None, None], nb_basis, basis)
-            loc = ops.where(better[:, None, None], nloc, loc)
-            W, X, Bm, pts, r_t, r_prior = (ops.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
-                                           for a, b in zip(cand[:-1], (W, X, Bm, pts, r_t, r_prior)))
-            cost = ops.where(better, cand[-1], cost)
-        lam = ops.where(better, ops.clamp_min(lam / 3.0, 1e-7), lam * 10.0)
+            self.basis = ops.where(better[:, None, None, None], nb_basis, basis)
+            self.loc = ops.where(better[:, None, None], nloc, loc)
+            self.W, self.X, self.Bm, self.pts, self.r_t, self.r_prior = (
+                ops.where(better.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+                for a, b in zip(cand[:-1], (self.W, self.X, self.Bm, self.pts, self.r_t, self.r_prior)))
+            self.cost = ops.where(better, cand[-1], cost)
+        self.lam = ops.where(better, ops.clamp_min(self.lam / 3.0, 1e-7), self.lam * 10.0)
         if bool(better.any()):
-            JtJ = None
-        done = it + 1
-        # every frame converged: a further step would move nothing that matters
-        if ops.absmax(step) < tol and it + 1 >= min_iterations:
-            break
-        if progress is not None:
-            progress()
-    posed = (W, X, pts) if ops.exact else None
-    return ops.numpy(basis), ops.numpy(loc), done, posed
+            self.JtJ = None
+        return step, finished
+
+    def all_finished(self) -> bool:
+        return len(self.rows) == 0
+
+    _PER_FRAME = ("basis", "loc", "basis0T", "tgt", "wproj", "wdiag", "lam", "root_head0", "W", "X", "Bm", "pts",
+                  "r_t", "r_prior", "cost")
+
+    def retire(self, finished):
+        """Frames ``finished`` (positions in the batch) stored as they are and left out of the next steps."""
+        ops = self.ops
+        ix = (lambda a: a) if ops.name == "numpy" else ops.xp.as_tensor   # noqa: E731
+        if self.out is None:
+            self.out = {k: ops.copy(getattr(self, k)) for k in ("basis", "loc", "W", "X", "pts")}
+        rows = ix(self.rows[finished])
+        for k, v in self.out.items():
+            v[rows] = getattr(self, k)[ix(finished)]
+        keep = np.setdiff1d(np.arange(len(self.rows)), finished)
+        self.rows = self.rows[keep]
+        if not len(keep):
+            return
+        idx = ix(keep)
+        for k in self._PER_FRAME:
+            v = getattr(self, k)
+            if v is not None:
+                setattr(self, k, v[idx])
+        self.JtJ = self.Jtr = self.Jbuf = None
+
+    def result(self, done):
+        """``(basis, loc, iterations, posed)`` of every frame of the chunk, as float64 numpy."""
+        ops = self.ops
+        if self.out is None:
+            basis, loc, W, X, pts = self.basis, self.loc, self.W, self.X, self.pts
+        else:
+            if len(self.rows):
+                rows = self.rows if ops.name == "numpy" else ops.xp.as_tensor(self.rows)
+                for k, v in self.out.items():
+                    v[rows] = getattr(self, k)
+            basis, loc, W, X, pts = (self.out[k] for k in ("basis", "loc", "W", "X", "pts"))
+        posed = (W, X, pts) if ops.exact else None
+        return ops.numpy(basis), ops.numpy(loc), done, posed

@@ -185,6 +185,10 @@ def free_bones(rig, bones, root: int) -> list:
     return sorted(out, key=lambda i: (rig.depth[i], i))
 
 
+#: A frame whose accepted step lowers its cost by less than this share is finished: the others
+#: go on without it (docs/tuning.md#finished_rtol).
+FINISHED_RTOL = 1e-4
+
 #: Chunks of up to this many frames are solved in float64 numpy (:data:`.levenberg.NUMPY`):
 #: for tiny problems a torch call's fixed cost (and its thread pool's hand-offs)
 #: outweighs the work.
@@ -537,6 +541,7 @@ class _threads:
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
               prior_translation=0.02, iterations: int = 8, locked=None, chunk: int = 1024, tol: float = 1e-5,
+              rtol: float = FINISHED_RTOL,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
               dtype=None, progress=None, all_heads: bool = True, backend: str = "auto",
               overwrite: bool = False) -> RigSolveResult:
@@ -567,6 +572,9 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         Frames per batch (bounds memory).
     tol : float
         Stop early once no frame's step exceeds this (radians / units).
+    rtol : float
+        A frame whose step lowers its cost by less than this share of it
+        (once the prior has faded) is finished: it leaves the batch.
     root_fixed : ndarray (3, 3), optional
         Projection onto the directions (armature space) in which the root's
         translation must not move (``I - n n^T``: horizontally, for an
@@ -643,7 +651,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         proj = pb.projections(targets, c0, c1, T)
         tgt, w = stacked("target", c0, c1), stacked("weight", c0, c1)
         kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
-                  min_iterations=min_iterations, tol=tol, progress=tick)
+                  min_iterations=min_iterations, tol=tol, rtol=rtol, progress=tick)
         posed = None
         if int(iterations) <= 0:   # only the residuals of the start pose
             it = 0
