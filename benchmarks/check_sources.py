@@ -4,7 +4,7 @@ Sources: every file of ``../shared/mocap/foreign/`` (when present) and generated
 convention (BVH naming schemes, Y/Z up, cm/inches/CMU units, joint orients, a floor not at zero,
 an FBX whose root bone became the armature object, the project's own BVH export baked back,
 nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks, a Plug-in Gait C3D, a studio
-rig's joint names, a headerless Kinect v2 CSV), and bad inputs that must be refused with a clear
+rig's joint names, a headerless Kinect v2 CSV, an AMASS SMPL+H motion), and bad inputs that must be refused with a clear
 message (2D OpenPose keypoints among them).
 
 Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
@@ -223,7 +223,7 @@ def make_fixtures(folder):
 
 
 def _lab_fixtures(folder, walk):
-    """C3D (Plug-in Gait), a studio rig's joint names, a headerless Kinect v2 CSV, an OpenPose frame."""
+    """C3D (Plug-in Gait), a studio rig's joint names, AMASS, a headerless Kinect v2 CSV, an OpenPose frame."""
     import source_fixtures as sf
 
     out = []
@@ -238,6 +238,9 @@ def _lab_fixtures(folder, walk):
     np.savez(folder / "unity_names.npz", positions=walk[:, idx], joint_names=np.array([sf.UNITY[j] for j in JOINTS]),
              fps=30.0, units="m")
     out.append(("npz a studio rig's joint names, no parents", folder / "unity_names.npz", False))
+    from amass_fixtures import walk as amass_walk, write_amass
+    write_amass(folder / "amass_walk.npz", *amass_walk(600, fps=60.0), fps=60.0)
+    out.append(("npz AMASS SMPL+H rotations, generic skeleton", folder / "amass_walk.npz", False))
     np.savetxt(folder / "kinect_v2.csv", sf.kinect_points(walk).reshape(len(walk), -1), delimiter=",", fmt="%.5f")
     out.append(("csv Kinect v2 headerless Y-up", folder / "kinect_v2.csv", False))
     (folder / "openpose_000000000000_keypoints.json").write_text(json.dumps(

@@ -10,7 +10,7 @@ the problem.
 >>> clip30 = resample(clip, 30.0)                           # doctest: +SKIP
 
 Formats (by extension): ``.npz`` (interchange format, see
-:mod:`.npz`), ``.npy`` (recognised by joint count and geometry, or
+:mod:`.npz`; AMASS body-model motions, :mod:`.amass`), ``.npy`` (recognised by joint count and geometry, or
 ``layout=``), ``.json`` (:mod:`.jsonfmt`), ``.csv`` (:mod:`.csvfmt`),
 ``.trc`` (:mod:`.trc`; anatomical markers -> joint centres, :mod:`.markers`),
 ``.bvh`` (:mod:`.bvh`). Layouts: :mod:`.layouts`. Armature files (FBX, glTF,
