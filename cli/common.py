@@ -264,6 +264,9 @@ def add_bake_arguments(parser):
                         "feet to head)")
     g.add_argument("--source-fps", type=bounded_float(*FPS_RANGE, "frames per second"), default=None, metavar="FPS",
                    help="frame rate of the source when the file has none or a wrong one")
+    g.add_argument("--image-size", nargs=2, type=int_at_least(1, "pixels"), default=None, metavar=("W", "H"),
+                   help="width and height in pixels of the video that MediaPipe image landmarks (.json, x and y "
+                        "between 0 and 1) were taken from: lifts them to 3D (default: they are refused)")
     g.add_argument("--frames", type=parse_frames, default=None, metavar="A:B",
                    help="bake source frames A up to B (B excluded; A: or :B for open ends)")
     g = parser.add_argument_group("bake")
@@ -777,7 +780,14 @@ def emit_report(destination, report):
 
 
 def check_source_path(path):
-    """Validate a SOURCE argument (exit code 2 when missing or of an unknown type)."""
+    """Validate a SOURCE argument (exit code 2 when missing or of an unknown type; 1 for a folder of 2D frames)."""
+    if os.path.isdir(path):   # an OpenPose output folder: named and refused as 2D image keypoints
+        from ..readers import KeypointReadError, read_keypoints
+
+        try:
+            read_keypoints(path)
+        except KeypointReadError as ex:
+            raise CliError(str(ex)) from None
     ext = os.path.splitext(path)[1].lower()
     if ext not in SOURCE_EXTENSIONS:
         raise UsageError("{}: unknown source type {!r}; readable: {}".format(
@@ -875,7 +885,7 @@ def read_source(path, args):
             from .fbx_source import read_armature_file
 
             return read_armature_file(path, **kwargs)
-        return read_keypoints(path, **kwargs)
+        return read_keypoints(path, image_size=getattr(args, "image_size", None), **kwargs)
     except RecursionError:  # json's decoder on thousands of nested brackets
         raise KeypointReadError(path, "nested too deeply to be read (thousands of nested brackets: not a "
                                 "keypoint file?)") from None
