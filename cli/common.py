@@ -800,7 +800,7 @@ def check_source_path(path):
 
 
 def peek_frame_count(path):
-    """Frame count of a ``.npz``, ``.npy`` or ``.bvh`` file read from its header only, else ``None``.
+    """Frame count of a ``.npz`` (keypoints, AMASS), ``.npy`` or ``.bvh`` file from its header only, else ``None``.
 
     Lets ``--max-frames`` refuse a huge file before it is loaded. Anything
     unexpected returns ``None`` (the reader reports bad files).
@@ -813,11 +813,13 @@ def peek_frame_count(path):
     try:
         if ext in (".npy", ".npz"):
             with contextlib.ExitStack() as stack:
-                if ext == ".npz":
+                if ext == ".npz":   # keypoints, or an AMASS motion's rotations
                     archive = stack.enter_context(zipfile.ZipFile(path))
-                    if "positions.npy" not in archive.namelist():
+                    member = next((m for m in ("positions.npy", "poses.npy", "root_orient.npy")
+                                   if m in archive.namelist()), None)
+                    if member is None:
                         return None
-                    handle = stack.enter_context(archive.open("positions.npy"))
+                    handle = stack.enter_context(archive.open(member))
                 else:
                     handle = stack.enter_context(open(path, "rb"))
                 version = np.lib.format.read_magic(handle)

@@ -156,3 +156,9 @@ def test_keypoint_npz_is_not_taken_for_amass(tmp_path):
 def test_planted_trans_helper_keeps_a_still_body_still():
     trans = planted_trans(still(6))
     assert np.ptp(trans, axis=0).max() < 1e-9
+
+
+def test_frame_count_peeked_from_the_header(tmp_path):
+    from neural_ik.cli.common import peek_frame_count
+
+    assert peek_frame_count(str(write_amass(tmp_path / "walk.npz", still(17)))) == 17
