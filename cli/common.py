@@ -781,7 +781,9 @@ def emit_report(destination, report):
 
 def check_source_path(path):
     """Validate a SOURCE argument (exit code 2 when missing or of an unknown type; 1 for a folder of 2D frames)."""
-    if os.path.isdir(path):   # an OpenPose output folder: named and refused as 2D image keypoints
+    from ..readers.image2d import openpose_frames
+
+    if openpose_frames(path):   # an OpenPose output folder: named and refused as 2D image keypoints
         from ..readers import KeypointReadError, read_keypoints
 
         try:

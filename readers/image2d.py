@@ -32,7 +32,8 @@ import numpy as np
 from .base import KeypointReadError, _canonical_points, _looks_image_normalised, body_height
 from .layouts import detect_layout, get_layout
 
-__all__ = ["ASSUMED_HEIGHT", "IMAGE_FRAME_KEYS", "image_landmarks", "describe_2d", "refuse_2d", "read_folder"]
+__all__ = ["ASSUMED_HEIGHT", "IMAGE_FRAME_KEYS", "image_landmarks", "describe_2d", "refuse_2d", "read_folder",
+           "openpose_frames"]
 
 #: Standing height (m) image landmarks are scaled to: an average adult.
 ASSUMED_HEIGHT = 1.70
@@ -91,6 +92,13 @@ def describe_2d(data) -> str:
     return ""
 
 
+def openpose_frames(path) -> list:
+    """The ``*_keypoints.json`` files of an OpenPose output folder, sorted (empty: not such a folder)."""
+    if not os.path.isdir(path):
+        return []
+    return sorted(glob.glob(os.path.join(glob.escape(os.fspath(path)), "*_keypoints.json")))
+
+
 def read_folder(path):
     """A folder as a source: an OpenPose output folder is refused as 2D, anything else named.
 
@@ -100,7 +108,7 @@ def read_folder(path):
         Always: the folder's first ``*_keypoints.json`` is read (a bad one
         is named) and what the folder holds is said.
     """
-    frames = sorted(glob.glob(os.path.join(glob.escape(path), "*_keypoints.json")))
+    frames = openpose_frames(path)
     if not frames:
         raise KeypointReadError(path, "a folder, not a keypoint file (no *_keypoints.json of OpenPose in it): "
                                 "name a file, or bake every file of a folder with `neural-ik batch`")
