@@ -175,7 +175,8 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     if file_fps is not None and (isinstance(file_fps, bool) or not isinstance(file_fps, (int, float))):
         raise KeypointReadError(path, f"'fps' must be a number, got {file_fps!r}")
     file_units, file_up, warns = meta.get("units"), meta.get("up_axis"), []
-    lifted = image_landmarks(path, pos, names, layout=layout, explicit=image_key, units=units, image_size=image_size)
+    lifted = image_landmarks(path, pos, names, layout=layout, explicit=image_key, image_size=image_size,
+                             units=units if units is not None else file_units)
     if lifted is not None:   # pixels scaled to a body's height: metres, y down
         pos, warns = lifted
         units, file_units, file_up = None, "m", "-Y"

@@ -95,3 +95,12 @@ def test_alphapose_results_are_refused_as_2d(tmp_path, data, what):
     path.write_text(json.dumps(data))
     with pytest.raises(KeypointReadError, match=rf"alphapose-results\.json: 2D image keypoints \({what}.*Lift"):
         read_keypoints(path)
+
+
+def test_a_file_that_says_metres_is_not_taken_for_image_landmarks(tmp_path):
+    path = write_mediapipe_json(tmp_path / "small.json", mediapipe_image(WALK))
+    data = json.loads(path.read_text())
+    data["units"] = "m"
+    path.write_text(json.dumps(data))
+    clip = read_keypoints(path)
+    assert clip.units == "m" and any("m tall" in w and "--units" in w for w in clip.warnings)
