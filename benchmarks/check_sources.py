@@ -4,8 +4,8 @@ Sources: every file of ``../shared/mocap/foreign/`` (when present) and generated
 convention (BVH naming schemes, Y/Z up, cm/inches/CMU units, joint orients, a floor not at zero,
 an FBX whose root bone became the armature object, the project's own BVH export baked back,
 nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks, a Plug-in Gait C3D, a studio
-rig's joint names, a headerless Kinect v2 CSV), and bad inputs that must be refused with a clear
-message (2D OpenPose keypoints among them).
+rig's joint names, a headerless Kinect v2 CSV, an AMASS SMPL+H motion, MediaPipe image landmarks with --image-size), and bad inputs that must be refused with a clear
+message (2D OpenPose keypoints, a frame and a folder, among them).
 
 Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
 through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
@@ -37,18 +37,18 @@ sys.path.insert(0, str(REPO / "tests"))
 FOREIGN = REPO.parent / "shared" / "mocap" / "foreign"
 
 
-def cli_args(source, seconds, fps=30.0):
-    """Parsed ``bake`` flags as a user would give them: none but the target, rate and range."""
+def cli_args(source, seconds, fps=30.0, extra=()):
+    """Parsed ``bake`` flags as a user would give them: none but the target, rate and range (and ``extra``)."""
     from neural_ik.cli.parser import build_parser
 
-    argv = ["bake", str(source), "--target", "rigify", "--fps", str(fps), "-q"]
+    argv = ["bake", str(source), "--target", "rigify", "--fps", str(fps), "-q", *extra]
     args = build_parser().parse_args(argv)
     args.default_device = "cpu"
     args._seconds = seconds
     return args
 
 
-def bake_source(path, target, solver, seconds):
+def bake_source(path, target, solver, seconds, extra=()):
     """Read and bake one source through the CLI path; the one place that bakes (swap for the new pipeline).
 
     Returns
@@ -59,7 +59,7 @@ def bake_source(path, target, solver, seconds):
     from neural_ik.cli import common
     from neural_ik.cli.bake import bake_file
 
-    args = cli_args(path, seconds)
+    args = cli_args(path, seconds, extra=extra)
     clip = common.read_source(str(path), args)
     n = clip.num_frames
     args.frames = (0, min(n, max(2, int(round(seconds * clip.fps)))))
@@ -223,7 +223,7 @@ def make_fixtures(folder):
 
 
 def _lab_fixtures(folder, walk):
-    """C3D (Plug-in Gait), a studio rig's joint names, a headerless Kinect v2 CSV, an OpenPose frame."""
+    """C3D (Plug-in Gait), a studio rig's joint names, AMASS, a headerless Kinect v2 CSV, an OpenPose frame."""
     import source_fixtures as sf
 
     out = []
@@ -238,12 +238,25 @@ def _lab_fixtures(folder, walk):
     np.savez(folder / "unity_names.npz", positions=walk[:, idx], joint_names=np.array([sf.UNITY[j] for j in JOINTS]),
              fps=30.0, units="m")
     out.append(("npz a studio rig's joint names, no parents", folder / "unity_names.npz", False))
+    from amass_fixtures import walk as amass_walk, write_amass
+    write_amass(folder / "amass_walk.npz", *amass_walk(600, fps=60.0), fps=60.0)
+    out.append(("npz AMASS SMPL+H rotations, generic skeleton", folder / "amass_walk.npz", False))
     np.savetxt(folder / "kinect_v2.csv", sf.kinect_points(walk).reshape(len(walk), -1), delimiter=",", fmt="%.5f")
     out.append(("csv Kinect v2 headerless Y-up", folder / "kinect_v2.csv", False))
     (folder / "openpose_000000000000_keypoints.json").write_text(json.dumps(
         {"version": 1.3, "people": [{"pose_keypoints_2d": [320.0, 240.0, 0.9] * 25}]}))
     out.append(("BAD json OpenPose 2D image keypoints", folder / "openpose_000000000000_keypoints.json", True))
-    return out
+    return out + _image_fixtures(folder, walk)
+
+
+def _image_fixtures(folder, walk):
+    """MediaPipe image landmarks lifted with --image-size; an OpenPose output folder (refused as 2D)."""
+    from image_fixtures import mediapipe_image, write_mediapipe_json, write_openpose_folder
+
+    write_mediapipe_json(folder / "mediapipe_image_landmarks.json", mediapipe_image(walk))
+    return [("json MediaPipe image landmarks --image-size", folder / "mediapipe_image_landmarks.json", False,
+             ("--image-size", "1920", "1080")),
+            ("BAD folder OpenPose output (2D)", write_openpose_folder(folder / "openpose_output"), True)]
 
 
 def root_as_object_fbx(folder):
@@ -309,7 +322,7 @@ def main():
     own = Path(tmp) / "own_export.bvh"
     t0 = time.perf_counter()
     print(HEADER)
-    for name, path, bad in sources:
+    for name, path, bad, *flags in sources:
         if path is None:  # the project's own BVH export of the first baked clip, baked back
             if not own.exists():
                 continue
@@ -317,7 +330,7 @@ def main():
         row = {"source": name}
         try:
             target = load_target("rigify")
-            clip, result = bake_source(path, target, solver, args.seconds)
+            clip, result = bake_source(path, target, solver, args.seconds, extra=flags[0] if flags else ())
             up, floor = baked_figures(target.obj, result)
             src_floor = source_floor(clip, int(round(args.seconds * clip.fps)))
             row.update(status="REFUSED?" if bad else "ok", mapped=mapped_count(clip), units=clip.units,

@@ -264,6 +264,9 @@ def add_bake_arguments(parser):
                         "feet to head)")
     g.add_argument("--source-fps", type=bounded_float(*FPS_RANGE, "frames per second"), default=None, metavar="FPS",
                    help="frame rate of the source when the file has none or a wrong one")
+    g.add_argument("--image-size", nargs=2, type=int_at_least(1, "pixels"), default=None, metavar=("W", "H"),
+                   help="width and height in pixels of the video that MediaPipe image landmarks (.json, x and y "
+                        "between 0 and 1) were taken from: lifts them to 3D (default: they are refused)")
     g.add_argument("--frames", type=parse_frames, default=None, metavar="A:B",
                    help="bake source frames A up to B (B excluded; A: or :B for open ends)")
     g = parser.add_argument_group("bake")
@@ -777,7 +780,16 @@ def emit_report(destination, report):
 
 
 def check_source_path(path):
-    """Validate a SOURCE argument (exit code 2 when missing or of an unknown type)."""
+    """Validate a SOURCE argument (exit code 2 when missing or of an unknown type; 1 for a folder of 2D frames)."""
+    from ..readers.image2d import openpose_frames
+
+    if openpose_frames(path):   # an OpenPose output folder: named and refused as 2D image keypoints
+        from ..readers import KeypointReadError, read_keypoints
+
+        try:
+            read_keypoints(path)
+        except KeypointReadError as ex:
+            raise CliError(str(ex)) from None
     ext = os.path.splitext(path)[1].lower()
     if ext not in SOURCE_EXTENSIONS:
         raise UsageError("{}: unknown source type {!r}; readable: {}".format(
@@ -790,7 +802,7 @@ def check_source_path(path):
 
 
 def peek_frame_count(path):
-    """Frame count of a ``.npz``, ``.npy`` or ``.bvh`` file read from its header only, else ``None``.
+    """Frame count of a ``.npz`` (keypoints, AMASS), ``.npy`` or ``.bvh`` file from its header only, else ``None``.
 
     Lets ``--max-frames`` refuse a huge file before it is loaded. Anything
     unexpected returns ``None`` (the reader reports bad files).
@@ -803,11 +815,13 @@ def peek_frame_count(path):
     try:
         if ext in (".npy", ".npz"):
             with contextlib.ExitStack() as stack:
-                if ext == ".npz":
+                if ext == ".npz":   # keypoints, or an AMASS motion's rotations
                     archive = stack.enter_context(zipfile.ZipFile(path))
-                    if "positions.npy" not in archive.namelist():
+                    member = next((m for m in ("positions.npy", "poses.npy", "root_orient.npy")
+                                   if m in archive.namelist()), None)
+                    if member is None:
                         return None
-                    handle = stack.enter_context(archive.open("positions.npy"))
+                    handle = stack.enter_context(archive.open(member))
                 else:
                     handle = stack.enter_context(open(path, "rb"))
                 version = np.lib.format.read_magic(handle)
@@ -875,7 +889,7 @@ def read_source(path, args):
             from .fbx_source import read_armature_file
 
             return read_armature_file(path, **kwargs)
-        return read_keypoints(path, **kwargs)
+        return read_keypoints(path, image_size=getattr(args, "image_size", None), **kwargs)
     except RecursionError:  # json's decoder on thousands of nested brackets
         raise KeypointReadError(path, "nested too deeply to be read (thousands of nested brackets: not a "
                                 "keypoint file?)") from None

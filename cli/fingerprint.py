@@ -21,7 +21,7 @@ __all__ = ["RECORD_NAME", "RESULT_FLAGS", "settings", "describe_change", "read_r
 
 RECORD_NAME = ".neural_ik_batch.json"
 #: Flags whose value changes the baked keys (``--device`` does not; ``--precision`` can).
-RESULT_FLAGS = ("layout", "units", "up_axis", "source_fps", "frames", "fps", "frame_start", "smooth",
+RESULT_FLAGS = ("layout", "units", "up_axis", "source_fps", "image_size", "frames", "fps", "frame_start", "smooth",
                 "smooth_strength", "smooth_target", "mode", "scale", "refine", "in_place", "ground", "foot_lock",
                 "rotation_mode", "precision", "armature", "target_units", "target_up_axis", "mapping")
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

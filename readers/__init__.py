@@ -10,7 +10,7 @@ the problem.
 >>> clip30 = resample(clip, 30.0)                           # doctest: +SKIP
 
 Formats (by extension): ``.npz`` (interchange format, see
-:mod:`.npz`), ``.npy`` (recognised by joint count and geometry, or
+:mod:`.npz`; AMASS body-model motions, :mod:`.amass`), ``.npy`` (recognised by joint count and geometry, or
 ``layout=``), ``.json`` (:mod:`.jsonfmt`), ``.csv`` (:mod:`.csvfmt`),
 ``.trc`` (:mod:`.trc`; anatomical markers -> joint centres, :mod:`.markers`),
 ``.bvh`` (:mod:`.bvh`). Layouts: :mod:`.layouts`. Armature files (FBX, glTF,
@@ -98,7 +98,7 @@ def _reader(ext):
 
 
 def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap: int = MAX_GAP,
-                   ground: bool = True) -> KeypointClip:
+                   ground: bool = True, image_size=None) -> KeypointClip:
     """Read a keypoint file, dispatching on its extension.
 
     Parameters
@@ -121,6 +121,11 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
         Move the clip vertically so that its lowest foot point touches the
         floor (default; the shift is reported in the warnings and kept in
         ``clip.floor_shift``). ``False`` keeps the file's heights.
+    image_size : (int, int), optional
+        Width and height (pixels) of the video that MediaPipe image
+        landmarks (``.json``, x and y in 0..1) were taken from: they are
+        lifted to 3D (:mod:`.image2d`); without it they are refused. Other
+        files ignore it.
 
     Returns
     -------
@@ -129,11 +134,15 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
     Raises
     ------
     KeypointReadError
-        Unknown extension, missing, empty, truncated or garbage file, bad
+        Unknown extension, a folder (an OpenPose output folder: 2D), missing, empty, truncated or garbage file, bad
         shapes, duplicate or unknown joint names, inf values, all points
         missing, absurd scale; the message names the file and the problem.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):   # an OpenPose output folder is named and refused as 2D
+        from .image2d import read_folder
+
+        read_folder(path)
     ext = os.path.splitext(path)[1].lower()
     reader = _reader(ext)
     if reader is None:
@@ -144,4 +153,6 @@ def read_keypoints(path, *, layout=None, units=None, up_axis=None, fps=None, max
         raise KeypointReadError(path, "no such file")
     if os.path.getsize(path) == 0:
         raise KeypointReadError(path, "empty file")
-    return reader(path, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap, ground=ground)
+    extra = {"image_size": image_size} if image_size is not None and ext == ".json" else {}
+    return reader(path, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap, ground=ground,
+                  **extra)

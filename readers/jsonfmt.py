@@ -17,6 +17,11 @@ Accepted shapes
    ``z`` and optional ``visibility``/``presence``/``score``/``confidence``,
    or ``[x, y, z]`` / ``[x, y, z, visibility]`` lists).
 
+MediaPipe's image landmarks (a frame's ``pose_landmarks``, or x and y all
+within 0..1) are lifted to 3D with ``image_size`` and refused without it
+(:mod:`.image2d`); 2D detector output (OpenPose, COCO, AlphaPose) is refused
+with what to do.
+
 Points without ``name`` take the names of the ``layout`` argument, or of
 MediaPipe Pose when there are 33 (the MediaPipe world landmarks default:
 metres, origin between the hips, **y down**, z towards the camera) or of the
@@ -32,6 +37,7 @@ import json
 import numpy as np
 
 from .base import KeypointReadError, _flag, finish_clip
+from .image2d import IMAGE_FRAME_KEYS, describe_2d, image_landmarks, refuse_2d
 from .layouts import get_layout, recognise_nameless
 
 __all__ = ["read_json"]
@@ -41,26 +47,13 @@ _CONF_KEYS = ("visibility", "presence", "score", "confidence")
 
 
 def _landmarks(frame):
+    """A frame's landmark list (``None`` when it has none) and whether it is MediaPipe's image landmarks."""
     if isinstance(frame, dict):
-        for k in _FRAME_KEYS:
+        for k in _FRAME_KEYS + IMAGE_FRAME_KEYS:
             if k in frame:
-                return frame[k]
-        return None
-    return frame
-
-
-def _image_keypoints(data) -> str:
-    """What kind of 2D image keypoints ``data`` holds ("" when it is not such a file)."""
-    if isinstance(data, dict) and isinstance(data.get("people"), list):
-        people = data["people"]
-        if not people or any(isinstance(p, dict) and "pose_keypoints_2d" in p for p in people):
-            return "an OpenPose frame: pose_keypoints_2d"
-    if isinstance(data, list) and data and all(isinstance(d, dict) for d in data[:8]):
-        if all("keypoints" in d and ("image_id" in d or "category_id" in d) for d in data[:8]):
-            return "COCO results: x, y, visibility per keypoint of an image"
-    if isinstance(data, dict) and isinstance(data.get("annotations"), list) and "images" in data:
-        return "a COCO annotation file"
-    return ""
+                return frame[k], k in IMAGE_FRAME_KEYS
+        return None, False
+    return frame, False
 
 
 def _num(v):
@@ -71,8 +64,8 @@ def _num(v):
     return float(v)
 
 
-def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
-    """Read pose-tool JSON (shapes in the module docstring)."""
+def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True, image_size=None):
+    """Read pose-tool JSON (shapes in the module docstring); ``image_size`` (W, H) lifts image landmarks."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -89,12 +82,9 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     except OSError as ex:
         raise KeypointReadError(path, f"cannot read ({ex})") from None
 
-    two_d = _image_keypoints(data)
+    two_d = describe_2d(data)
     if two_d:
-        raise KeypointReadError(path, f"2D image keypoints ({two_d}): Neural IK needs 3D positions. Lift them "
-                                "to 3D first (a 3D pose lifter such as VideoPose3D or MotionBERT, or several "
-                                "calibrated cameras) and save the 3D joints as .npz (layout h36m17, coco17 or "
-                                "openpose_body25), or export MediaPipe's world landmarks instead")
+        raise refuse_2d(path, two_d)
     meta = {}
     if isinstance(data, dict):
         meta = data
@@ -108,9 +98,10 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     if not frames:
         raise KeypointReadError(path, "no frames")
 
-    lists = []
+    lists, image_key = [], False
     for t, fr in enumerate(frames):
-        lm = _landmarks(fr)
+        lm, is_image = _landmarks(fr)
+        image_key |= is_image
         if lm is None:
             lm = []
         if not isinstance(lm, list):
@@ -183,8 +174,14 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
     file_fps = meta.get("fps", meta.get("frame_rate"))
     if file_fps is not None and (isinstance(file_fps, bool) or not isinstance(file_fps, (int, float))):
         raise KeypointReadError(path, f"'fps' must be a number, got {file_fps!r}")
+    file_units, file_up, warns = meta.get("units"), meta.get("up_axis"), []
+    lifted = image_landmarks(path, pos, names, layout=layout, explicit=image_key, image_size=image_size,
+                             units=units if units is not None else file_units)
+    if lifted is not None:   # pixels scaled to a body's height: metres, y down
+        pos, warns = lifted
+        units, file_units, file_up = None, "m", "-Y"
     return finish_clip(
         path, pos, names, fps=fps, file_fps=file_fps, confidence=conf if has_conf else None, layout=layout,
-        units=units, up_axis=up_axis, file_units=meta.get("units"), file_up_axis=meta.get("up_axis"),
-        default_up_axis="-Y", max_gap=max_gap, ground=ground,
+        units=units, up_axis=up_axis, file_units=file_units, file_up_axis=file_up,
+        default_up_axis="-Y", max_gap=max_gap, ground=ground, warnings=warns,
     )

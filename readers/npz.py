@@ -35,6 +35,9 @@ Example::
     np.savez("walk.npz", positions=pos, joint_names=np.array(names), fps=30.0,
              units="m", up_axis="Z")
 
+An ``.npz`` without ``positions`` but with ``poses`` (or ``root_orient`` and
+``pose_body``) is an AMASS body-model motion, read by :mod:`.amass`.
+
 A bare ``.npy`` holds only a ``(T, J, 3)`` array; its layout must be given
 (``layout="coco17"``), with ``J`` equal to the layout's joint count, and its
 frame rate, units and up axis default to 30 fps, metres-or-guessed, and
@@ -49,6 +52,7 @@ import zipfile
 
 import numpy as np
 
+from .amass import is_body_model, load_body_model, read_amass
 from .base import KeypointReadError, _flag, finish_clip
 from .layouts import get_layout, recognise_nameless
 
@@ -119,24 +123,31 @@ def _scalar_str(path, data, key):
 def read_npz(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5, ground=True):
     """Read a ``.npz`` keypoint file (format in the module docstring)."""
     check_declared_arrays(path)
+    body = None
     try:
         with np.load(path, allow_pickle=False) as data:
             keys = set(data.files)
             missing = [k for k in ("positions", "joint_names", "fps") if k not in keys]
-            if missing:
+            if is_body_model(keys):   # AMASS: SMPL rotations, no positions
+                body = load_body_model(path, data)
+            elif missing:
                 raise KeypointReadError(path, f"missing array{'s' if len(missing) > 1 else ''} "
                                         f"{', '.join(missing)} (has: {', '.join(sorted(keys)) or 'nothing'})")
-            pos = data["positions"]
-            names = data["joint_names"]
-            file_fps = data["fps"]
-            conf = data["confidence"] if "confidence" in keys else None
-            file_units = _scalar_str(path, data, "units")
-            file_up = _scalar_str(path, data, "up_axis")   # (None: detected from the motion)
-            parents = data["parents"] if "parents" in keys else None
+            else:
+                pos = data["positions"]
+                names = data["joint_names"]
+                file_fps = data["fps"]
+                conf = data["confidence"] if "confidence" in keys else None
+                file_units = _scalar_str(path, data, "units")
+                file_up = _scalar_str(path, data, "up_axis")   # (None: detected from the motion)
+                parents = data["parents"] if "parents" in keys else None
     except KeypointReadError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as ex:
         raise KeypointReadError(path, f"not a readable .npz archive ({type(ex).__name__}: {ex})") from None
+    if body is not None:
+        return read_amass(path, body, layout=layout, units=units, up_axis=up_axis, fps=fps, max_gap=max_gap,
+                          ground=ground)
     if pos.dtype.kind not in "fiu":
         raise KeypointReadError(path, f"'positions' must be numbers, got dtype {pos.dtype}")
     if names.ndim != 1 or names.dtype.kind not in "US":
