@@ -38,6 +38,7 @@ from ..pipeline import BakeCancelled, BakeError, BakeOptions, RigBake, clear_sol
 from ..pipeline.keys import axis_angle_continuous, key_channels
 from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
+from ..pipeline.preview import preview_pose
 from ..readers.bvh_armature import FileArmature
 from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
 from .rig import NotAnArmatureError, rig_description
@@ -115,6 +116,8 @@ class BakeResult:
         array index) -> (T,) float32`` per keyed channel.
     rotation_modes : list of str or None
         A bake onto a file's armature: each bone's rotation mode after it.
+    preview : pipeline.preview.PreviewPose or None
+        A few frames of the bake as arrays, where asked for (a contact sheet).
     """
 
     action: object
@@ -135,6 +138,7 @@ class BakeResult:
     start: str = ""
     keys: dict | None = None
     rotation_modes: list | None = None
+    preview: object = None
 
 
 # -----------------------------------------------------------------------------
@@ -503,8 +507,13 @@ class BakeJob:
             **extra,
         )
 
-    def run(self, progress=None, cancel=None, *, keep_pose: bool = True, after_keys=None):
+    def run(self, progress=None, cancel=None, *, keep_pose: bool = True, after_keys=None, preview: int = 0):
         """All stages: solve (0-50 %), fit on the rig (50-90 %), write (90-100 %) (see :meth:`write`).
+
+        ``preview``: that many frames of the bake kept as arrays for a
+        contact sheet (the result's ``preview``, a
+        :class:`..pipeline.preview.PreviewPose`), taken before the fit's
+        arrays are let go.
 
         ``after_keys(partial)``, on a file's armature: called with the keys
         as soon as they are written (``keys``, ``rotation_modes``,
@@ -528,7 +537,9 @@ class BakeJob:
             self.retarget(stage(0.5, 0.9), cancel)
             if cancel is not None and cancel():
                 raise BakeCancelled("bake cancelled")
+            shown = preview_pose(self.core, preview) if preview else None
             result = self.write(stage(0.9, 1.0), keep_pose=keep_pose)
+            result.preview = shown
             if after_keys is not None:
                 after_keys(result)
             return result
@@ -537,6 +548,7 @@ class BakeJob:
         self.core.fit(stage(0.5, 0.9), cancel)
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
+        shown = preview_pose(self.core, preview) if preview else None
         t0 = time.perf_counter()
         pool = ThreadPoolExecutor(max_workers=1)
         figures = pool.submit(self.core.measure)
@@ -550,7 +562,7 @@ class BakeJob:
             pool.shutdown(wait=True)
         figures.result()   # (its error, if any, once the keys' is not pending)
         self.core.release()
-        return self._result(None, keys=keys, rotation_modes=modes)
+        return self._result(None, keys=keys, rotation_modes=modes, preview=shown)
 
 
 def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None = None, *, source_name: str,

@@ -34,6 +34,9 @@ def add_parser(subparsers):
     parser.add_argument("--export", metavar="OUT.bvh|.fbx|.glb", action="append", default=None,
                         help="export the baked armature with Blender's exporter (repeatable); the skeleton "
                              "keeps the target's bone names and rest pose")
+    parser.add_argument("--preview", metavar="OUT.png", default=None,
+                        help="render a contact sheet of the bake: the input keypoints and the baked rig side by "
+                             "side over the floor at six frames")
     common.add_bake_arguments(parser)
     return parser
 
@@ -58,9 +61,13 @@ def check_outputs(args):
 
     if args.out is not None and not args.out.lower().endswith(".blend"):
         raise UsageError("--out {}: must be a .blend file".format(args.out))
+    preview = getattr(args, "preview", None)
+    if preview is not None and not preview.lower().endswith(".png"):
+        raise UsageError("--preview {}: must be a .png file".format(preview))
     for path in args.export or []:
         check_export_path(path)
-    outputs = [("--out", args.out)] + [("--export", p) for p in args.export or []] + [("--report", args.report)]
+    outputs = [("--out", args.out)] + [("--export", p) for p in args.export or []] + [("--report", args.report),
+                                                                                        ("--preview", preview)]
     common.check_output_paths(outputs, input_files(args, args.source))
 
 
@@ -70,7 +77,7 @@ def action_name_for(source):
 
 
 def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, action_name=None,
-              mapping=None, after_keys=None):
+              mapping=None, after_keys=None, preview=0):
     """Read ``source`` and bake it onto the loaded target; returns ``(row, result)``.
 
     Parameters
@@ -86,6 +93,8 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     mapping : BoneMapping, optional
     after_keys : callable, optional
         Called once the keys are written (:meth:`..blender_io.bake.BakeJob.run`).
+    preview : int
+        Frames kept for a contact sheet (the result's ``preview``).
 
     Returns
     -------
@@ -116,7 +125,8 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     if solver is None:  # after reading: a bad source is reported before the network is loaded
         solver = get_solver(args)
     result = _bake(target, clip, source, args, solver=solver, progress=progress, cancel=cancel,
-                   action_name=action_name or action_name_for(source), mapping=mapping, after_keys=after_keys)
+                   action_name=action_name or action_name_for(source), mapping=mapping, after_keys=after_keys,
+                   preview=preview)
     action = getattr(result, "action", None)
     if action is not None:
         action.use_fake_user = True
@@ -184,7 +194,7 @@ def prepare_scene(target, fps, n_frames, frame_start=None):
     return fps
 
 
-def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping, after_keys=None):
+def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, mapping, after_keys=None, preview=0):
     from ..blender_io.bake import BakeCancelled, BakeError
 
     fps = args.fps or clip.fps
@@ -203,7 +213,7 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
     callback = progress.callback() if progress is not None else None
     try:
         return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
-                               solver=solver, progress=callback, cancel=cancel, after_keys=after_keys)
+                               solver=solver, progress=callback, cancel=cancel, after_keys=after_keys, preview=preview)
     except BakeCancelled:
         raise KeyboardInterrupt from None
     except BakeError as ex:
@@ -238,7 +248,7 @@ def scene_frame_time(fps):
 
 
 def bake_and_write(source, target, args, exports, *, solver=None, progress=None, cancel=None,
-                   action_name=None, mapping=None):
+                   action_name=None, mapping=None, preview=0):
     """:func:`bake_file`; on a file's armature also its exports: ``(row, result, written)``.
 
     On a file's armature (a BVH target, BVH exports only) the exports are
@@ -258,7 +268,7 @@ def bake_and_write(source, target, args, exports, *, solver=None, progress=None,
                 raise KeyboardInterrupt
             done["written"] = write_outputs(target, partial, None, exports)
     row, result = bake_file(source, target, args, solver=solver, progress=progress, cancel=cancel,
-                            action_name=action_name, mapping=mapping, after_keys=after_keys)
+                            action_name=action_name, mapping=mapping, after_keys=after_keys, preview=preview)
     return row, result, done.get("written")
 
 
@@ -302,6 +312,27 @@ def write_outputs(target, result, out=None, exports=()):
         _remove_written(paths)
         raise
     return paths, time.perf_counter() - t0
+
+
+#: Frames of a ``--preview`` contact sheet.
+PREVIEW_FRAMES = 6
+
+
+def write_preview(path, result, written):
+    """Render ``result``'s contact sheet to ``path`` and add it to ``written``; returns the seconds it took.
+
+    A failed render removes the clip's other outputs (all of a clip's outputs or none).
+    """
+    from .contact_sheet import render_preview
+
+    t0 = time.perf_counter()
+    try:
+        render_preview(path, result.preview, result.frame_start)
+    except (RuntimeError, OSError) as ex:
+        _remove_written(written)
+        raise CliError("--preview {}: rendering failed ({})".format(path, ex)) from None
+    written.append(os.path.abspath(path))
+    return time.perf_counter() - t0
 
 
 def _remove_written(paths):
@@ -369,9 +400,12 @@ def _run(args, term):
         load_seconds = time.perf_counter() - t0
         term.check()
         row, result, written = bake_and_write(args.source, target, args, args.export or [], progress=progress,
-                                              mapping=mapping, cancel=term)   # (a .blend: Blender's armature)
+                                              mapping=mapping, cancel=term,   # (a .blend: Blender's armature)
+                                              preview=PREVIEW_FRAMES if args.preview else 0)
         term.check()
         paths, t_export = written or write_outputs(target, result, args.out, args.export or [])
+        if args.preview:
+            t_export += write_preview(args.preview, result, paths)
         if term.requested:   # (during the writing: the outputs go, as after Ctrl-C)
             _remove_written(paths)
             term.check()

@@ -73,6 +73,9 @@ def add_parser(subparsers):
     parser.add_argument("--export", metavar="FMT", action="append", default=None,
                         choices=EXPORT_FORMATS,
                         help="also export each clip as DIR/<clip>.FMT with Blender's exporter (repeatable)")
+    parser.add_argument("--previews", action="store_true",
+                        help="also render DIR/<clip>.png: a contact sheet of each clip, the input and the baked rig "
+                             "side by side over the floor at six frames")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
     parser.add_argument("--jobs", type=common.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
@@ -220,19 +223,22 @@ class ClipJob:
         Why ``name`` differs from the clip's path (goes into the report).
     """
 
-    def __init__(self, source, root, out_dir, exports, name, note=None):
+    def __init__(self, source, root, out_dir, exports, name, note=None, preview=False):
         self.source = source
         self.rel = os.path.relpath(source, root)
         self.action_name = name.replace(os.sep, "/")
         self.note = note
         self.exports = [os.path.join(out_dir, "{}.{}".format(name, fmt)) for fmt in exports]
+        #: the clip's contact sheet (``--previews``), or None
+        self.preview = os.path.join(out_dir, name + ".png") if preview else None
         self.row = None
         self.rebake = None   # why outputs newer than the clip are stale (:func:`_changed`)
 
     def exports_fresh(self):
         """Whether every per-clip export exists and is newer than the clip."""
         src = os.path.getmtime(self.source)
-        return all(os.path.isfile(p) and os.path.getmtime(p) > src for p in self.exports)
+        outputs = self.exports + ([self.preview] if self.preview else [])
+        return all(os.path.isfile(p) and os.path.getmtime(p) > src for p in outputs)
 
 
 def check_output_folders(args, root, out_dir, blend, report_path):
@@ -334,19 +340,21 @@ def _bake_job(job, target, args, solver, mapping, blend, progress, cancel):
     error as it comes; either way nothing of the clip is left behind (its
     temporary files, its action unless a ``.blend`` keeps it).
     """
-    from .bake import bake_and_write, write_outputs
+    from .bake import PREVIEW_FRAMES, bake_and_write, write_outputs, write_preview
 
     action_name = None
     try:
         row, result, written = bake_and_write(job.source, target, args, job.exports, solver=solver,
                                               progress=progress, cancel=cancel, action_name=job.action_name,
-                                              mapping=mapping)
+                                              mapping=mapping, preview=PREVIEW_FRAMES if job.preview else 0)
         action_name = row.get("action")
         if written is None:
             if cancel():
                 raise KeyboardInterrupt
             written = write_outputs(target, result, None, job.exports)
         paths, t_export = written
+        if job.preview:
+            t_export += write_preview(job.preview, result, paths)
         result = None      # the clip's arrays go before the next clip is read
         if blend is None:  # (--no-blend) nothing keeps the keys once exported
             _remove_action(action_name)
@@ -750,12 +758,13 @@ def _run(args, held):
         unread = "; not read: {}".format("; ".join("{}: {}".format(p, why) for p, why, _s in problems)) \
             if problems else ""
         raise CliError("{}: no keypoint files {}{}".format(args.input_dir, what, unread))
-    jobs = [ClipJob(s, root, out_dir, exports, name, note)
+    jobs = [ClipJob(s, root, out_dir, exports, name, note, preview=bool(getattr(args, "previews", False)))
             for s, (name, note) in zip(sources, output_names(sources, root))]
     from .bake import input_files
 
     common.check_output_paths([("--out", blend), ("--report", report_path)]
-                              + [("export of " + job.rel, p) for job in jobs for p in job.exports],
+                              + [("export of " + job.rel, p) for job in jobs for p in job.exports]
+                              + [("preview of " + job.rel, job.preview) for job in jobs if job.preview],
                               input_files(args))
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -70,6 +70,9 @@ def _import_distributed():
 
 def check_arguments(args, blend, exports):
     """Refuse what the workers cannot bake, and a missing Dask, before any work (exit code 2)."""
+    if getattr(args, "previews", False):
+        raise UsageError("--scheduler: --previews renders with Blender, which the workers do not load; "
+                         "bake the previews with one machine's batch or bake --preview")
     if blend is not None:
         raise UsageError("--scheduler: the .blend holding every action is saved by one Blender session, not "
                          "by the workers: add --no-blend (with --export bvh)")

@@ -979,7 +979,7 @@ def headline(row) -> str:
 
 
 def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, progress=None, cancel=None,
-             after_keys=None):
+             after_keys=None, preview=0):
     """Convert a clip to canonical keypoints and bake it onto ``obj``.
 
     The clip's motion is released (:func:`release_motion`) once the bake
@@ -999,6 +999,8 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     after_keys : callable, optional
         See :meth:`..blender_io.bake.BakeJob.run` (a file's armature: the
         exports, written while the figures are measured).
+    preview : int
+        Frames kept for a contact sheet (the result's ``preview``).
 
     Returns
     -------
@@ -1014,7 +1016,7 @@ def bake_one(obj, clip, options, *, source_name, mapping=None, solver=None, prog
     # (hundreds of MB for a long clip), so that the bake's peak does not carry it
     del keypoints, mask
     release_motion(clip)
-    result = job.run(progress, cancel, keep_pose=False, after_keys=after_keys)
+    result = job.run(progress, cancel, keep_pose=False, after_keys=after_keys, preview=preview)
     result.retarget = None   # the action holds the keys: the arrays go before the exports read it
     return result
 

@@ -20,9 +20,10 @@ import zlib
 
 import numpy as np
 
+from ..pipeline.preview import pick_frames
 from .common import atomic_output
 
-__all__ = ["render_contact_sheet", "write_png", "read_png_size", "pick_frames", "KEYPOINT_LINKS"]
+__all__ = ["render_contact_sheet", "render_preview", "object_poses", "write_png", "read_png_size", "pick_frames", "KEYPOINT_LINKS"]
 
 INPUT_COLOR = (0.95, 0.45, 0.1, 1.0)
 RIG_COLOR = (0.15, 0.4, 0.9, 1.0)
@@ -198,14 +199,6 @@ def _rig_figure(heads, tails, offset, scale):
     return mb
 
 
-def pick_frames(n_frames, count=6):
-    """``count`` frame indices spread evenly over ``n_frames`` (first and last included)."""
-    count = max(1, min(int(count), int(n_frames)))
-    if count == 1:
-        return [0]
-    return sorted(set(int(round(i * (n_frames - 1) / (count - 1))) for i in range(count)))
-
-
 def _text(name, body, location, size, collection):
     import bpy
 
@@ -220,8 +213,23 @@ def _text(name, body, location, size, collection):
     return obj
 
 
-def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240), columns=3, label="",
-                         source_scene=None):
+def object_poses(obj, scene_frames, source_scene=None):
+    """World (heads, tails) of the evaluated pose bones of ``obj`` at each scene frame (its action playing)."""
+    import bpy
+
+    src = source_scene or bpy.context.scene
+    saved = src.frame_current
+    try:
+        out = []
+        for frame in scene_frames:
+            src.frame_set(int(frame))
+            out.append(_pose_segments(obj))
+        return out
+    finally:
+        src.frame_set(saved)
+
+
+def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), columns=3, label=""):
     """Render the input keypoints and the baked rig side by side at several frames.
 
     Parameters
@@ -230,18 +238,18 @@ def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240),
         Output PNG.
     keypoints : ndarray, shape (N, 32, 3)
         Input keypoints (world, metres) at the chosen frames.
-    obj : bpy.types.Object
-        The baked armature (its active action plays the bake).
-    scene_frames : sequence of int
-        Scene frame of each row of ``keypoints``.
+    poses : sequence of (heads, tails)
+        The baked rig's bones at the same frames, world (B, 3) arrays each
+        (:func:`object_poses` of an armature, or a bake's
+        :class:`..pipeline.preview.PreviewPose`).
+    labels : sequence of int
+        Frame number shown under each tile.
     size : (int, int)
         Tile size in pixels.
     columns : int
         Tiles per row of the sheet.
     label : str
         Caption prefix of each tile.
-    source_scene : bpy.types.Scene, optional
-        Scene whose frame is set to evaluate the pose (default: the current one).
 
     Returns
     -------
@@ -250,17 +258,15 @@ def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240),
     """
     import bpy
 
-    src = source_scene or bpy.context.scene
     width, height = int(size[0]), int(size[1])
     kp = np.asarray(keypoints, dtype=np.float64)
-    n = len(scene_frames)
+    n = len(labels)
     columns = max(1, min(int(columns), n))
     rows = int(math.ceil(n / columns))
     sheet = np.full((rows * height, columns * width, 3), 255, dtype=np.uint8)
 
     scene = bpy.data.scenes.new("neural_ik_contact_sheet")
     made = []
-    saved_frame = src.frame_current
     tmpdir = tempfile.mkdtemp(prefix="neural_ik_sheet_")
     try:
         scene.render.engine = "BLENDER_WORKBENCH"
@@ -279,7 +285,7 @@ def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240),
         coll = scene.collection
 
         # size of the rig relative to the input, for the rig's bone radii and the framing
-        heads, tails = _pose_segments(obj)
+        heads, tails = (np.asarray(a, dtype=np.float64) for a in poses[0])
         rig_height = float(max(np.ptp(np.concatenate([heads, tails])[:, 2]), 0.1))
         in_height = float(max(np.nanmax(kp[..., 2]) - min(np.nanmin(kp[..., 2]), 0.0), 0.1))
         tall = max(rig_height, in_height)
@@ -309,12 +315,11 @@ def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240),
             made_objs.append(_text("neural_ik_caption_" + cap, cap, (x - 0.1 * tall, 0.0, 1.1 * tall),
                                    0.08 * tall, coll))
 
-        for i, frame in enumerate(scene_frames):
-            src.frame_set(int(frame))
-            heads, tails = _pose_segments(obj)
+        for i, frame in enumerate(labels):
+            heads, tails = (np.asarray(a, dtype=np.float64) for a in poses[i])
             points = kp[i]
             pelvis_in = points[0] if np.isfinite(points[0]).all() else np.nanmean(points, axis=0)
-            root_rig = heads[0]
+            root_rig = heads.mean(axis=0)   # (a root bone may stay at the origin while the body walks)
             off_in = np.array([-sep - pelvis_in[0], -pelvis_in[1], 0.0])
             off_rig = np.array([sep - root_rig[0], -root_rig[1], 0.0])
             figures = [
@@ -364,9 +369,16 @@ def render_contact_sheet(path, keypoints, obj, scene_frames, *, size=(320, 240),
                     bpy.data.worlds.remove(block)
             except ReferenceError:
                 pass
-        src.frame_set(saved_frame)
         for name in os.listdir(tmpdir):
             os.unlink(os.path.join(tmpdir, name))
         os.rmdir(tmpdir)
     write_png(path, sheet)
     return sheet.shape[1], sheet.shape[0]
+
+
+def render_preview(path, preview, frame_start, *, size=(320, 240), columns=3, label=""):
+    """The contact sheet of a bake's :class:`..pipeline.preview.PreviewPose`; tiles numbered as scene frames
+    from ``frame_start``. Returns ``(width, height)``."""
+    poses = list(zip(preview.heads, preview.tails))
+    labels = [int(frame_start) + int(f) for f in preview.frames]
+    return render_contact_sheet(path, preview.keypoints, poses, labels, size=size, columns=columns, label=label)

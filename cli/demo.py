@@ -89,7 +89,7 @@ def _tile_size(text):
 def run(args):
     """Run the demo; returns 0 (1 when a step fails)."""
     from .bake import bake_file, get_solver, write_outputs
-    from .contact_sheet import pick_frames, render_contact_sheet
+    from .contact_sheet import object_poses, pick_frames, render_contact_sheet
     from .demo_motion import save_npz, walk_keypoints
     from .targets import load_target
 
@@ -138,7 +138,8 @@ def run(args):
     frames = [int(result.frame_start) + i for i in idx]
     # the bake keys source frame i at scene frame frame_start + i (same rate)
     try:
-        size = render_contact_sheet(paths["contact_sheet"], keypoints[idx], target.obj, frames, size=tile)
+        size = render_contact_sheet(paths["contact_sheet"], keypoints[idx], object_poses(target.obj, frames), frames,
+                                    size=tile)
     except RuntimeError as ex:
         raise CliError("{}: rendering failed ({})".format(paths["contact_sheet"], ex)) from None
     render_seconds = time.perf_counter() - t0

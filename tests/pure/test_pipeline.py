@@ -1568,3 +1568,35 @@ def test_settles_leave_a_limb_with_a_locked_axis_alone():
         if expect:
             assert turned.any()
         assert (np.abs(out[:, c] - bent[:, c]).max() > 1e-3) == expect
+
+
+def test_preview_pose_shows_the_bake_and_its_input_in_world_space():
+    """A contact sheet's arrays: the baked rig's bones (heads where the fit posed them, tails a bone's length
+    along its Y axis) and the input keypoints, both in world space through the armature object's transform
+    (a rotated, scaled, moved object), at six frames spread over the clip."""
+    from neural_ik.model.rotations_np import axis_angle_to_matrix
+    from neural_ik.pipeline.preview import preview_pose
+
+    rig = _rig("four_spine_long_limbs")
+    plan, mapping, truth = _walk_on(rig, seconds=2.0)
+    M = np.eye(4)
+    M[:3, :3] = 0.5 * axis_angle_to_matrix(np.array([0.0, 0.0, 0.7]))
+    M[:3, 3] = (1.0, -2.0, 0.3)
+    kp_arm = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T   # (armature space)
+    kp_world = kp_arm @ M[:3, :3].T + M[:3, 3]
+    job = RigBake(rig, mapping, kp_world, None, 30.0, BakeOptions(device="cpu", smooth="none", ground=False),
+                  object_matrix=M)
+    job.solve()
+    job.fit()
+    shown = preview_pose(job, 6)
+    T = job.n_frames
+    assert shown.frames == [0, 12, 24, 35, 47, 59] and T == 60
+    np.testing.assert_allclose(shown.keypoints, kp_world[shown.frames], atol=1e-9)
+    heads = job.result.heads[shown.frames] @ M[:3, :3].T + M[:3, 3]
+    np.testing.assert_allclose(shown.heads, heads, atol=1e-9)
+    rest = np.linalg.norm(rig.tail - rig.head, axis=-1) * 0.5
+    np.testing.assert_allclose(np.linalg.norm(shown.tails - shown.heads, axis=-1), np.broadcast_to(rest, (6, len(rig))),
+                               atol=1e-9)
+    # the baked feet stand where the input's do (the same walk on the same rig)
+    foot = rig.index(mapping.entries["foot_l"])
+    assert np.abs(shown.heads[:, foot, 2] - shown.keypoints[:, KEYPOINTS.index("foot_l"), 2]).max() < 0.01

@@ -1,0 +1,58 @@
+"""What a contact sheet of a bake shows, as arrays (no ``bpy``): the input and the baked rig at a few frames.
+
+:func:`preview_pose` reads a fitted :class:`.core.RigBake` before its
+whole-clip arrays are let go: the baked rig's bones (heads and tails, world
+space, metres) and the input keypoints at the same frames. The renderer
+(``cli/contact_sheet.py``) draws them side by side over the floor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PreviewPose", "pick_frames", "preview_pose"]
+
+
+@dataclass
+class PreviewPose:
+    """A bake at a few frames, world space, metres (Z up).
+
+    Attributes
+    ----------
+    frames : list of int
+        The baked frames shown (0-based: the first baked frame is 0).
+    heads, tails : ndarray (N, B, 3)
+        Every bone of the rig, as posed by the bake.
+    keypoints : ndarray (N, 32, 3)
+        The input keypoints at those frames (NaN where not given).
+    """
+
+    frames: list
+    heads: np.ndarray
+    tails: np.ndarray
+    keypoints: np.ndarray
+
+
+def pick_frames(n_frames, count=6):
+    """``count`` frame indices spread evenly over ``n_frames`` (first and last included)."""
+    count = max(1, min(int(count), int(n_frames)))
+    if count == 1:
+        return [0]
+    return sorted(set(int(round(i * (n_frames - 1) / (count - 1))) for i in range(count)))
+
+
+def preview_pose(job, count=6) -> PreviewPose:
+    """:class:`PreviewPose` of ``count`` frames of a fitted ``job`` (its result and source still held)."""
+    from ..retarget.solve import pose_rig
+
+    frames = pick_frames(job.n_frames, count)
+    res, rig = job.result, job.plan.rig
+    rot, heads = pose_rig(rig, np.asarray(res.quaternions)[frames], np.asarray(res.locations)[frames])
+    length = np.linalg.norm(rig.tail - rig.head, axis=-1)
+    tails = heads + rot[..., :, 1] * length[None, :, None]     # (a bone points along its Y axis)
+    M = np.asarray(job.object_matrix, dtype=np.float64)
+    world = lambda p: p @ M[:3, :3].T + M[:3, 3]                   # noqa: E731
+    keypoints = world(np.asarray(job.src_m)[frames] / job.unit)     # (src_m: armature axes, metres)
+    return PreviewPose(frames, world(heads), world(tails), keypoints)
