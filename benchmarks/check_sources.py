@@ -157,6 +157,9 @@ def _layout_points(kp, layout_name):
             out[:, j] = kp[:, KEYPOINTS.index(lay.to_canonical[n])]
         elif n in face:
             out[:, j] = kp[:, KEYPOINTS.index("nose")] + face[n]
+        elif n in ("left_index", "left_pinky", "right_index", "right_pinky"):
+            s = n[0]   # MediaPipe's hand knuckles, half way from the wrist to the finger tips
+            out[:, j] = 0.5 * (kp[:, KEYPOINTS.index("hand_" + s)] + kp[:, KEYPOINTS.index("hand_tip_" + s)])
         else:
             out[:, j] = kp[:, KEYPOINTS.index("head")]
     return out

@@ -22,6 +22,10 @@ def mediapipe_points(kp):
     lay = LAYOUTS["mediapipe_pose"]
     out = np.zeros((kp.shape[0], len(lay.joint_names), 3))
     for j, n in enumerate(lay.joint_names):
+        if n in ("left_index", "left_pinky", "right_index", "right_pinky"):   # knuckles: half way to the finger tips
+            s = n[0]
+            out[:, j] = 0.5 * (kp[:, KEYPOINTS.index("hand_" + s)] + kp[:, KEYPOINTS.index("hand_tip_" + s)])
+            continue
         out[:, j] = kp[:, KEYPOINTS.index(lay.to_canonical.get(n, "nose"))] + _FACE.get(n, (0, 0, 0))
     return out
 
