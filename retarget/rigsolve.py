@@ -588,12 +588,13 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     dtype : torch.dtype, optional
         Precision of the torch path (default float32).
     backend : {"auto", "numpy", "torch"}
-        ``auto``: chunks of more than :data:`SMALL_BATCH` frames run in torch
-        where torch is already loaded (the network ran: its threads are
-        warm); everything else runs in float64 numpy (:data:`.levenberg.NUMPY`; long
-        clips in chunks of :data:`NUMPY_CHUNK` frames on two threads), so
-        that a bake that needs no network never imports torch (its import
-        alone takes longer than a short bake).
+        ``auto`` and ``numpy``: float64 numpy (:data:`.levenberg.NUMPY`,
+        float32 normal equations where the prior stays; long clips in
+        chunks of :data:`NUMPY_CHUNK` frames on two threads): on the CPU as
+        fast as torch or faster, also where the network has loaded torch
+        (docs/tuning.md#numpy_chunk), and a bake that needs no network never
+        imports torch. ``torch``: chunks of more than :data:`SMALL_BATCH`
+        frames in torch, the same loop.
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
     all_heads : bool
@@ -641,8 +642,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     min_iterations = min(min_iterations, int(iterations))
     if backend not in ("auto", "numpy", "torch"):
         raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
-    use_torch = int(iterations) > 0 and T > SMALL_BATCH and (
-        backend == "torch" or (backend == "auto" and "torch" in sys.modules))
+    use_torch = int(iterations) > 0 and T > SMALL_BATCH and backend == "torch"
 
     def solve_chunk(c0, c1, tick):
         n = c1 - c0
