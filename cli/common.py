@@ -886,7 +886,7 @@ def read_source(path, args):
                   ground=getattr(args, "ground", True))
     try:
         if path.lower().endswith((".fbx", ".glb", ".gltf", ".blend")):
-            from .fbx_source import read_armature_file
+            from ..blender_io.armature_source import read_armature_file
 
             return read_armature_file(path, **kwargs)
         return read_keypoints(path, image_size=getattr(args, "image_size", None), **kwargs)

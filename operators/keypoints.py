@@ -12,7 +12,7 @@ nothing behind; one undo step removes the import.
 
 ``neural_ik.armature_input`` ("Armature as Input") does the same with an
 animated armature already in the scene: its bones are sampled over its action
-(:func:`..cli.fbx_source.armature_clip`, mapped by the one skeleton mapper)
+(:func:`..blender_io.armature_source.armature_clip`, mapped by the one skeleton mapper)
 into a keypoint object that becomes the Input; the root empty remembers the
 armature (``source_armature``).
 """
@@ -65,7 +65,7 @@ _UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the motion (feet to hea
 
 
 def _read(path, layout, units, up_axis, fps, ground=True):
-    from ..cli.fbx_source import ARMATURE_SOURCE_EXTENSIONS, read_armature_file
+    from ..blender_io.armature_source import ARMATURE_SOURCE_EXTENSIONS, read_armature_file
     from ..readers import read_keypoints
     kwargs = dict(layout=None if layout == 'AUTO' else layout, units=None if units == 'AUTO' else units,
                   up_axis=None if up_axis == 'AUTO' else up_axis, fps=fps if fps > 0 else None, ground=ground)
@@ -86,7 +86,7 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
     list of str
         Detected layout, units, up axis, frame count and rate, or the error.
     """
-    from ..cli.fbx_source import ARMATURE_SOURCE_EXTENSIONS
+    from ..blender_io.armature_source import ARMATURE_SOURCE_EXTENSIONS
     from ..readers import EXTENSIONS
 
     if not path or not os.path.isfile(path):
@@ -288,7 +288,7 @@ class NEURAL_IK_OT_armature_input(bpy.types.Operator):
         return context.window_manager.invoke_props_dialog(self)
 
     def execute(self, context):
-        from ..cli.fbx_source import armature_clip
+        from ..blender_io.armature_source import armature_clip
         from ..readers import KeypointReadError
 
         obj = context.scene.objects.get(self.armature)

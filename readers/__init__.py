@@ -14,7 +14,7 @@ Formats (by extension): ``.npz`` (interchange format, see
 ``layout=``), ``.json`` (:mod:`.jsonfmt`), ``.csv`` (:mod:`.csvfmt`),
 ``.trc`` (:mod:`.trc`; anatomical markers -> joint centres, :mod:`.markers`),
 ``.bvh`` (:mod:`.bvh`). Layouts: :mod:`.layouts`. Armature files (FBX, glTF,
-``.blend``) are read in Blender by :mod:`..cli.fbx_source`.
+``.blend``) are read in Blender by :mod:`..blender_io.armature_source`.
 
 Units, up axis and floor come from the data (:func:`.base.finish_clip`):
 units from the body's height, the up axis from the motion, and the clip is

@@ -14,7 +14,7 @@ from source_fixtures import humanoid_bvh
 def mods(ext):
     def m(name):
         return importlib.import_module(ext.__name__ + "." + name)
-    return dict(fbx=m("cli.fbx_source"), solve=m("retarget.solve"), readers=m("readers"),
+    return dict(fbx=m("blender_io.armature_source"), solve=m("retarget.solve"), readers=m("readers"),
                 mapping=m("retarget.mapping"))
 
 

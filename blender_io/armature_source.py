@@ -77,7 +77,7 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
     import bpy
 
     from ..readers.base import KeypointReadError
-    from .targets import operator_error, quiet
+    from .calls import operator_error, quiet
 
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
@@ -106,7 +106,7 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
                     dst.scenes = list(src.scenes)[:1]
                 # nothing appended may run Python (drivers evaluate on frame changes
                 # where the user allows auto-run): mute its script drivers, unregister its texts
-                from .targets import disarm_scripts
+                from .calls import disarm_scripts
                 appended = [o for o in dst.objects if o is not None]
                 appended += [o.data for o in appended if o.data is not None] + [sc for sc in dst.scenes if sc]
                 disarm_scripts(appended, set(bpy.data.texts.keys()) - texts_before)
