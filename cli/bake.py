@@ -318,16 +318,18 @@ def write_outputs(target, result, out=None, exports=()):
 PREVIEW_FRAMES = 6
 
 
-def write_preview(path, result, written):
+def write_preview(path, result, written, label=""):
     """Render ``result``'s contact sheet to ``path`` and add it to ``written``; returns the seconds it took.
 
-    A failed render removes the clip's other outputs (all of a clip's outputs or none).
+    ``label`` prefixes each tile's caption (a batch: the clip's name). A
+    failed render removes the clip's other outputs (all of a clip's outputs
+    or none).
     """
     from .contact_sheet import render_preview
 
     t0 = time.perf_counter()
     try:
-        render_preview(path, result.preview, result.frame_start)
+        render_preview(path, result.preview, result.frame_start, label=label)
     except (RuntimeError, OSError) as ex:
         _remove_written(written)
         raise CliError("--preview {}: rendering failed ({})".format(path, ex)) from None

@@ -75,7 +75,7 @@ def add_parser(subparsers):
                         help="also export each clip as DIR/<clip>.FMT with Blender's exporter (repeatable)")
     parser.add_argument("--previews", action="store_true",
                         help="also render DIR/<clip>.png: a contact sheet of each clip, the input and the baked rig "
-                             "side by side over the floor at six frames")
+                             "side by side over the floor at six frames, and DIR/previews_index.png: a tile of each")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
     parser.add_argument("--jobs", type=common.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
@@ -354,7 +354,7 @@ def _bake_job(job, target, args, solver, mapping, blend, progress, cancel):
             written = write_outputs(target, result, None, job.exports)
         paths, t_export = written
         if job.preview:
-            t_export += write_preview(job.preview, result, paths)
+            t_export += write_preview(job.preview, result, paths, label="{}, ".format(job.action_name))
         result = None      # the clip's arrays go before the next clip is read
         if blend is None:  # (--no-blend) nothing keeps the keys once exported
             _remove_action(action_name)
@@ -764,7 +764,8 @@ def _run(args, held):
 
     common.check_output_paths([("--out", blend), ("--report", report_path)]
                               + [("export of " + job.rel, p) for job in jobs for p in job.exports]
-                              + [("preview of " + job.rel, job.preview) for job in jobs if job.preview],
+                              + [("preview of " + job.rel, job.preview) for job in jobs if job.preview]
+                              + ([("--previews index", os.path.join(out_dir, PREVIEWS_INDEX))] if args.previews else []),
                               input_files(args))
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -845,6 +846,7 @@ def _run(args, held):
         common.remove_pending()
         interrupted = True
 
+    index = _previews_index(jobs, out_dir, progress) if args.previews and not interrupted else None
     rows = []
     for job in jobs:
         if job.row is None:
@@ -867,6 +869,8 @@ def _run(args, held):
         extra["target_warnings"] = target_warnings
     if blend_written is not None:
         extra["blend_seconds"] = round(blend_written, 3)
+    if index is not None:
+        extra["previews_index"] = index
     report = {"command": "batch", "input_dir": root, "out_dir": out_dir, "target": target_label(args.target),
               "clips": rows, "summary": common.summary(rows, time.perf_counter() - started, **extra)}
     report_error = None
@@ -900,6 +904,26 @@ def _run(args, held):
     if interrupted:
         return exit_code(interrupt.signum)
     return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
+
+
+#: ``batch --previews``: one tile of every clip's contact sheet, in DIR.
+PREVIEWS_INDEX = "previews_index.png"
+
+
+def _previews_index(jobs, out_dir, progress):
+    """DIR/:data:`PREVIEWS_INDEX` from the clips' sheets (baked now or up to date); its path, or None."""
+    from .contact_sheet import index_sheet
+
+    path = os.path.join(out_dir, PREVIEWS_INDEX)
+    try:
+        used = index_sheet(path, [j.preview for j in jobs if j.preview and os.path.isfile(j.preview)])
+    except OSError as ex:   # e.g. a full disk: the clips' own sheets are there
+        progress.message("failed: {}: {}".format(path, ex.strerror or ex))
+        return None
+    if not used:
+        return None
+    progress.message("wrote {} ({} clips)".format(path, len(used)))
+    return path
 
 
 def _split_fresh(jobs, args, blend, record, settings):

@@ -23,7 +23,8 @@ import numpy as np
 from ..pipeline.preview import pick_frames
 from .common import atomic_output
 
-__all__ = ["render_contact_sheet", "render_preview", "object_poses", "write_png", "read_png_size", "pick_frames", "KEYPOINT_LINKS"]
+__all__ = ["render_contact_sheet", "render_preview", "object_poses", "write_png", "read_png", "read_png_size",
+           "index_sheet", "pick_frames", "KEYPOINT_LINKS"]
 
 INPUT_COLOR = (0.95, 0.45, 0.1, 1.0)
 RIG_COLOR = (0.15, 0.4, 0.9, 1.0)
@@ -68,6 +69,62 @@ def write_png(path, rgb):
     with atomic_output(path) as tmp:
         with open(tmp, "wb") as handle:
             handle.write(data)
+
+
+def read_png(path):
+    """An image :func:`write_png` wrote, as (H, W, 3) uint8; ``ValueError`` for any other PNG.
+
+    (Only what this module writes is read back: 8-bit RGB, one IDAT, no
+    row filters; a sheet a user replaced is refused, not misread.)
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("{}: not a PNG".format(path))
+    w, h, depth, color = struct.unpack(">IIBB", data[16:26])
+    if depth != 8 or color != 2:
+        raise ValueError("{}: not an 8-bit RGB PNG".format(path))
+    pos, idat = 8, b""
+    while pos + 8 <= len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 3 * w + 1)
+    if raw[:, 0].any():
+        raise ValueError("{}: row filters in use: not a sheet Neural IK wrote".format(path))
+    return raw[:, 1:].reshape(h, w, 3).copy()
+
+
+def index_sheet(path, sheets, tile=2, size=(320, 240), columns=4):
+    """One tile (``tile``, row-major) of each contact sheet in ``sheets`` on one PNG; returns the sheets used.
+
+    A sheet that cannot be read (gone, or not one this module wrote) is left out.
+    """
+    width, height = int(size[0]), int(size[1])
+    tiles, used = [], []
+    for sheet in sheets:
+        try:
+            img = read_png(sheet)
+        except (OSError, ValueError, zlib.error):
+            continue
+        per_row = img.shape[1] // width
+        if per_row < 1 or img.shape[0] < height:
+            continue
+        k = min(tile, per_row * (img.shape[0] // height) - 1)
+        r, c = divmod(k, per_row)
+        tiles.append(img[r * height:(r + 1) * height, c * width:(c + 1) * width])
+        used.append(sheet)
+    if not tiles:
+        return []
+    columns = max(1, min(int(columns), len(tiles)))
+    rows = -(-len(tiles) // columns)
+    out = np.full((rows * height, columns * width, 3), 255, dtype=np.uint8)
+    for i, t in enumerate(tiles):
+        r, c = divmod(i, columns)
+        out[r * height:(r + 1) * height, c * width:(c + 1) * width] = t
+    write_png(path, out)
+    return used
 
 
 def read_png_size(path):
@@ -199,12 +256,14 @@ def _rig_figure(heads, tails, offset, scale):
     return mb
 
 
-def _text(name, body, location, size, collection):
+def _text(name, body, location, size, collection, centred=False):
     import bpy
 
     curve = bpy.data.curves.new(name, type="FONT")
     curve.body = body
     curve.size = size
+    if centred:
+        curve.align_x = "CENTER"
     obj = bpy.data.objects.new(name, curve)
     obj.location = location
     obj.rotation_euler = (math.radians(90), 0.0, 0.0)
@@ -325,8 +384,9 @@ def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), col
             figures = [
                 _keypoint_figure(points, off_in).object("neural_ik_input", INPUT_COLOR, coll),
                 _rig_figure(heads, tails, off_rig, tall / 1.8).object("neural_ik_rig", RIG_COLOR, coll),
+                # (above the captions, centred: a batch's tile names its clip)
                 _text("neural_ik_label", "{}frame {}".format(label, int(frame)),
-                      (-0.12 * tall, 0.0, 1.1 * tall), 0.06 * tall, coll),
+                      (0.0, 0.0, 1.18 * tall), 0.055 * tall, coll, centred=True),
             ]
             tile_path = os.path.join(tmpdir, "tile_{:03d}.png".format(i))
             scene.render.filepath = tile_path

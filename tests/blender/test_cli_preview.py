@@ -69,8 +69,9 @@ def test_bake_preview_must_be_png_before_any_work(run_cli, tmp_path):
 @needs_weights
 def test_batch_previews_one_sheet_per_clip_and_kept_fresh(run_cli, tmp_path):
     """``batch --previews`` onto a BVH skeleton in two worker processes: DIR/<clip>.png beside each export,
-    listed in the clip's row; a second run skips both clips as up to date, and a clip whose sheet was
-    deleted is baked again."""
+    listed in the clip's row, and DIR/previews_index.png with a tile of each; a second run skips both
+    clips as up to date (the index made again from their sheets), and a clip whose sheet was deleted is
+    baked again."""
     src = tmp_path / "in"
     src.mkdir()
     write_walk_npz(src / "a.npz", seconds=1.0)
@@ -90,9 +91,16 @@ def test_batch_previews_one_sheet_per_clip_and_kept_fresh(run_cli, tmp_path):
         assert (w, h) == (3 * TILE_W, 2 * TILE_H)
         assert all(o.sum() > 100 and b.sum() > 100 for o, b in _figures(img))
     assert not partial_files(out)
+    index = out / "previews_index.png"
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["previews_index"] == str(index)
+    w, h, img = _png(index)   # one tile of each clip's sheet, side by side
+    assert (w, h) == (2 * TILE_W, TILE_H)
+    assert all(o.sum() > 100 and b.sum() > 100 for o, b in _figures(img))
+    index.unlink()
     again = run_cli(*argv)
     assert again.returncode == 0, again.stderr
     assert [r["status"] for r in json.loads((tmp_path / "r.json").read_text())["clips"]] == ["skipped"] * 2
+    assert _png(index)[:2] == (2 * TILE_W, TILE_H)   # (made again from the sheets of clips up to date)
     (out / "b.png").unlink()
     third = run_cli(*argv)
     status = {r["source"].rsplit("/", 1)[-1]: r["status"] for r in json.loads((tmp_path / "r.json").read_text())["clips"]}
@@ -109,3 +117,23 @@ def test_batch_previews_refused_on_a_cluster(run_cli, tmp_path):
                      "--previews", "--scheduler", "local:1")
     assert result.returncode == 2
     assert "--previews" in result.stderr and "--scheduler" in result.stderr
+
+
+def test_read_png_reads_back_what_write_png_wrote_and_nothing_else(tmp_path):
+    from _pkg import pkg
+
+    pkg()
+    import struct
+    import zlib
+
+    from neural_ik.cli.contact_sheet import read_png, write_png
+
+    rgb = (np.arange(12 * 7 * 3) % 251).astype(np.uint8).reshape(12, 7, 3)
+    write_png(str(tmp_path / "a.png"), rgb)
+    assert np.array_equal(read_png(str(tmp_path / "a.png")), rgb)
+    raw = b"".join(b"\x01" + bytes(7 * 3) for _ in range(12))   # rows with the Sub filter: another writer's
+    chunk = lambda k, d: struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))  # noqa: E731
+    (tmp_path / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 7, 12, 8, 2, 0, 0, 0))
+                                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    with pytest.raises(ValueError, match="row filters"):
+        read_png(str(tmp_path / "b.png"))
