@@ -378,7 +378,7 @@ class BakeJob:
 
     def _channels(self, release=False):
         """:func:`..pipeline.keys.key_channels` of the result on this armature."""
-        return key_channels(self.result, self.rig, self.plan.root, self._bone_mode, self.options.rotation_mode,
+        return key_channels(self.result, self.plan.rig, self.plan.root, self._bone_mode, self.options.rotation_mode,
                             release=release)
 
     def write(self, progress=None, *, keep_pose: bool = True):

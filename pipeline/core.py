@@ -50,7 +50,7 @@ from .fit import FitStage
 from .memory import drop_fields, motionless, return_free_memory
 from .options import BakeCancelled, BakeError, BakeOptions, check_options
 from .paths import BakePath, DensePath, SourcePath
-from .plans import cached_plan, hip_height, leg_length, object_frame
+from .plans import cached_plan, free_bones_of, hip_height, leg_length, object_frame
 from .prepare import prepare_source
 from .source import joints_from_source_rig, source_rest_is_human
 from .sparse import SparsePath
@@ -119,6 +119,7 @@ class RigBake:
         self.solver = solver
         self.source_name = str(source_name or "Neural IK")
         self._choose_mode()
+        self._posed_only()
         self._declare_results()
 
     def _plan_rig(self, rig, mapping):
@@ -168,6 +169,17 @@ class RigBake:
             # a few effectors do not show the spine's shape: the rig's own posture is its upright
             # (see docs/tuning.md#sparse_rig_spine)
             self.plan = cached_plan(self.rig, self.mapping, spine="rest")
+
+    def _posed_only(self):
+        """Plan the posed bones only (:func:`..retarget.posed.posed_plan`): a long clip's arrays hold no
+        column for a bone no stage turns; :attr:`rig` and :attr:`locked` follow, :attr:`full_rig` is the rig."""
+        from ..retarget.posed import posed_plan
+
+        self.full_rig = self.rig
+        names = self.source_rig.rig.names if self.source_rig is not None else ()
+        self.plan, new = posed_plan(self.plan, free_bones_of(self.plan), names)
+        self.rig = self.plan.rig
+        self.locked = {int(new[b]): v for b, v in self.locked.items() if new[b] >= 0}
 
     def _declare_results(self):
         """Every attribute the stages fill, unset."""
@@ -256,6 +268,10 @@ class RigBake:
         self.residual, self.scale = fit.residual, fit.scale
         self.seconds["fit"] = time.perf_counter() - t0
         return self.result
+
+    def full_result(self):
+        """The fit's result with a column for every bone of the rig (:attr:`result` holds the posed bones')."""
+        return None if self.result is None else self.result.on_rig(self.full_rig)
 
     # -- stage 4 ---------------------------------------------------------------
     def measure(self):

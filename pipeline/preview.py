@@ -48,8 +48,14 @@ def preview_pose(job, count=6) -> PreviewPose:
     from ..retarget.solve import pose_rig
 
     frames = pick_frames(job.n_frames, count)
-    res, rig = job.result, job.plan.rig
-    rot, heads = pose_rig(rig, np.asarray(res.quaternions)[frames], np.asarray(res.locations)[frames])
+    res, rig = job.result, job.full_rig     # (every bone drawn, those the bake left at rest too)
+    cols = [rig.index(n) for n in res.bone_names]
+    quats = np.zeros((len(frames), len(rig), 4))
+    quats[..., 0] = 1.0
+    quats[:, cols] = np.asarray(res.quaternions)[frames]
+    locs = np.zeros((len(frames), len(rig), 3))
+    locs[:, cols] = np.asarray(res.locations)[frames]
+    rot, heads = pose_rig(rig, quats, locs)
     length = np.linalg.norm(rig.tail - rig.head, axis=-1)
     tails = heads + rot[..., :, 1] * length[None, :, None]     # (a bone points along its Y axis)
     M = np.asarray(job.object_matrix, dtype=np.float64)

@@ -273,6 +273,23 @@ class RetargetResult:
     driven: np.ndarray
     root_bone: str | None = None
 
+    def on_rig(self, rig) -> "RetargetResult":
+        """This result with a column for every bone of ``rig`` (a bake of its posed bones only, see
+        :mod:`.posed`): the bones it does not hold stay at rest, their heads posed anew."""
+        if list(rig.names) == list(self.bone_names):
+            return self
+        cols = np.array([rig.index(n) for n in self.bone_names], dtype=np.int64)
+        T, B = len(self.quaternions), len(rig)
+        quats = np.zeros((T, B, 4))
+        quats[..., 0] = 1.0
+        quats[:, cols] = self.quaternions
+        locs = np.zeros((T, B, 3))
+        locs[:, cols] = self.locations
+        driven = np.zeros(B, dtype=bool)
+        driven[cols] = self.driven
+        _, heads = pose_rig(rig, quats, locs, rotations=False)
+        return RetargetResult(list(rig.names), quats, locs, heads, self.scale, driven, self.root_bone)
+
 
 def plan_retarget(rig, mapping, *, twist_share: float = 0.0, spine: str = "segments") -> RetargetPlan:
     """Precompute the retargeting of canonical rotations onto ``rig``.

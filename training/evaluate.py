@@ -305,8 +305,9 @@ def _bake_own(fc, solver, mode, device, iterations=None):
         opts.rig_iterations = int(iterations)
     t0 = time.perf_counter()
     job = RigBake(src.rig, src.mapping, kp, m, fc.fps, opts, source_rig=None, solver=solver, source_name=fc.name)
-    res = job.run()
+    job.run()
     sec = time.perf_counter() - t0
+    res = job.full_result()
     _, h_src = pose_rig(src.rig, src.quaternions, src.locations)
     _, h_out = pose_rig(src.rig, res.quaternions, res.locations)
     body, child = body_bones(src.rig, src.mapping)

@@ -85,7 +85,7 @@ def test_chunked_bake_of_a_source_skeleton_equals_one_chunk(source):
     _same(*jobs)
     if source == "own skeleton":   # (and the bake is the clip)
         b = [target.index(x) for x in mapping.entries.values() if target.has(x)]
-        assert np.abs(jobs[0].result.heads[:, b] - truth.heads[:, b]).max() < 1e-3
+        assert np.abs(jobs[0].full_result().heads[:, b] - truth.heads[:, b]).max() < 1e-3
 
 
 def test_chunked_bake_with_smoothing_and_in_place_equals_one_chunk():
@@ -140,13 +140,13 @@ def test_release_keeps_what_is_keyed():
     src = SourceRig(src_rig, mapping, truth.quaternions, truth.locations)
     target = rigs.humanoid("rigify_deform", pose="A", spine=4, proportions=1.15)
     job = _bake(target, auto_map(target), kp, None, source_rig=src)
-    quats = job.result.quaternions.copy()
+    quats = job.full_result().quaternions.copy()
     assert job.solved.local_rot is None          # the fit carried it onto the rig
     assert job.source_rig.num_frames == 0 and job.source_rig.rig is src_rig   # its rest stays
     job.release()
     for name in ("kp_body", "src_m", "targets", "residual", "initial"):
         assert getattr(job, name) is None, name
-    np.testing.assert_array_equal(job.result.quaternions, quats)
+    np.testing.assert_array_equal(job.full_result().quaternions, quats)
     assert np.isfinite(job.figures.bone_direction_error_deg)
     with pytest.raises(RuntimeError, match="solve"):
         job.fit()

@@ -72,10 +72,10 @@ def test_same_skeleton_round_trip_with_source_rotations(shape):
     job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(), source_rig=src)
     job.run()
     b = _mapped(rig, mapping)
-    err = np.linalg.norm(job.result.heads[:, b] - truth.heads[:, b], axis=-1) * 1000.0
+    err = np.linalg.norm(job.full_result().heads[:, b] - truth.heads[:, b], axis=-1) * 1000.0
     assert err.max() < 1.0, (shape, err.max())
     W_true, _ = pose_rig(rig, truth.quaternions, truth.locations)
-    W_got, _ = pose_rig(rig, job.result.quaternions, job.result.locations)
+    W_got, _ = pose_rig(rig, job.full_result().quaternions, job.full_result().locations)
     rel = np.swapaxes(W_true[:, b], -1, -2) @ W_got[:, b]
     ang = np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
     assert ang.max() < 0.5, (shape, ang.max())
@@ -115,12 +115,12 @@ def test_a_chest_turned_round_in_the_start_pose_is_turned_back(second_pass, monk
     job.solved.local_rot[bad, spine3] = job.solved.local_rot[bad, spine3] @ turn
     job.fit()
     b = _mapped(rig, mapping)
-    err = np.linalg.norm(job.result.heads[:, b] - truth.heads[:, b], axis=-1) * 1000.0
+    err = np.linalg.norm(job.full_result().heads[:, b] - truth.heads[:, b], axis=-1) * 1000.0
     worst = err[bad].max()
     if second_pass == "on":
         assert worst < 2.0, worst
         # no frame pops out: the joints accelerate as the walk's do
-        acc = np.diff(job.result.heads[:, b], 2, axis=0) - np.diff(truth.heads[:, b], 2, axis=0)
+        acc = np.diff(job.full_result().heads[:, b], 2, axis=0) - np.diff(truth.heads[:, b], 2, axis=0)
         assert np.linalg.norm(acc, axis=-1).max() < 0.05
     elif second_pass == "off, the default steps":
         assert worst < 10.0, worst     # (4.4 mm; four steps: 18 cm)
@@ -201,7 +201,7 @@ def test_the_roots_floor_correction_is_the_feet_s_not_the_start_pose_s():
         job.solve()
         job.solved.root_pos[:, 2] += raised          # the start pose's body, feet and all, higher
         job.fit()
-        out[raised] = job.target_info.floor_offset, job.result.heads[:, b].copy()
+        out[raised] = job.target_info.floor_offset, job.full_result().heads[:, b].copy()
     (off0, h0), (off8, h8) = out[0.0], out[0.08]
     assert abs(off8 - off0) < 1e-6, (off0, off8)     # (the code before: 0.031 and -0.049 m)
     assert np.linalg.norm(h8 - h0, axis=-1).max() < 1e-3
@@ -236,7 +236,7 @@ def test_a_pelvis_whose_spine_starts_on_it_keeps_its_tilt():
     job.fit()
     assert any(r.get("name") == "pelvis>thigh_l" for r in job.targets.rows)
     legs = [rig.index(mapping.entries[j]) for j in ("thigh_l", "calf_l", "foot_l", "thigh_r", "calf_r", "foot_r")]
-    err = np.linalg.norm(job.result.heads[:, legs] - truth.heads[:, legs], axis=-1) * 1000.0
+    err = np.linalg.norm(job.full_result().heads[:, legs] - truth.heads[:, legs], axis=-1) * 1000.0
     assert err.mean() < 2.0, err.mean()
 
 
@@ -265,7 +265,8 @@ def test_the_root_goes_where_the_source_s_hips_are(foot_lock):
     kp[..., 2] += 0.03                          # (the rig stands 3 cm above its floor at rest: so do these)
     rig = _pelvis_lowered(plan.rig, plan.root, 0.06)
     job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none", foot_lock=foot_lock))
-    res = job.run()
+    job.run()
+    res = job.full_result()
     hips = [rig.index(mapping.entries[j]) for j in ("thigh_l", "thigh_r")]
     src_hips = 0.5 * (kp[:, KEYPOINTS.index("thigh_l")] + kp[:, KEYPOINTS.index("thigh_r")])
     off = np.linalg.norm(res.heads[:, hips].mean(1) - src_hips, axis=-1) * 1000.0
@@ -291,7 +292,8 @@ def test_a_source_that_loses_a_hip_for_a_while_does_not_move_the_root():
     kp[:, p] = src_hips + [0.0, 0.0, 0.08]      # the pelvis joint above the hips, as CMU's
     kp[20:40, tl] = np.nan
     job = RigBake(plan.rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
-    res = job.run()
+    job.run()
+    res = job.full_result()
     assert [r["name"] for r in job.targets.rows if r.get("kind") == "root"] == ["hips"]
     hips = [plan.rig.index(mapping.entries[j]) for j in ("thigh_l", "thigh_r")]
     mid = res.heads[:, hips].mean(1)
@@ -339,7 +341,8 @@ def test_a_flat_source_foot_stands_flat_on_a_rig_whose_foot_drops_less():
     kp = target_keypoints(plan, quats, np.zeros((T, len(base.names), 3))) @ plan.K.T
     rig = _balls_raised(base, mapping, 0.03)
     job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
-    res = job.run()
+    job.run()
+    res = job.full_result()
     for s in "lr":
         a, b = rig.index(mapping.entries[f"foot_{s}"]), rig.index(mapping.entries[f"toe_{s}"])
         rest = float(_pitch(rig.head[b] - rig.head[a], UP))
@@ -366,7 +369,8 @@ def test_a_standing_rig_stands_its_sole_where_another_skeleton_stood_its_lowest_
         target = _rig(shape)           # (the same body: A_random_rolls has other bone rolls only)
         mapping = auto_map(target)
         job = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu"), source_rig=src)
-        res = job.run()
+        job.run()
+        res = job.full_result()
         feet = [target.index(mapping.entries[j]) for j in ("foot_l", "foot_r", "toe_l", "toe_r")]
         lift = np.min(res.heads[:, feet, 2], 1) - np.min(kp[:, feet_kp, 2], 1)   # rig over source, lowest
         assert abs(np.median(lift[planted]) - sole) < 0.002, (shape, np.median(lift[planted]))
@@ -381,7 +385,8 @@ def test_a_joint_the_source_lacks_is_bridged_by_the_next_one_it_has():
     kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
     kp[:, KEYPOINTS.index("spine2")] = np.nan
     job = RigBake(plan.rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none", foot_lock=False))
-    res = job.run()
+    job.run()
+    res = job.full_result()
     upper = [plan.rig.index(mapping.entries[j]) for j in ("spine3", "neck", "head", "clavicle_l", "hand_r")]
     err = np.linalg.norm(res.heads[:, upper] - truth.heads[:, upper], axis=-1) * 1000.0
     assert err.max() < 10.0, err.max(0)
@@ -413,7 +418,7 @@ def test_a_jump_in_the_start_pose_is_eased_where_the_source_moves_on(ease, monke
     s2 = JOINTS.index("spine2")
     job.solved.local_rot[30:, s2] = job.solved.local_rot[30:, s2] @ bend
     job.fit()
-    q = job.result.quaternions
+    q = job.full_result().quaternions
     step = np.degrees(2 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0, 1)))
     spine = [rig.index(b) for b in rig.names if b.startswith("DEF-spine")]
     worst = step[25:35][:, spine].max()
@@ -440,7 +445,7 @@ def test_an_unmapped_spine_bone_keeps_its_start_and_the_fit_mends_a_jump(monkeyp
     job.solved.local_rot[30:, JOINTS.index("spine2")] = \
         job.solved.local_rot[30:, JOINTS.index("spine2")] @ axis_angle_to_matrix(np.array([np.radians(45.0), 0, 0]))
     job.fit()
-    q = job.result.quaternions
+    q = job.full_result().quaternions
     step = np.degrees(2 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0, 1)))
     spine = [rig.index(b) for b in rig.names if b.startswith("DEF-spine")]
     assert step[25:35][:, spine].max() < 6.0
@@ -747,7 +752,8 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     hanging = dataclasses.replace(plan.rig, head=plan.rig.head - drop, tail=plan.rig.tail - drop, matrix_local=ml)
     assert rest_floor_gap(plan_retarget(hanging, mapping), np.eye(4)) < -0.5 * plan.leg_length
     job = RigBake(hanging, mapping, kp, None, 30.0, BakeOptions())
-    world = job.run().heads
+    job.run()
+    world = job.full_result().heads
     err = np.linalg.norm(world[:, body] - truth_world[:, body], axis=-1)
     assert np.median(err) < 3e-3 and abs(np.median((world - truth_world)[:, body, 2])) < 2e-3, np.median(err)
     assert abs(job.target_info.sole - sole) < 3e-3, job.target_info.sole
@@ -758,8 +764,9 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     up = np.eye(4)
     up[2, 3] = 1.0
     raised = RigBake(plan.rig, mapping, kp + np.array([0.0, 0.0, 1.0]), None, 30.0, BakeOptions(), object_matrix=up)
-    raised_heads = raised.run().heads
-    heads = stand.run().heads
+    raised.run()
+    stand.run()
+    raised_heads, heads = raised.full_result().heads, stand.full_result().heads
     assert abs(stand.target_info.sole - rest_sole) < 1e-9
     dz = np.median((heads - truth_world)[:, body, 2])
     assert abs(dz - (rest_sole - sole)) < 3e-3, dz
@@ -810,7 +817,7 @@ def test_dragged_effectors_are_reached(move):
     job = _sparse_pose_job(rig, mapping, np.array([0.0, -move, 0.5 * move]))
     for e, row in job.target_info.effectors.items():
         b = rig.index(mapping.entries[e])
-        d = np.linalg.norm(job.result.heads[0, b] - job.targets.rows[row]["target"][0]) * 1000.0
+        d = np.linalg.norm(job.full_result().heads[0, b] - job.targets.rows[row]["target"][0]) * 1000.0
         assert d < 1.0, (e, d)
     assert not job.figures.unreachable and job.figures.effector_reach_mm[1] < 1.0
 
@@ -825,7 +832,7 @@ def test_effectors_keep_the_rigs_posture():
     assert job.plan.spine == "rest"
     for j in ("spine3", "neck"):
         b = rig.index(mapping.entries[j])
-        assert np.linalg.norm(job.result.heads[0, b] - rig.head[b]) * 1000.0 < 35.0, j
+        assert np.linalg.norm(job.full_result().heads[0, b] - rig.head[b]) * 1000.0 < 35.0, j
     dense = RigBake(rig, mapping, walk_keypoints(8), None, 30.0, BakeOptions(device="cpu", mode="dense"))
     assert dense.mode == "dense" and dense.plan.spine == "segments"
 
@@ -840,8 +847,8 @@ def test_unreachable_effector_is_named():
     b = rig.index(mapping.entries["hand_l"])
     s = rig.index(mapping.entries["upperarm_l"])
     tgt = job.targets.rows[job.target_info.effectors["hand_l"]]["target"][0]
-    arm = job.result.heads[0, b] - job.result.heads[0, s]
-    to = tgt - job.result.heads[0, s]
+    arm = job.full_result().heads[0, b] - job.full_result().heads[0, s]
+    to = tgt - job.full_result().heads[0, s]
     assert np.dot(arm, to) / np.linalg.norm(arm) / np.linalg.norm(to) > 0.99
 
 
@@ -953,7 +960,7 @@ def test_file_effectors_on_other_proportions_stand_flat():
         still = stance(kp, mask, UP, 30.0, KEYPOINTS.index(f"foot_{s}"))
         assert still.sum() >= 8   # (the walk stands long enough on each foot to measure)
         both = still[1:] & still[:-1]
-        tip = toe_tips(target, mapping, job.result.quaternions, job.result.locations, s)
+        tip = toe_tips(target, mapping, job.full_result().quaternions, job.full_result().locations, s)
         src_tip = toe_tips(plan_src.rig, mapping_src, truth.quaternions, truth.locations, s)
         speed = np.linalg.norm(np.diff(tip[:, :2], axis=0), axis=-1)[both].mean() * 1000.0
         src_speed = np.linalg.norm(np.diff(src_tip[:, :2], axis=0), axis=-1)[both].mean() * 1000.0 * job.scale
@@ -1013,7 +1020,7 @@ def test_six_effectors_settle_what_they_leave_open_over_time(shape, monkeypatch)
 
     def wander(job, plan, mapping, truth):
         b = _mapped(plan.rig, mapping)
-        e = job.result.heads[:, b] - truth.heads[:, b]
+        e = job.full_result().heads[:, b] - truth.heads[:, b]
         return float(np.linalg.norm(e[2:] - 2.0 * e[1:-1] + e[:-2], axis=-1).mean() * 1000.0)
 
     settled = _six_effector_bake_of_a_wandering_start(shape, core.SPARSE_SETTLE_ROUNDS, monkeypatch)
@@ -1068,7 +1075,7 @@ def test_six_effectors_hold_a_standing_foots_heading():
     rng = np.random.default_rng(1)
     job, plan, mapping, truth, kp, mask = _six_effector_walk(
         "T_default", lambda T: {n: rng.normal(0.0, np.radians(12.0), (T, 3)) for n in ("foot_l", "foot_r")})
-    W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
+    W, H = pose_rig(plan.rig, job.full_result().quaternions, job.full_result().locations)
     Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
     for s in "lr":
         t = plan.rig.index(mapping.entries[f"toe_{s}"])
@@ -1096,7 +1103,7 @@ def test_six_effectors_keep_the_ball_of_the_foot_above_the_floor():
     job, plan, mapping, truth, _kp, _mask = _six_effector_walk(   # toes down by 35 degrees on every frame
         "T_default", lambda T: {n: np.tile([0.6, 0.0, 0.0], (T, 1)) for n in ("foot_l", "foot_r")})
     assert job.figures.effector_reach_mm[1] < 1.0, job.figures
-    W, H = pose_rig(plan.rig, job.result.quaternions, job.result.locations)
+    W, H = pose_rig(plan.rig, job.full_result().quaternions, job.full_result().locations)
     Wt, Ht = pose_rig(plan.rig, truth.quaternions, truth.locations)
     for s in "lr":
         t = plan.rig.index(mapping.entries[f"toe_{s}"])
@@ -1187,11 +1194,11 @@ def test_a_source_skeletons_rotations_need_one_step_of_the_rig_solve():
     one, two = jobs[None], jobs[2]
     assert one.start == "source" and RIG_ITERATIONS["source"] == 1
     b = _mapped(target, mapping)
-    moved = np.linalg.norm(one.result.heads[:, b] - two.result.heads[:, b], axis=-1) * 1000.0
+    moved = np.linalg.norm(one.full_result().heads[:, b] - two.full_result().heads[:, b], axis=-1) * 1000.0
     # the two-step answer is not the start pose: the step does the work (bones of other lengths)
     start = RigBake(target, mapping, kp, None, 30.0, BakeOptions(device="cpu", rig_iterations=0), source_rig=src)
     start.run()
-    off = np.linalg.norm(start.result.heads[:, b] - two.result.heads[:, b], axis=-1) * 1000.0
+    off = np.linalg.norm(start.full_result().heads[:, b] - two.full_result().heads[:, b], axis=-1) * 1000.0
     assert off.mean() > 10.0, off.mean()                       # (24 mm)
     assert moved.mean() < 0.05 * off.mean(), (moved.mean(), off.mean())   # (0.44 mm)
     assert moved.max() < 0.1 * off.max(), (moved.max(), off.max())        # (2.4 of 34 mm)
@@ -1240,7 +1247,7 @@ def test_settling_keeps_a_locked_axis_where_the_solve_left_it(monkeypatch):
         job = RigBake(plan.rig, mapping, kp, mask, 30.0, BakeOptions(device="cpu", mode="sparse", smooth="none"),
                       locked=locked)
         job.run()
-        quats[rounds] = job.result.quaternions[:, fore]
+        quats[rounds] = job.full_result().quaternions[:, fore]
     q0, q1 = quats[0], quats[core.SPARSE_SETTLE_ROUNDS]
     # the relative turn between the two bakes has no X or Z part: about Y only
     w0, v0 = q0[:, :1], q0[:, 1:]
@@ -1272,7 +1279,7 @@ def test_six_effectors_settle_never_across_a_cut(monkeypatch):
         job = RigBake(plan.rig, mapping, clip, np.isfinite(clip).all(-1), 30.0,
                       BakeOptions(device="cpu", mode="sparse", smooth="none"))
         job.run()
-        return job, job.result.heads[:, b]
+        return job, job.full_result().heads[:, b]
 
     job, alone = bake(kp)
     assert cuts(job) == []
@@ -1306,7 +1313,7 @@ def test_a_hands_turn_follows_its_thumb():
         job = RigBake(plan.rig, mapping, clip, np.isfinite(clip).all(-1), 30.0,
                       BakeOptions(device="cpu", mode="dense", smooth="none"))
         job.run()
-        W, _ = pose_rig(rig, job.result.quaternions, job.result.locations)
+        W, _ = pose_rig(rig, job.full_result().quaternions, job.full_result().locations)
         rel = np.swapaxes(W_true[:, hands], -1, -2) @ W[:, hands]
         return np.degrees(np.arccos(np.clip((np.trace(rel, axis1=-2, axis2=-1) - 1) / 2, -1, 1)))
 
@@ -1435,7 +1442,8 @@ def test_keypoints_without_toes_stand_where_their_ankles_stand():
     ml[:, :3, 3] -= drop
     hanging = dataclasses.replace(plan.rig, head=plan.rig.head - drop, tail=plan.rig.tail - drop, matrix_local=ml)
     job = RigBake(hanging, mapping, kp, None, 30.0, BakeOptions(device="cpu", smooth="none"))
-    world = job.run().heads
+    job.run()
+    world = job.full_result().heads
     body = [plan.rig.index(b) for j, b in mapping.entries.items() if plan.rig.has(b) and not j.startswith("toe")]
     dz = (world - truth.heads)[:, body, 2]
     assert abs(np.median(dz)) < 3e-3, np.median(dz)
@@ -1592,7 +1600,7 @@ def test_preview_pose_shows_the_bake_and_its_input_in_world_space():
     T = job.n_frames
     assert shown.frames == [0, 12, 24, 35, 47, 59] and T == 60
     np.testing.assert_allclose(shown.keypoints, kp_world[shown.frames], atol=1e-9)
-    heads = job.result.heads[shown.frames] @ M[:3, :3].T + M[:3, 3]
+    heads = job.full_result().heads[shown.frames] @ M[:3, :3].T + M[:3, 3]
     np.testing.assert_allclose(shown.heads, heads, atol=1e-9)
     rest = np.linalg.norm(rig.tail - rig.head, axis=-1) * 0.5
     np.testing.assert_allclose(np.linalg.norm(shown.tails - shown.heads, axis=-1), np.broadcast_to(rest, (6, len(rig))),

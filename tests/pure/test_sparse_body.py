@@ -27,7 +27,8 @@ def test_effectors_of_another_body_are_scaled_onto_the_rig(size):
     walk = walk_keypoints(2.0, 30.0)
     kp = _six(walk * size)                                        # a child-sized walker's six effectors
     job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", mode="sparse"))
-    res = job.run()
+    job.run()
+    res = job.full_result()
     f = job.figures
     ratio = job.scale * job.unit
     if size == 1.0:
