@@ -88,3 +88,39 @@ def rig_description(obj):
             _DESCRIPTIONS.pop(next(iter(_DESCRIPTIONS)))
         _DESCRIPTIONS[key] = rig
     return rig
+
+
+def _pose_at_rest(obj) -> bool:
+    """Whether every pose bone holds its rest (no location, rotation or scale in any mode) and no locked axis."""
+    pbs = obj.pose.bones
+    n = len(pbs)
+    arrays = {}
+    for prop, size in (("location", 3), ("rotation_quaternion", 4), ("rotation_euler", 3),
+                       ("rotation_axis_angle", 4), ("scale", 3), ("lock_rotation", 3)):
+        buf = np.empty(n * size, dtype=np.float64)
+        pbs.foreach_get(prop, buf)
+        arrays[prop] = buf.reshape(n, size)
+    angle = arrays["rotation_axis_angle"][:, 0]
+    return bool(np.allclose(arrays["location"], 0.0) and np.allclose(arrays["rotation_euler"], 0.0)
+                and np.allclose(arrays["rotation_quaternion"], [1.0, 0.0, 0.0, 0.0]) and np.allclose(angle, 0.0)
+                and np.allclose(arrays["scale"], 1.0) and not arrays["lock_rotation"].any())
+
+
+def file_armature(obj, path="", unsupported=None):
+    """``obj`` as a :class:`..readers.bvh_armature.FileArmature` (a bake keeps its keys as arrays, no action).
+
+    For a bake whose only outputs are BVH files, written by the numpy BVH
+    writer from the keys: a long clip's keys then take float32 arrays, not
+    Blender's fcurves (a key point is about 70 bytes). ``None`` where the
+    armature's pose is not at rest (the BVH would hold it on the bones the
+    bake leaves alone), a rotation axis is locked, or ``unsupported(obj)``
+    (why the numpy writer would differ from Blender's evaluation) says why.
+    """
+    from ..readers.bvh_armature import FileArmature
+
+    if (unsupported is not None and unsupported(obj) is not None) or not _pose_at_rest(obj):
+        return None
+    bones = obj.data.bones
+    connected = np.array([b.use_connect for b in bones], dtype=bool)
+    modes = [obj.pose.bones[b.name].rotation_mode for b in bones]
+    return FileArmature(rig_description(obj), connected, modes, path)

@@ -347,7 +347,9 @@ def _remove_written(paths):
 
 
 def load_bake_target(args, exports, blend):
-    """The bake target: a BVH target's armature without Blender when only BVH files are written, else Blender's.
+    """The bake target: where only BVH files are written, an armature whose keys stay arrays (a BVH
+    target's built without Blender, another's read from Blender: :func:`..blender_io.rig.file_armature`),
+    else Blender's.
 
     Parameters
     ----------
@@ -364,10 +366,21 @@ def load_bake_target(args, exports, blend):
     from .targets import direct_target, load_target
 
     kw = dict(units=args.target_units, up_axis=args.target_up_axis)
-    target = None
-    if blend is None and exports and all(e.lower().rsplit(".", 1)[-1] == "bvh" for e in exports):
-        target = direct_target(args.target, args.armature, **kw)
-    return target or load_target(args.target, args.armature, **kw)
+    bvh_only = blend is None and exports and all(e.lower().rsplit(".", 1)[-1] == "bvh" for e in exports)
+    target = direct_target(args.target, args.armature, **kw) if bvh_only else None
+    if target is not None:
+        return target
+    target = load_target(args.target, args.armature, **kw)
+    if bvh_only and target.kind != "blend":    # (a .blend's scene keeps its own frame rate)
+        from dataclasses import replace
+
+        from ..blender_io.rig import file_armature
+        from .export import numpy_bvh_unsupported
+
+        arm = file_armature(target.obj, target.spec, numpy_bvh_unsupported)
+        if arm is not None:
+            target = replace(target, obj=arm)
+    return target
 
 
 @guarded

@@ -367,7 +367,7 @@ def write_keys_bvh(armature, result, path, frame_time, chunk_frames=BVH_CHUNK_FR
 # Blender side
 
 
-def _numpy_bvh_unsupported(obj):
+def numpy_bvh_unsupported(obj):
     """Why the numpy BVH writer would not match Blender's evaluation of ``obj`` (``None``: it would)."""
     arm = obj.data
     if getattr(arm, "pose_position", "POSE") != "POSE":
@@ -416,7 +416,7 @@ def read_pose_channels(obj, frame_start, frame_end):
     from ..blender_io.actions import action_fcurves
     from ..blender_io.rig import rig_description
 
-    reason = _numpy_bvh_unsupported(obj)
+    reason = numpy_bvh_unsupported(obj)
     if reason is not None:
         return reason
     rig = rig_description(obj)

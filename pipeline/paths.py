@@ -169,10 +169,20 @@ def pose_jumps(job, q):
     while no source point moves more than :data:`.tuning.START_JUMP_SOURCE`
     times its median step (a cut in the source is the source's).
     """
-    step = np.degrees(2.0 * np.arccos(np.abs((q[1:] * q[:-1]).sum(-1)).clip(0.0, 1.0)))   # (T-1, B)
+    T = len(q)
+    step = np.empty((max(T - 1, 0), q.shape[1]))       # (T-1, B) degrees
+    moved = np.empty(max(T - 1, 0))
+    src = job.src_m
+    for a in range(0, T - 1, _JUMP_CHUNK):       # (a long clip's per-frame temporaries, a chunk at a time)
+        b = min(a + _JUMP_CHUNK, T - 1)
+        dot = np.abs(np.einsum("tbi,tbi->tb", q[a + 1:b + 1], q[a:b])).clip(0.0, 1.0)
+        step[a:b] = np.degrees(2.0 * np.arccos(dot))
+        moved[a:b] = np.nan_to_num(vector_norm(src[a + 1:b + 1] - src[a:b]), nan=0.0).max(1)
     jump = (step > np.maximum(tuning.START_JUMP_DEG, tuning.START_JUMP_FACTOR * np.median(step, axis=0))).any(1)
-    moved = np.nan_to_num(vector_norm(np.diff(job.src_m, axis=0)), nan=0.0).max(1)
     return jump & (moved < tuning.START_JUMP_SOURCE * np.median(moved))
+
+
+_JUMP_CHUNK = 8192
 
 
 def _jump_weights(jump, T, half):
