@@ -19,6 +19,7 @@ import numpy as np
 from ..model.rotations_np import vector_norm
 from ..model.skeleton import KEYPOINTS
 from .layouts import LAYOUTS, Layout, canonical_weights, detect_layout, get_layout
+from .units import UNIT_NAMES, UNITS, UP_AXES, convert_up_axis, normalize_units, normalize_up_axis
 
 __all__ = [
     "KeypointReadError",
@@ -37,17 +38,6 @@ __all__ = [
     "finish_clip",
 ]
 
-#: Metres per unit.
-#: ``cmu``: the CMU database's ASF length unit (1/0.45 inch).
-UNITS = {"m": 1.0, "dm": 0.1, "cm": 0.01, "mm": 0.001, "in": 0.0254, "ft": 0.3048, "cmu": 0.0254 / 0.45}
-_UNIT_ALIASES = {
-    "meter": "m", "meters": "m", "metre": "m", "metres": "m",
-    "decimeter": "dm", "decimeters": "dm", "centimeter": "cm", "centimeters": "cm",
-    "centimetre": "cm", "centimetres": "cm", "millimeter": "mm", "millimeters": "mm",
-    "millimetre": "mm", "millimetres": "mm", "inch": "in", "inches": "in", "foot": "ft", "feet": "ft",
-}
-#: Supported up axes of source data (all right-handed).
-UP_AXES = ("Z", "-Z", "Y", "-Y")
 #: Frame rate assumed when neither the file nor the caller gives one.
 DEFAULT_FPS = 30.0
 #: Longest gap (frames) :func:`finish_clip` fills by default.
@@ -136,47 +126,6 @@ class KeypointClip:
                        confidence=None if self.confidence is None else self.confidence[a:b].copy(),
                        warnings=list(self.warnings),
                        source_rig=None if self.source_rig is None else self.source_rig.frames(a, b))
-
-
-# ---------------------------------------------------------------------------
-# conversions
-
-
-def normalize_units(units) -> str:
-    """Canonical spelling of a unit (``"millimeters"`` -> ``"mm"``); ``ValueError`` if unknown."""
-    u = str(units).strip().lower()
-    u = _UNIT_ALIASES.get(u, u)
-    if u not in UNITS:
-        raise ValueError(f"unknown units {units!r}; use one of {', '.join(UNITS)}")
-    return u
-
-
-def normalize_up_axis(axis) -> str:
-    """Canonical spelling of an up axis (``"y"`` -> ``"Y"``, ``"+z"`` -> ``"Z"``)."""
-    a = str(axis).strip().upper().lstrip("+")
-    if a not in UP_AXES:
-        raise ValueError(f"unknown up axis {axis!r}; use one of {', '.join(UP_AXES)}")
-    return a
-
-
-def convert_up_axis(points: np.ndarray, up_axis: str) -> np.ndarray:
-    """Rotate right-handed source coordinates to Z up.
-
-    ``Y`` up (x, y, z) -> (x, -z, y), as Blender's BVH/FBX importers do, so
-    a body facing +Z faces -Y; ``-Y`` (y down, image-like: MediaPipe) ->
-    (x, z, -y); ``-Z`` -> (x, -y, -z). Handedness is kept: these are
-    rotations, never mirrors.
-    """
-    p = np.asarray(points, dtype=np.float64)
-    a = normalize_up_axis(up_axis)
-    x, y, z = p[..., 0], p[..., 1], p[..., 2]
-    if a == "Z":
-        return p.copy()
-    if a == "Y":
-        return np.stack([x, -z, y], axis=-1)
-    if a == "-Y":
-        return np.stack([x, z, -y], axis=-1)
-    return np.stack([x, -y, -z], axis=-1)
 
 
 def body_size(points: np.ndarray) -> float:
@@ -959,9 +908,6 @@ def finish_clip(
                         floor_shift=shift)
 
 
-#: Long names of units for messages.
-UNIT_NAMES = {"m": "metres", "cm": "centimetres", "mm": "millimetres", "in": "inches", "cmu": "CMU units",
-               "dm": "decimetres", "ft": "feet"}
 
 #: How the user changes each setting: command-line flag and the Import dialog's field.
 FLAGS = {

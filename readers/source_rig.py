@@ -33,15 +33,14 @@ import numpy as np
 from ..model.rotations_np import matrix_to_quat, quat_slerp
 from ..retarget.mapping import BoneMapping
 from ..retarget.rig import RigDescription
+from .units import convert_up_axis
 
 __all__ = ["SourceRig", "source_rig_from_bvh", "bvh_motion", "source_rig_from_pose", "axis_matrix", "bone_tails", "end_point_names",
            "layout_from_mapping", "describe_mapping_problem"]
 
 
 def axis_matrix(up_axis: str) -> np.ndarray:
-    """The rotation (3, 3) that :func:`.base.convert_up_axis` applies: ``out = M @ p``."""
-    from .base import convert_up_axis
-
+    """The rotation (3, 3) that :func:`.units.convert_up_axis` applies: ``out = M @ p``."""
     return convert_up_axis(np.eye(3), up_axis).T
 
 
@@ -174,7 +173,7 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
     ----------
     bvh : model.bvh.BVHData
     up_axis : str
-        The file's up axis (see :func:`.base.convert_up_axis`).
+        The file's up axis (see :func:`.units.convert_up_axis`).
     scale : float
         Metres per file unit.
     mapping : BoneMapping, optional
