@@ -15,7 +15,7 @@ from _pkg import pkg
 from source_fixtures import humanoid_bvh
 
 pkg()
-from neural_ik.cli import batch, parser  # noqa: E402
+from neural_ik.cli import clips, parser  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_a_worker_killed_in_a_clip_fails_that_clip_alone(tmp_path, monkeypatch):
     humanoid_bvh(target, "studio", "Y", "cm", "A", frames=1)
     assert _batch(src, tmp_path / "one", target, 1) == 0
 
-    bake_job = batch._bake_job
+    bake_job = clips.bake_job
     here = os.getpid()
 
     def killed_on_boom(job, *a, **k):   # (forked into the workers: the one that takes boom.bvh dies)
@@ -48,7 +48,7 @@ def test_a_worker_killed_in_a_clip_fails_that_clip_alone(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGKILL)
         return bake_job(job, *a, **k)
 
-    monkeypatch.setattr(batch, "_bake_job", killed_on_boom)
+    monkeypatch.setattr(clips, "bake_job", killed_on_boom)
     out = tmp_path / "two"
     assert _batch(src, out, target, 2) == 1
     rows = {os.path.basename(r["source"]): r for r in json.loads((out / "report.json").read_text())["clips"]}
