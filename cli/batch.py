@@ -38,9 +38,14 @@ import signal
 import sys
 import time
 
-from . import common
+from ..outputs import remove_pending
+from . import argtypes, arguments, errors, pathcheck, sources
 from .clips import ClipJob, bake_job, failed_row
-from .common import CliError, UsageError, guarded
+from ..errors import UserError
+from .errors import CliError, UsageError, guarded, say
+from .errors import exit_code as error_exit_code
+from .progress import Progress
+from .report import emit_report, headline, summary
 from .signals import STOP_SIGNALS, exit_code, signal_name
 
 __all__ = ["add_parser", "run", "find_clips"]
@@ -78,7 +83,7 @@ def add_parser(subparsers):
                         help="also render DIR/<clip>.png: a contact sheet of each clip, the input and the baked rig "
                              "side by side over the floor at six frames, and DIR/previews_index.png: a tile of each")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
-    parser.add_argument("--jobs", type=common.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
+    parser.add_argument("--jobs", type=argtypes.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
                              "(a .bvh target, --no-blend, --export bvh only); default 0: one per CPU core, "
                              "fewer where memory is short")
@@ -87,7 +92,7 @@ def add_parser(subparsers):
                              "(tcp://host:8786) or local:N for N worker processes on this machine; needs "
                              "dask[distributed], a .bvh target, --no-blend and --export bvh, and INPUT_DIR and DIR "
                              "at the same paths on every worker (docs/cluster.md)")
-    common.add_bake_arguments(parser)
+    arguments.add_bake_arguments(parser)
     return parser
 
 
@@ -134,7 +139,7 @@ def find_clips(input_dir, pattern=None, exclude=None, problems=None):
     if pattern:
         paths = glob.glob(os.path.join(root, pattern), recursive=True)
     else:
-        paths = walk_sources(root, common.SOURCE_EXTENSIONS, problems, exclude)
+        paths = walk_sources(root, sources.SOURCE_EXTENSIONS, problems, exclude)
     out = []
     for path in paths:
         path = os.path.abspath(path)
@@ -215,14 +220,14 @@ def check_output_folders(args, root, out_dir, blend, report_path):
     what = "--out-dir {}".format(args.out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError("{}: is a file, not a folder".format(what))
-    if common.path_inside(out_dir, root):
+    if pathcheck.path_inside(out_dir, root):
         raise UsageError("{}: lies inside INPUT_DIR {}; its outputs would be read as clips by the next run: "
                          "pick a folder outside it".format(what, args.input_dir))
     for flag, path in (("--out", blend), ("--report", report_path)):
-        if path not in (None, "-") and common.path_inside(path, root):
+        if path not in (None, "-") and pathcheck.path_inside(path, root):
             raise UsageError("{} {}: lies inside INPUT_DIR {}; it would be read as a clip by the next run: "
                              "pick a path outside it".format(flag, path, args.input_dir))
-    common.check_writable_folder(out_dir, what)
+    pathcheck.check_writable_folder(out_dir, what)
 
 
 def _blend_actions(path):
@@ -303,7 +308,7 @@ def _run(args, held):
     from .bake import get_solver, load_bake_target
     from .devicecheck import check_device, device_fallback
     from .locks import FolderLock
-    from .targets import check_target, target_label
+    from ..blender_io.targets import check_target, target_label
     from .workers import run_parallel, worker_count
 
     started = time.perf_counter()
@@ -313,8 +318,8 @@ def _run(args, held):
     if why is not None:
         raise UsageError("{}: {}".format(args.input_dir, why))
     check_target(args.target)
-    common.check_layout_argument(args.layout)
-    mapping = common.load_bone_mapping(args.mapping)
+    arguments.check_layout_argument(args.layout)
+    mapping = arguments.load_bone_mapping(args.mapping)
     root = os.path.abspath(args.input_dir)
     out_dir = os.path.abspath(args.out_dir)
     blend = None
@@ -337,7 +342,7 @@ def _run(args, held):
     sources = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
     if not sources:
         what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
-            ", ".join(common.SOURCE_EXTENSIONS))
+            ", ".join(sources.SOURCE_EXTENSIONS))
         unread = "; not read: {}".format("; ".join("{}: {}".format(p, why) for p, why, _s in problems)) \
             if problems else ""
         raise CliError("{}: no keypoint files {}{}".format(args.input_dir, what, unread))
@@ -345,7 +350,7 @@ def _run(args, held):
             for s, (name, note) in zip(sources, output_names(sources, root))]
     from .bake import input_files
 
-    common.check_output_paths([("--out", blend), ("--report", report_path)]
+    pathcheck.check_output_paths([("--out", blend), ("--report", report_path)]
                               + [("export of " + job.rel, p) for job in jobs for p in job.exports]
                               + [("preview of " + job.rel, job.preview) for job in jobs if job.preview]
                               + ([("--previews index", os.path.join(out_dir, PREVIEWS_INDEX))] if args.previews else []),
@@ -360,7 +365,7 @@ def _run(args, held):
     record = fingerprint.read_record(out_dir)
 
     pending, skipped = _split_fresh(jobs, args, blend, record, settings)
-    progress = common.Progress(len(jobs), 0, quiet=args.quiet)
+    progress = Progress(len(jobs), 0, quiet=args.quiet)
     _say_skips(progress, held[0].note, skipped, pending, problems, root)
     interrupt = _Interrupt(progress).install()
     interrupted = False
@@ -374,8 +379,8 @@ def _run(args, held):
             try:
                 target = load_bake_target(args, exports, blend)
                 solver = get_solver(args)
-            except CliError as ex:
-                raise CliError(str(ex), ex.code) from None
+            except UserError as ex:
+                raise CliError(say(ex), error_exit_code(ex)) from None
             load_seconds = time.perf_counter() - t0
             # frames of every clip for the time left: estimated from the file sizes as clips are read
             progress.total_frames = 0
@@ -399,7 +404,7 @@ def _run(args, held):
                                             lambda: interrupt.requested)
                         done_rows.append(job.row)
                         _estimate_total(progress, done_rows, pending, i)
-                        progress.end_clip("done, {} frames: {}".format(job.row["frames"], common.headline(job.row)))
+                        progress.end_clip("done, {} frames: {}".format(job.row["frames"], headline(job.row)))
                     except KeyboardInterrupt:
                         interrupted = True
                         progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
@@ -413,20 +418,20 @@ def _run(args, held):
                     if skipped and os.path.isfile(blend):
                         _carry_actions(blend, [j.action_name for j in skipped])
                     t0 = time.perf_counter()
-                    from .export import save_blend
+                    from ..blender_io.export import save_blend
 
                     try:
                         save_blend(blend)
-                    except CliError as ex:  # e.g. a full disk: the report still lists what was done
-                        blend_error = str(ex)
-                        progress.message("failed: {}".format(ex))
+                    except UserError as ex:  # e.g. a full disk: the report still lists what was done
+                        blend_error = say(ex)
+                        progress.message("failed: {}".format(blend_error))
                     else:
                         blend_written = time.perf_counter() - t0
                         progress.message("wrote {}".format(blend))
                     # (a signal during the save waits for it: the file is whole, the run still interrupted)
                     interrupted = interrupted or interrupt.requested
     except KeyboardInterrupt:
-        common.remove_pending()
+        remove_pending()
         interrupted = True
 
     index = _previews_index(jobs, out_dir, progress) if args.previews and not interrupted else None
@@ -455,19 +460,19 @@ def _run(args, held):
     if index is not None:
         extra["previews_index"] = index
     report = {"command": "batch", "input_dir": root, "out_dir": out_dir, "target": target_label(args.target),
-              "clips": rows, "summary": common.summary(rows, time.perf_counter() - started, **extra)}
+              "clips": rows, "summary": summary(rows, time.perf_counter() - started, **extra)}
     report_error = None
     try:
-        common.emit_report(report_path, report)
+        emit_report(report_path, report)
         if interrupt.requested and not interrupted:   # a signal while the report was written
             interrupted = report["summary"]["interrupted"] = True
             report["summary"]["signal"] = signal_name(interrupt.signum)
-            common.emit_report(report_path, report)
+            emit_report(report_path, report)
     except KeyboardInterrupt:
-        common.remove_pending()
+        remove_pending()
         interrupted = True
-    except CliError as ex:  # e.g. a full disk
-        report_error = str(ex)
+    except UserError as ex:  # e.g. a full disk
+        report_error = say(ex)
     finally:
         interrupt.restore()
     _write_record(out_dir, jobs, record, settings, progress)
@@ -486,7 +491,7 @@ def _run(args, held):
         print("neural-ik batch: error: {}".format(report_error), file=sys.stderr)
     if interrupted:
         return exit_code(interrupt.signum)
-    return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
+    return errors.EXIT_FAILED if (s["failed"] or blend_error or report_error) else errors.EXIT_OK
 
 
 #: ``batch --previews``: one tile of every clip's contact sheet, in DIR.
@@ -495,7 +500,7 @@ PREVIEWS_INDEX = "previews_index.png"
 
 def _previews_index(jobs, out_dir, progress):
     """DIR/:data:`PREVIEWS_INDEX` from the clips' sheets (baked now or up to date); its path, or None."""
-    from .contact_sheet import index_sheet
+    from ..blender_io.contact_sheet import index_sheet
 
     path = os.path.join(out_dir, PREVIEWS_INDEX)
     try:
@@ -511,7 +516,7 @@ def _previews_index(jobs, out_dir, progress):
 
 def _split_fresh(jobs, args, blend, record, settings):
     """``(pending, skipped)``: a clip is skipped when its outputs are newer than it and its record matches."""
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
     old_actions = set()
     if blend is not None and os.path.isfile(blend) and not args.force:
@@ -550,7 +555,7 @@ def _say_skips(progress, lock_note, skipped, pending, problems, root):
 
 def _problem_row(path, why, status, args):
     """The row of an entry of INPUT_DIR that is not read (:func:`find_clips`' ``problems``)."""
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
     row = {"source": path, "target": target_label(args.target), "status": status, "outputs": []}
     row["error" if status == "failed" else "reason"] = "{}: {}".format(path, why)
@@ -583,7 +588,7 @@ def _write_record(out_dir, jobs, record, settings, progress):
             clips.pop(job.action_name, None)
     try:
         fingerprint.write_record(out_dir, clips)
-    except (CliError, OSError) as ex:   # the next run then bakes again: no harm beyond the time
+    except (UserError, OSError) as ex:   # the next run then bakes again: no harm beyond the time
         progress.message("cannot record the settings in {} ({})".format(out_dir, ex))
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import common
-from .common import CliError
+from ..outputs import remove_partials, remove_pending
+from ..errors import SettingError, UserError
+from .errors import CliError, say
+from .report import headline
 
 __all__ = ["ClipJob", "bake_job", "failed_row", "bake_clip", "finish_clip", "remove_clip_partials", "cores",
            "limit_threads"]
@@ -94,15 +96,16 @@ def bake_job(job, target, args, solver, mapping, blend, progress, cancel):
             row["warnings"].append(job.note)
         return row
     except BaseException:
-        common.remove_pending()
+        remove_pending()
         _remove_action(action_name)
         raise
 
 
 def failed_row(job, ex, args):
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
-    message = str(ex) if isinstance(ex, CliError) else "{}: {}: {}".format(
+    # (the command line's errors and the neutral ones of blender_io name the file; others get it here)
+    message = say(ex) if isinstance(ex, CliError) or type(ex) in (UserError, SettingError) else "{}: {}: {}".format(
         job.source, type(ex).__name__, " ".join(str(ex).split()))
     return {"source": job.source, "target": target_label(args.target), "status": "failed", "error": message,
             "outputs": []}
@@ -155,7 +158,7 @@ def finish_clip(job, label, status, payload, progress):
     if status == "done":
         job.row = payload
         progress.frames_done += int(payload["frames"])
-        progress.message("{}: done, {} frames: {}".format(label, payload["frames"], common.headline(payload)))
+        progress.message("{}: done, {} frames: {}".format(label, payload["frames"], headline(payload)))
     elif status == "failed":
         job.row = payload
         progress.message("{}: failed: {}".format(label, payload["error"]))
@@ -167,4 +170,4 @@ def finish_clip(job, label, status, payload, progress):
 def remove_clip_partials(job):
     """Temporary files of ``job``'s exports that a killed worker left behind."""
     for path in job.exports:
-        common.remove_partials(path)
+        remove_partials(path)

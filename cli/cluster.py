@@ -41,7 +41,7 @@ import sys
 import time
 import uuid
 
-from .common import CliError, UsageError
+from .errors import CliError, UsageError
 
 __all__ = ["check_arguments", "run_batch", "worker_bake", "INSTALL_HINT"]
 
@@ -85,7 +85,7 @@ def check_arguments(args, blend, exports):
                          "Blender scene: give a .bvh target (or use --jobs on one machine)".format(args.target))
     if not __name__.startswith("neural_ik."):   # (the name the workers load the package under)
         raise UsageError("--scheduler: run it from ./neural-ik, not inside Blender")
-    from .targets import direct_target
+    from ..blender_io.targets import direct_target
 
     if direct_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis) is None:
         raise UsageError("--scheduler: --target {}: this BVH file is built by Blender's importer, which the "
@@ -331,7 +331,7 @@ def worker_bake(spec, clip):
 def _worker_state(spec, address):
     """``(target, args, solver, mapping)`` of the batch, loaded on the first of its clips in this process."""
     if _STATE.get("key") != spec["key"]:
-        from . import common
+        from . import arguments
         from .bake import get_solver, load_bake_target
         from .clips import cores, limit_threads
         from ..readers.bvh_armature import FileArmature
@@ -348,7 +348,7 @@ def _worker_state(spec, address):
         os.environ["OMP_NUM_THREADS"] = str(threads)
         if sys.modules.get("torch") is not None:
             sys.modules["torch"].set_num_threads(threads)
-        _STATE.update(key=spec["key"], state=(target, args, get_solver(args), common.load_bone_mapping(args.mapping)))
+        _STATE.update(key=spec["key"], state=(target, args, get_solver(args), arguments.load_bone_mapping(args.mapping)))
     return _STATE["state"]
 
 

@@ -8,9 +8,9 @@ import signal
 import sys
 import time
 
-from . import common
+from . import sources
 from .clips import bake_clip, cores, failed_row, finish_clip, limit_threads, remove_clip_partials
-from .common import CliError
+from .errors import CliError
 from .signals import STOP_SIGNALS
 
 __all__ = ["worker_count", "run_parallel", "WORKER_BASE_BYTES", "WORKER_FRAME_BYTES"]
@@ -66,7 +66,7 @@ def worker_count(args, target, pending, progress=None, in_blender=None):
             progress.message("--jobs {}: one clip at a time: {}".format(asked, why))
         return 1
     n = min(asked or cores(), len(pending))
-    frames = [common.peek_frame_count(job.source) for job in pending]
+    frames = [sources.peek_frame_count(job.source) for job in pending]
     longest = max((f for f in frames if f is not None), default=0)
     if any(f is None for f in frames):
         longest = max(longest, 100_000)   # a file whose length is unknown until read

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import setting
 from ..model.rotations_np import matrix_to_quat, quat_slerp
 from ..retarget.mapping import BoneMapping
 from ..retarget.rig import RigDescription
@@ -307,8 +308,8 @@ def describe_mapping_problem(rig: RigDescription, mapping: BoneMapping, errors) 
     problems = ([f"no bone for {', '.join(missing)}"] if missing else []) + other
     return (f"not a humanoid skeleton the automatic mapping can use ({len(rig)} joints, root "
             f"{', '.join(roots)}): {'; '.join(problems)}. Mapped: {found}. Pass a mapping of joint names to "
-            "canonical keypoints with --layout MAPPING.json ('Layout' in the import options; "
-            "`neural-ik layouts canonical` lists the keypoints)")
+            f"canonical keypoints with {setting('layout', 'MAPPING.json')} (`neural-ik layouts canonical` lists "
+            "the keypoints)")
 
 
 def _ortho(m):

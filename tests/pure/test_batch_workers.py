@@ -125,13 +125,14 @@ def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monke
         assert (tmp_path / "overlap" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes(), name
     # an export that fails while the figures are measured (a disk full, say)
     monkeypatch.undo()
-    from neural_ik.cli import common, export
+    from neural_ik.blender_io import export
+    from neural_ik.errors import UserError
 
     write = export.write_keys_bvh
 
     def full_disk(armature, result, path, *a, **k):
         if os.path.basename(path) == "a.bvh":
-            raise common.CliError("{}: cannot write (No space left on device)".format(path))
+            raise UserError("{}: cannot write (No space left on device)".format(path))
         return write(armature, result, path, *a, **k)
 
     monkeypatch.setattr(export, "write_keys_bvh", full_disk)
@@ -143,7 +144,7 @@ def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monke
 
 
 def test_headline_names_effectors_only_for_bakes_from_effectors():
-    from neural_ik.cli.common import headline
+    from neural_ik.cli.report import headline
 
     row = {"floor_error_cm": 0.3, "effector_reach_mm": {"mean": 1.0, "max": 6.5}, "bone_direction_error_deg": 0.8}
     assert "effectors within" not in headline(dict(row, mode="dense"))
