@@ -7,9 +7,11 @@
 - The import dialog reads with the one source dispatch: a JSON nested too deeply is a read error.
 """
 
+import argparse
 import importlib
 
 import bpy
+import pytest
 
 
 def _mod(ext, name):
@@ -65,4 +67,24 @@ def test_import_of_deeply_nested_json_is_a_read_error(ext, tmp_path):
     keypoints = _mod(ext, "operators.keypoints")
     lines = keypoints.preview(str(path), wait=True)
     assert lines[0].startswith("Error: ") and "nested too deeply" in lines[0], lines
-    assert bpy.ops.neural_ik.import_keypoints(filepath=str(path)) == {'CANCELLED'}
+    with pytest.raises(RuntimeError, match="cannot import keypoints: .*deep.json: nested too deeply"):
+        bpy.ops.neural_ik.import_keypoints(filepath=str(path))
+
+
+def test_the_dialog_reads_through_the_one_dispatch(ext, tmp_path, monkeypatch):
+    """A reader that recurses without end (any file type) is a read error in the dialog as on the command
+    line: the dialog reads through ``blender_io.sources``, the CLI's dispatch and its guard."""
+    sources = _mod(ext, "blender_io.sources")
+    path = tmp_path / "walk.csv"
+    path.write_text("x\n")
+
+    def recurse(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(sources, "read_keypoints", recurse)
+    with pytest.raises(RuntimeError, match="cannot import keypoints: .*walk.csv: nested too deeply to be read"):
+        bpy.ops.neural_ik.import_keypoints(filepath=str(path))
+    cli_sources = _mod(ext, "cli.sources")
+    with pytest.raises(_mod(ext, "readers").KeypointReadError, match="walk.csv: nested too deeply to be read"):
+        cli_sources.read_source(str(path), argparse.Namespace())   # (the command line: the same dispatch)
+    assert cli_sources.SOURCE_EXTENSIONS == sources.SOURCE_EXTENSIONS
