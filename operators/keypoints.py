@@ -25,6 +25,7 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 from bpy_extras.io_utils import ImportHelper
 
 from ..blender_io.keypoint_objects import create_keypoint_object
+from ..blender_io.sources import SOURCE_EXTENSIONS
 from ..pipeline.options import SOURCE_SETTINGS, UNIT_CHOICES, UP_AXIS_CHOICES
 from .wording import ui_text
 from .scene_frames import clip_for_scene, fit_scene_to_clip, scene_untouched
@@ -80,7 +81,7 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
     list of str
         Detected layout, units, up axis, frame count and rate, or the error.
     """
-    from ..blender_io.sources import SOURCE_EXTENSIONS, is_armature_file
+    from ..blender_io.sources import is_armature_file
 
     if not path or not os.path.isfile(path):
         return ["Select a keypoint file"]
@@ -150,8 +151,7 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     bl_options = {'REGISTER', 'UNDO'}
 
     filename_ext = ".npz"
-    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.c3d;*.bvh;*.npy;*.fbx;*.glb;*.gltf;*.blend",
-                                options={'HIDDEN'})
+    filter_glob: StringProperty(default=";".join("*" + ext for ext in SOURCE_EXTENSIONS), options={'HIDDEN'})
     layout_name: EnumProperty(name=_SOURCE["layout"].label, items=_layout_items,
                               description=_SOURCE["layout"].tooltip)
     units: EnumProperty(name=_SOURCE["units"].label, items=_UNIT_ITEMS, default='AUTO',
