@@ -102,7 +102,7 @@ def register():
     """Blender entry point: preferences and the CLI command first, the rest when dependencies are found."""
     from . import preferences
     from .cli import blender_command
-    preferences.register()
+    preferences.register(register_dependent)
     blender_command.register()
     register_dependent()
 

@@ -217,8 +217,7 @@ class NEURAL_IK_OT_install_pytorch(bpy.types.Operator):
             return {'CANCELLED'}
         add_site_packages_to_path()
         deps.forget_torch_import()
-        from . import register_dependent
-        if register_dependent():
+        if _register_dependent is not None and _register_dependent():
             _install_message = "Installed: " + deps.status_line(device_choice(context))
             self.report({'INFO'}, _install_message)
         else:
@@ -337,14 +336,23 @@ def add_site_packages_to_path():
     return _added_path
 
 
-def register():
+#: The package's phase-2 registration (``register_dependent``), handed over by :func:`register`: the
+#: package imports this module, so this module does not import the package.
+_register_dependent = None
+
+
+def register(register_dependent=None):
+    """Register the preferences; ``register_dependent()`` runs after "Install PyTorch" succeeds."""
+    global _register_dependent
+    _register_dependent = register_dependent
     add_site_packages_to_path()
     for cls in classes:
         bpy.utils.register_class(cls)
 
 
 def unregister():
-    global _added_path, _install_message
+    global _added_path, _install_message, _register_dependent
+    _register_dependent = None
     _install_job.cancel()
     _install_message = ""
     for cls in reversed(classes):

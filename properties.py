@@ -14,6 +14,22 @@ from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProp
                        PointerProperty, StringProperty)
 
 from .blender_io.keypoint_objects import is_keypoint_root
+from .pipeline.options import BAKE_SETTINGS
+
+#: The bake's settings, declared once with the command line's flags (``pipeline/options.py``).
+_BAKE = {s.name: s for s in BAKE_SETTINGS}
+
+
+def _declared(name, **kwargs):
+    """The property of a declared bake setting: its label, tooltip, default, choices and range."""
+    setting = _BAKE[name]
+    common = dict(name=setting.label, description=setting.tooltip, default=setting.default, **kwargs)
+    if setting.choices:
+        return EnumProperty(items=tuple((c.value, c.label, c.help) for c in setting.choices), **common)
+    if isinstance(setting.default, bool):
+        return BoolProperty(**common)
+    bounds = {k: v for k, v in (("min", setting.minimum), ("max", setting.maximum)) if v is not None}
+    return FloatProperty(**bounds, **common)
 
 
 def target_armature(context):
@@ -100,63 +116,21 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
     frame_to: IntProperty(
         name="To",
         description="Last scene frame to bake (included)")
-    smooth: EnumProperty(
-        name="Smooth", description="Temporal filter against jitter (--smooth)",
-        items=(
-            ('none', "None", "No smoothing"),
-            ('oneeuro', "One Euro", "Adaptive low-pass: strong on slow motion, follows fast motion"),
-            ('savgol', "Savitzky-Golay", "Zero-phase polynomial smoothing"),
-            ('butter', "Butterworth", "Zero-phase low-pass filter"),
-        ),
-        default='none')
-    smooth_strength: FloatProperty(
-        name="Smooth Strength", default=0.5, min=0.0, max=1.0, subtype='FACTOR',
-        description="How strongly to smooth (0 = not at all)")
-    smooth_target: EnumProperty(
-        name="Smooth Target", description="What the filter is applied to",
-        items=(
-            ('keypoints', "Keypoints", "Filter the input keypoints before solving"),
-            ('rotations', "Rotations", "Filter the baked bone rotations"),
-            ('both', "Both", "Filter keypoints and rotations"),
-        ),
-        default='both')
-    refine: BoolProperty(
-        name="Refine", default=True,
-        description="Polish the network's answer with a few optimisation steps (more accurate, slower)")
-    rotation_mode: EnumProperty(
-        name="Rotation Mode", description="Which rotation channels the bake keys",
-        items=(
-            ('QUATERNION', "Quaternion", "Key quaternions (baked bones are set to quaternion mode)"),
-            ('BONE', "Bone's Own", "Key each bone's own rotation mode (Euler orders, axis-angle), made continuous"),
-        ),
-        default='BONE')
-    in_place: BoolProperty(
-        name="In Place", default=False,
-        description="Drop the horizontal root motion (the character walks on the spot)")
-    ground: BoolProperty(
-        name="Ground", default=False,
-        description="Move the whole clip up or down at the bake so that its lowest foot point touches the "
-                    "floor; a file is grounded when it is imported (the import's Ground, on like --ground), "
-                    "effectors keyed in the air stay there; the pose is unchanged")
-    foot_lock: BoolProperty(
-        name="Foot Lock", default=True,
-        description="Keep the feet planted where the source's feet are planted, on the rig's floor: the "
-                    "source's foot contacts are targets of the solve on the rig, so a rig with other "
-                    "proportions neither slides nor floats")
+    smooth: _declared("smooth")
+    smooth_strength: _declared("smooth_strength", subtype='FACTOR')
+    smooth_target: _declared("smooth_target")
+    refine: _declared("refine")
+    rotation_mode: _declared("rotation_mode")
+    in_place: _declared("in_place")
+    ground: _declared("ground")
+    foot_lock: _declared("foot_lock")
     auto_scale: BoolProperty(
         name="Auto Scale", default=True,
         description="Scale the root motion by the ratio of the armature's leg length to the source's")
     scale: FloatProperty(
-        name="Scale", default=1.0, min=1e-4, soft_max=10.0,
-        description="Armature units per source metre for the root motion (when Auto Scale is off)")
-    mode: EnumProperty(
-        name="Mode", description="Which network answers",
-        items=(
-            ('auto', "Auto", "Dense when most joints are known, sparse when only effectors are"),
-            ('dense', "Dense", "Full-body keypoints (motion capture, pose estimation)"),
-            ('sparse', "Sparse", "Only hands, feet, head and pelvis (and optional elbow/knee hints)"),
-        ),
-        default='auto')
+        name=_BAKE["scale"].label, default=1.0, min=_BAKE["scale"].minimum, soft_max=10.0,
+        description=_BAKE["scale"].tooltip + " (when Auto Scale is off)")
+    mode: _declared("mode")
     effector_rotations: BoolProperty(
         name="Effector Rotations", default=True,
         description="Hands, feet and head turn as their empties do (Solve Frame, Live Solve); an effector "

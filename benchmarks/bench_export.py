@@ -6,8 +6,8 @@ leaves its baked clips in ``bench_out/batch/baked/batch.blend``)::
     .venv/bin/python benchmarks/bench_export.py [bench_out/batch/baked/batch.blend]
 
 Every action of the file's armature is exported over its frame range with
-Blender's BVH exporter (``export_anim.bvh``, as ``cli/export.py`` called it)
-and with the numpy writer (``cli/export.py``), clip by clip in turn, in one
+Blender's BVH exporter (``export_anim.bvh``, as ``blender_io/export.py`` called it)
+and with the numpy writer (``blender_io/export.py``), clip by clip in turn, in one
 process; both files are read back with ``model.bvh.read_bvh`` and every
 joint's position on every frame compared. Prints the seconds and frames per
 second of both writers, the ratio and the largest joint difference.
@@ -33,7 +33,7 @@ def main(argv=None):
     import bpy
     import numpy as np
 
-    from neural_ik.cli.export import export_armature
+    from neural_ik.blender_io.export import export_armature
     from neural_ik.model.bvh import read_bvh
 
     bpy.ops.wm.open_mainfile(filepath=blend)

@@ -411,11 +411,11 @@ def neural_bake(path, target_obj, args, solver, roles_src_names, sparse, joints_
     ``joints_only``: the clip's joint positions alone, its skeleton's rotations withheld (the
     network is the start pose and prior, as for keypoints of a video or a marker set).
     """
-    from neural_ik.cli import common
+    from neural_ik.cli import arguments, sources
     from neural_ik.cli.bake import prepare_scene
-    from neural_ik.cli.targets import Target
+    from neural_ik.blender_io.targets import Target
 
-    clip = common.read_source(path, args)
+    clip = sources.read_source(path, args)
     if joints_only:
         clip = dataclasses.replace(clip, source_rig=None)
     if sparse:
@@ -425,10 +425,10 @@ def neural_bake(path, target_obj, args, solver, roles_src_names, sparse, joints_
         clip = dataclasses.replace(clip, positions=pos)
     target = Target(target_obj, "bench", "bvh")
     fps = prepare_scene(target, clip.fps, clip.num_frames, None)
-    options = common.bake_options(args, action_name=os.path.splitext(os.path.basename(path))[0], fps=fps)
+    options = arguments.bake_options(args, action_name=os.path.splitext(os.path.basename(path))[0], fps=fps)
     if sparse:
         options.mode = "sparse"
-    result = common.bake_one(target_obj, clip, options, source_name=os.path.basename(path), solver=solver)
+    result = sources.bake_one(target_obj, clip, options, source_name=os.path.basename(path), solver=solver)
     return int(result.frame_start), int(result.frames)
 
 
@@ -503,9 +503,9 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
                                                  pole_cache=pole_cache)
                         start, count = res.first_frame, res.frames
                 except Exception as ex:  # a refused clip or a failed bake is a row, not a crash
-                    from neural_ik.cli.common import CliError
+                    from neural_ik.errors import UserError
 
-                    known = isinstance(ex, (CliError, ValueError, KeyError, RuntimeError)) or \
+                    known = isinstance(ex, (UserError, ValueError, KeyError, RuntimeError)) or \
                         type(ex).__name__ in ("KeypointReadError", "BakeError")
                     if not known:
                         raise

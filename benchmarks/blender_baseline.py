@@ -257,7 +257,7 @@ def to_rest(obj):
     from _pkg import import_package   # the script's folder is on sys.path
 
     import_package()
-    from neural_ik.cli.targets import _rest_pose   # (imports no torch: the baseline stays Blender's alone)
+    from neural_ik.blender_io.targets import _rest_pose   # (imports no torch: the baseline stays Blender's alone)
 
     for pb in obj.pose.bones:
         for c in list(pb.constraints):

@@ -7,7 +7,7 @@ nameless SMPL-22 / H36M-17 / COCO-17 arrays, MediaPipe world landmarks, a Plug-i
 rig's joint names, a headerless Kinect v2 CSV, an AMASS SMPL+H motion, MediaPipe image landmarks with --image-size), and bad inputs that must be refused with a clear
 message (2D OpenPose keypoints, a frame and a folder, among them).
 
-Each source is read with the CLI's reader (``cli.common.read_source``: defaults, no flags) and baked
+Each source is read with the CLI's reader (``cli.sources.read_source``: defaults, no flags) and baked
 through the CLI's bake path (``cli.bake.bake_file``) at 30 fps over its first ``--seconds`` seconds.
 Printed per source: mapped canonical joints, detected units and up axis, the floor shift applied,
 the share of baked frames in which the rig stands upright (its head above its pelvis), and the
@@ -56,11 +56,11 @@ def bake_source(path, target, solver, seconds, extra=()):
     clip : readers.KeypointClip
     result : blender_io.bake.BakeResult
     """
-    from neural_ik.cli import common
     from neural_ik.cli.bake import bake_file
+    from neural_ik.cli.sources import read_source
 
     args = cli_args(path, seconds, extra=extra)
-    clip = common.read_source(str(path), args)
+    clip = read_source(str(path), args)
     n = clip.num_frames
     args.frames = (0, min(n, max(2, int(round(seconds * clip.fps)))))
     _, result = bake_file(str(path), target, args, solver=solver)
@@ -302,9 +302,9 @@ def main():
     import bpy  # noqa: F401
 
     from neural_ik.cli.bake import get_solver
-    from neural_ik.cli.common import CliError
-    from neural_ik.cli.export import export_armature
-    from neural_ik.cli.targets import load_target
+    from neural_ik.errors import UserError
+    from neural_ik.blender_io.export import export_armature
+    from neural_ik.blender_io.targets import load_target
     from neural_ik.readers import KeypointReadError
 
     tmp = tempfile.mkdtemp(prefix="check_sources_")
@@ -343,7 +343,7 @@ def main():
             if not bad and not own.exists():
                 start = int(result.frame_start)
                 export_armature(target.obj, str(own), start, start + int(result.frames) - 1)
-        except (KeypointReadError, CliError) as ex:
+        except (KeypointReadError, UserError) as ex:
             row.update(status="refused" if bad else "FAILED", error=str(ex).split(": ", 1)[-1][:300])
         rows.append(row)
         print(_line(row), flush=True)

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS
+from ..errors import setting, template_of
 from ..pipeline import BakeCancelled, BakeError, BakeOptions, RigBake, clear_solver_cache, get_solver
 from ..pipeline.keys import axis_angle_continuous, key_channels
 from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
@@ -292,7 +293,7 @@ class BakeJob:
                                 object_matrix=np.array(rig.world_matrix, dtype=np.float64), fps=fps,
                                 source_rig=source_rig, locked=locked, solver=solver, source_name=source_name)
         except BakeError as ex:
-            raise BakeError(f"{obj.name!r}: {ex}") from None
+            raise BakeError(f"{obj.name!r}: {template_of(ex)}") from None
         core = self.core
         core.warnings[:0] = warnings
         if locked:
@@ -340,7 +341,7 @@ class BakeJob:
         try:
             return rig_description(obj), scene or bpy.context.scene
         except NotAnArmatureError as ex:
-            raise BakeError(str(ex)) from None
+            raise BakeError(template_of(ex)) from None
 
     @property
     def warnings(self) -> list:
@@ -621,7 +622,7 @@ def _finite_keys(values, bone, prop):
         t = int(np.argwhere(bad)[0][0])
         n = int(bad.reshape(len(values), -1).any(axis=1).sum())
         raise BakeError(f"the bake gave a non-finite {prop} on bone {bone!r} at frame {t} ({n} frames): check "
-                        "--scale, --units and the source's values")
+                        f"{setting('scale')}, {setting('units')} and the source's values")
     return values
 
 

@@ -10,8 +10,12 @@ import os
 import sys
 import time
 
-from . import common
-from .common import CliError, UsageError, guarded
+from ..outputs import remove_pending
+from . import argtypes, arguments, pathcheck, sources
+from ..errors import UserError
+from .errors import CliError, UsageError, exit_code, guarded, say
+from .progress import Progress
+from .report import emit_report, headline, result_row, summary
 
 __all__ = ["add_parser", "run", "bake_file", "bake_and_write", "load_bake_target", "write_outputs"]
 
@@ -37,7 +41,7 @@ def add_parser(subparsers):
     parser.add_argument("--preview", metavar="OUT.png", default=None,
                         help="render a contact sheet of the bake: the input keypoints and the baked rig side by "
                              "side over the floor at six frames")
-    common.add_bake_arguments(parser)
+    arguments.add_bake_arguments(parser)
     return parser
 
 
@@ -54,10 +58,10 @@ def check_outputs(args):
     """Validate ``--out``, ``--export`` and ``--report`` before any work (exit code 2 on a bad path).
 
     Each must be a file name whose folder can be written (see
-    :func:`.common.check_output_paths`), none the same file as another or
+    :func:`.pathcheck.check_output_paths`), none the same file as another or
     as an input.
     """
-    from .export import check_export_path
+    from ..blender_io.export import check_export_path
 
     if args.out is not None and not args.out.lower().endswith(".blend"):
         raise UsageError("--out {}: must be a .blend file".format(args.out))
@@ -68,7 +72,7 @@ def check_outputs(args):
         check_export_path(path)
     outputs = [("--out", args.out)] + [("--export", p) for p in args.export or []] + [("--report", args.report),
                                                                                         ("--preview", preview)]
-    common.check_output_paths(outputs, input_files(args, args.source))
+    pathcheck.check_output_paths(outputs, input_files(args, args.source))
 
 
 def action_name_for(source):
@@ -87,7 +91,7 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     args : argparse.Namespace
         The bake flags.
     solver : model.inference.Solver, optional
-    progress : .common.Progress, optional
+    progress : .progress.Progress, optional
     cancel : callable, optional
     action_name : str, optional
     mapping : BoneMapping, optional
@@ -108,17 +112,17 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
         The file cannot be read or baked (the message names the file).
     """
     from ..readers import KeypointReadError
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
     t0 = time.perf_counter()
-    max_frames = getattr(args, "max_frames", common.MAX_FRAMES)
-    peeked = common.peek_frame_count(source)
+    max_frames = getattr(args, "max_frames", arguments.MAX_FRAMES)
+    peeked = sources.peek_frame_count(source)
     if peeked is not None and args.frames is not None:
         peeked = _sliced(peeked, args.frames)
     if peeked is not None:  # a huge file is refused before it is loaded
-        common.check_frame_count(source, peeked, max_frames)
+        sources.check_frame_count(source, peeked, max_frames)
     try:
-        clip = common.read_source(source, args)
+        clip = sources.read_source(source, args)
     except KeypointReadError as ex:
         raise CliError(str(ex)) from None
     t_read = time.perf_counter() - t0
@@ -131,7 +135,7 @@ def bake_file(source, target, args, *, solver=None, progress=None, cancel=None, 
     if action is not None:
         action.use_fake_user = True
         action["neural_ik_source"] = os.path.abspath(source)
-    row = common.result_row(result, clip, os.path.abspath(source), target_label(target.spec), {"read": t_read})
+    row = result_row(result, clip, os.path.abspath(source), target_label(target.spec), {"read": t_read})
     row["warnings"].extend(getattr(target, "warnings", None) or [])
     return row, result
 
@@ -198,21 +202,21 @@ def _bake(target, clip, source, args, *, solver, progress, cancel, action_name, 
     from ..blender_io.bake import BakeCancelled, BakeError
 
     fps = args.fps or clip.fps
-    frames = common.resolve_frames(args.frames, clip.num_frames, source)
+    frames = argtypes.resolve_frames(args.frames, clip.num_frames, source)
     n = baked_frame_count(clip.num_frames, clip.fps, fps, frames)
     n_source = frames[1] - frames[0] if frames is not None else clip.num_frames
-    common.check_frame_count(source, n_source, getattr(args, "max_frames", common.MAX_FRAMES), n_baked=n,
+    sources.check_frame_count(source, n_source, getattr(args, "max_frames", arguments.MAX_FRAMES), n_baked=n,
                              source_fps=clip.fps, fps=fps)
-    if args.frame_start is not None and args.frame_start + n - 1 > common.FRAME_MAX:
+    if args.frame_start is not None and args.frame_start + n - 1 > argtypes.FRAME_MAX:
         raise CliError("{}: --frame-start {} with {} baked frames ends at frame {}, past Blender's last frame "
-                       "{}".format(source, args.frame_start, n, args.frame_start + n - 1, common.FRAME_MAX))
+                       "{}".format(source, args.frame_start, n, args.frame_start + n - 1, argtypes.FRAME_MAX))
     fps = prepare_scene(target, fps, n, args.frame_start)
     if progress is not None:
         progress.clip_frames = n
-    options = common.bake_options(args, action_name=action_name, fps=fps, frames=frames)
+    options = arguments.bake_options(args, action_name=action_name, fps=fps, frames=frames)
     callback = progress.callback() if progress is not None else None
     try:
-        return common.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
+        return sources.bake_one(target.obj, clip, options, source_name=os.path.basename(source), mapping=mapping,
                                solver=solver, progress=callback, cancel=cancel, after_keys=after_keys, preview=preview)
     except BakeCancelled:
         raise KeyboardInterrupt from None
@@ -280,7 +284,7 @@ def write_outputs(target, result, out=None, exports=()):
     scene (the file the numpy writer makes of the same keys in Blender).
     """
     from ..readers.bvh_armature import FileArmature
-    from .export import export_armature, save_blend, write_keys_bvh
+    from ..blender_io.export import export_armature, save_blend, write_keys_bvh
 
     t0 = time.perf_counter()
     paths = []
@@ -325,7 +329,7 @@ def write_preview(path, result, written, label=""):
     failed render removes the clip's other outputs (all of a clip's outputs
     or none).
     """
-    from .contact_sheet import render_preview
+    from ..blender_io.contact_sheet import render_preview
 
     t0 = time.perf_counter()
     try:
@@ -363,7 +367,7 @@ def load_bake_target(args, exports, blend):
     -------
     .targets.Target
     """
-    from .targets import direct_target, load_target
+    from ..blender_io.targets import direct_target, load_target
 
     kw = dict(units=args.target_units, up_axis=args.target_up_axis)
     bvh_only = blend is None and exports and all(e.lower().rsplit(".", 1)[-1] == "bvh" for e in exports)
@@ -375,7 +379,7 @@ def load_bake_target(args, exports, blend):
         from dataclasses import replace
 
         from ..blender_io.rig import file_armature
-        from .export import numpy_bvh_unsupported
+        from ..blender_io.bvh_writer import numpy_bvh_unsupported
 
         arm = file_armature(target.obj, target.spec, numpy_bvh_unsupported)
         if arm is not None:
@@ -394,16 +398,16 @@ def run(args):
 
 def _run(args, term):
     from .devicecheck import check_device, device_fallback
-    from .targets import check_target, target_label
+    from ..blender_io.targets import check_target, target_label
 
     started = time.perf_counter()
-    common.check_source_path(args.source)
+    sources.check_source_path(args.source)
     check_target(args.target)
-    common.check_layout_argument(args.layout)
-    mapping = common.load_bone_mapping(args.mapping)
+    arguments.check_layout_argument(args.layout)
+    mapping = arguments.load_bone_mapping(args.mapping)
     check_outputs(args)
     device_note = check_device(args)
-    progress = common.Progress(1, 0, quiet=args.quiet)
+    progress = Progress(1, 0, quiet=args.quiet)
     name = os.path.basename(args.source)
     progress.begin_clip(1, name, 0)
     row = {"source": os.path.abspath(args.source), "target": target_label(args.target), "status": "failed",
@@ -431,32 +435,32 @@ def _run(args, term):
         if device_note:
             row["warnings"].append(device_note)
     except KeyboardInterrupt as ex:   # Ctrl-C or SIGTERM: no output half-written, the report says so
-        common.remove_pending()
+        remove_pending()
         from .signals import Terminated
 
         signum = 15 if isinstance(ex, Terminated) or term.requested else 2
         row.update(status="interrupted", outputs=[])
         progress.message("clip 1/1 {}: interrupted".format(name))
         report = {"command": "bake", "clips": [row],
-                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+                  "summary": summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
                                             interrupted=True, signal="SIGTERM" if signum == 15 else "SIGINT",
                                             **device_fallback(device_note))}
-        common.emit_report(args.report, report)
+        emit_report(args.report, report)
         return 128 + signum
-    except CliError as ex:
-        row["status"], row["error"] = "failed", str(ex)
+    except UserError as ex:
+        row["status"], row["error"] = "failed", say(ex)
         progress.message("clip 1/1 {}: failed".format(name))
-        print("neural-ik bake: error: {}".format(ex), file=sys.stderr)
+        print("neural-ik bake: error: {}".format(say(ex)), file=sys.stderr)
         report = {"command": "bake", "clips": [row],
-                  "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+                  "summary": summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
                                             **device_fallback(device_note))}
-        common.emit_report(args.report, report)
-        return 2 if ex.code == 2 else 1
-    progress.end_clip("done, {} frames, {} fps: {}".format(row["frames"], row["fps"], common.headline(row)))
+        emit_report(args.report, report)
+        return 2 if exit_code(ex) == 2 else 1
+    progress.end_clip("done, {} frames, {} fps: {}".format(row["frames"], row["fps"], headline(row)))
     report = {"command": "bake", "clips": [row],
-              "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
+              "summary": summary([row], time.perf_counter() - started, load_target_seconds=load_seconds,
                                         **device_fallback(device_note))}
-    common.emit_report(args.report, report)
+    emit_report(args.report, report)
     if not args.quiet:
         for path in row["outputs"]:
             print("wrote {}".format(path), file=sys.stderr)

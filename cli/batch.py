@@ -38,11 +38,17 @@ import signal
 import sys
 import time
 
-from . import common
-from .common import CliError, UsageError, guarded
+from ..outputs import remove_pending
+from . import argtypes, arguments, errors, pathcheck, sources
+from .clips import ClipJob, bake_job, failed_row
+from ..errors import UserError
+from .errors import CliError, UsageError, guarded, say
+from .errors import exit_code as error_exit_code
+from .progress import Progress
+from .report import emit_report, headline, summary
 from .signals import STOP_SIGNALS, exit_code, signal_name
 
-__all__ = ["add_parser", "run", "find_clips", "ClipJob"]
+__all__ = ["add_parser", "run", "find_clips"]
 
 EXPORT_FORMATS = ("bvh", "fbx", "glb", "gltf")
 
@@ -77,7 +83,7 @@ def add_parser(subparsers):
                         help="also render DIR/<clip>.png: a contact sheet of each clip, the input and the baked rig "
                              "side by side over the floor at six frames, and DIR/previews_index.png: a tile of each")
     parser.add_argument("--force", action="store_true", help="bake every clip, even when its outputs are up to date")
-    parser.add_argument("--jobs", type=common.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
+    parser.add_argument("--jobs", type=argtypes.int_at_least(0, "0: one per CPU core"), default=0, metavar="N",
                         help="clips baked at once, each in its own process, where the bake needs no Blender "
                              "(a .bvh target, --no-blend, --export bvh only); default 0: one per CPU core, "
                              "fewer where memory is short")
@@ -86,7 +92,7 @@ def add_parser(subparsers):
                              "(tcp://host:8786) or local:N for N worker processes on this machine; needs "
                              "dask[distributed], a .bvh target, --no-blend and --export bvh, and INPUT_DIR and DIR "
                              "at the same paths on every worker (docs/cluster.md)")
-    common.add_bake_arguments(parser)
+    arguments.add_bake_arguments(parser)
     return parser
 
 
@@ -133,7 +139,7 @@ def find_clips(input_dir, pattern=None, exclude=None, problems=None):
     if pattern:
         paths = glob.glob(os.path.join(root, pattern), recursive=True)
     else:
-        paths = walk_sources(root, common.SOURCE_EXTENSIONS, problems, exclude)
+        paths = walk_sources(root, sources.SOURCE_EXTENSIONS, problems, exclude)
     out = []
     for path in paths:
         path = os.path.abspath(path)
@@ -204,43 +210,6 @@ def output_names(sources, root):
     return out
 
 
-class ClipJob:
-    """One clip of a batch: its outputs, whether it is up to date, its report row.
-
-    Parameters
-    ----------
-    source : str
-        Absolute path of the clip.
-    root : str
-        INPUT_DIR.
-    out_dir : str
-    exports : list of str
-        Export formats.
-    name : str
-        Unique output name (:func:`output_names`): the action's name and the
-        exports' path below ``out_dir``.
-    note : str, optional
-        Why ``name`` differs from the clip's path (goes into the report).
-    """
-
-    def __init__(self, source, root, out_dir, exports, name, note=None, preview=False):
-        self.source = source
-        self.rel = os.path.relpath(source, root)
-        self.action_name = name.replace(os.sep, "/")
-        self.note = note
-        self.exports = [os.path.join(out_dir, "{}.{}".format(name, fmt)) for fmt in exports]
-        #: the clip's contact sheet (``--previews``), or None
-        self.preview = os.path.join(out_dir, name + ".png") if preview else None
-        self.row = None
-        self.rebake = None   # why outputs newer than the clip are stale (:func:`_changed`)
-
-    def exports_fresh(self):
-        """Whether every per-clip export exists and is newer than the clip."""
-        src = os.path.getmtime(self.source)
-        outputs = self.exports + ([self.preview] if self.preview else [])
-        return all(os.path.isfile(p) and os.path.getmtime(p) > src for p in outputs)
-
-
 def check_output_folders(args, root, out_dir, blend, report_path):
     """Check the output folder before any work (exit code 2).
 
@@ -251,14 +220,14 @@ def check_output_folders(args, root, out_dir, blend, report_path):
     what = "--out-dir {}".format(args.out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError("{}: is a file, not a folder".format(what))
-    if common.path_inside(out_dir, root):
+    if pathcheck.path_inside(out_dir, root):
         raise UsageError("{}: lies inside INPUT_DIR {}; its outputs would be read as clips by the next run: "
                          "pick a folder outside it".format(what, args.input_dir))
     for flag, path in (("--out", blend), ("--report", report_path)):
-        if path not in (None, "-") and common.path_inside(path, root):
+        if path not in (None, "-") and pathcheck.path_inside(path, root):
             raise UsageError("{} {}: lies inside INPUT_DIR {}; it would be read as a clip by the next run: "
                              "pick a path outside it".format(flag, path, args.input_dir))
-    common.check_writable_folder(out_dir, what)
+    pathcheck.check_writable_folder(out_dir, what)
 
 
 def _blend_actions(path):
@@ -323,388 +292,6 @@ class _Interrupt:
         self.previous = {}
 
 
-def _remove_action(name):
-    if not name:   # (a bake onto a file's armature makes none)
-        return
-    import bpy
-
-    action = bpy.data.actions.get(name)
-    if action is not None:
-        bpy.data.actions.remove(action)
-
-
-def _bake_job(job, target, args, solver, mapping, blend, progress, cancel):
-    """Bake one clip and write its exports; returns its report row.
-
-    Raises ``KeyboardInterrupt`` when ``cancel()`` turns true, any other
-    error as it comes; either way nothing of the clip is left behind (its
-    temporary files, its action unless a ``.blend`` keeps it).
-    """
-    from .bake import PREVIEW_FRAMES, bake_and_write, write_outputs, write_preview
-
-    action_name = None
-    try:
-        row, result, written = bake_and_write(job.source, target, args, job.exports, solver=solver,
-                                              progress=progress, cancel=cancel, action_name=job.action_name,
-                                              mapping=mapping, preview=PREVIEW_FRAMES if job.preview else 0)
-        action_name = row.get("action")
-        if written is None:
-            if cancel():
-                raise KeyboardInterrupt
-            written = write_outputs(target, result, None, job.exports)
-        paths, t_export = written
-        if job.preview:
-            t_export += write_preview(job.preview, result, paths, label="{}, ".format(job.action_name))
-        result = None      # the clip's arrays go before the next clip is read
-        if blend is None:  # (--no-blend) nothing keeps the keys once exported
-            _remove_action(action_name)
-            action_name = None
-        row["outputs"] = paths + ([blend] if blend else [])
-        row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
-        row["seconds_total"] = round(sum(row["seconds"].values()), 4)
-        row["frames_per_second"] = round(row["frames"] / row["seconds_total"], 2) if row["seconds_total"] else None
-        if job.note:
-            row["warnings"].append(job.note)
-        return row
-    except BaseException:
-        common.remove_pending()
-        _remove_action(action_name)
-        raise
-
-
-def _failed_row(job, ex, args):
-    from .targets import target_label
-
-    message = str(ex) if isinstance(ex, CliError) else "{}: {}: {}".format(
-        job.source, type(ex).__name__, " ".join(str(ex).split()))
-    return {"source": job.source, "target": target_label(args.target), "status": "failed", "error": message,
-            "outputs": []}
-
-
-# ---------------------------------------------------------------------------
-# clips in worker processes
-
-#: Memory a worker needs for a clip, beyond what it shares with the batch: a
-#: base plus a share per frame, above what ``bench_long`` measures of a BVH bake.
-WORKER_BASE_BYTES = 200 * 2 ** 20
-WORKER_FRAME_BYTES = 8 * 2 ** 10
-
-
-def _cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _available_memory():
-    """Bytes of memory available now (``None`` where the system does not say)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def worker_count(args, target, pending, progress=None, in_blender=None):
-    """Processes to bake ``pending`` in: ``--jobs`` (0: one per core), where the bake needs no Blender.
-
-    Clips run in forked worker processes only when the target is a file's
-    armature (:func:`.targets.direct_target`: no Blender scene to share) and
-    ``bpy`` is not loaded (inside Blender, clips go one at a time). Never more
-    than the clips, and no more than the available memory holds at the
-    longest clip's size (:data:`WORKER_BASE_BYTES`, :data:`WORKER_FRAME_BYTES`).
-    """
-    import multiprocessing
-
-    from ..readers.bvh_armature import FileArmature
-
-    asked = int(getattr(args, "jobs", 0) or 0)
-    why = None
-    if not isinstance(target.obj, FileArmature):
-        why = "the bake goes through Blender (a .bvh target with --no-blend and --export bvh only does not)"
-    elif (sys.modules.get("bpy") is not None) if in_blender is None else in_blender:   # (None: import blocked)
-        why = "inside Blender"
-    elif not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
-        # (macOS: a process forked after Accelerate or the Objective-C runtime ran may crash)
-        why = "worker processes are forked on Linux only"
-    if why is not None:
-        if asked > 1 and progress is not None:
-            progress.message("--jobs {}: one clip at a time: {}".format(asked, why))
-        return 1
-    n = min(asked or _cores(), len(pending))
-    frames = [common.peek_frame_count(job.source) for job in pending]
-    longest = max((f for f in frames if f is not None), default=0)
-    if any(f is None for f in frames):
-        longest = max(longest, 100_000)   # a file whose length is unknown until read
-    need = WORKER_BASE_BYTES + WORKER_FRAME_BYTES * longest
-    avail = _available_memory()
-    if avail is not None and n > 1:
-        fit = max(int(avail // need), 1)
-        if fit < n:
-            if asked > 1 and progress is not None:
-                progress.message("--jobs {}: {} at once: {:.1f} GB of memory is available, about {:.1f} GB a "
-                                 "clip".format(asked, fit, avail / 2 ** 30, need / 2 ** 30))
-            n = fit
-    return max(n, 1)
-
-
-_WORKER = {}
-
-
-class _PipeProgress:
-    """What :func:`.bake.bake_file` reports progress to, in a worker: ``send(("progress", clip, fraction,
-    stage, frames))`` to the batch's process."""
-
-    def __init__(self, send, index):
-        self.send, self.index = send, index
-        self.clip_frames = 0
-        self._last = 0.0
-
-    def callback(self, stage=""):
-        def report(fraction, name=stage):
-            now = time.perf_counter()
-            if now - self._last >= 0.2:
-                self._last = now
-                self.send(("progress", self.index, float(fraction), name or stage, self.clip_frames))
-        return report
-
-
-def _worker_init():
-    # Ctrl-C is the batch's to handle (it sets the stop event); the processes share the cores:
-    # the rig solve of a clip takes one, and the idle ones once fewer clips are left than workers
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-    cores, busy, waiting = _cores(), _WORKER["busy"], _WORKER["waiting"]
-    # (while clips wait, a worker between two clips is not idle: it takes the next at once)
-    limit_threads(lambda: 1 if waiting.value > 0 else cores - busy.value + 1)
-
-
-def limit_threads(allowed):
-    """Threads of a worker process that shares the cores with others: ``allowed()`` for the rig solve, one
-    for numpy and torch (a worker of ``--jobs`` or of a Dask cluster)."""
-    from ..retarget import rigsolve
-
-    rigsolve.MAX_THREADS = max(_cores(), 1)
-    rigsolve.THREADS_ALLOWED = allowed
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
-    # numpy's OpenBLAS may be loaded already (before a fork), out of the variables' reach: one thread,
-    # told directly (a worker's products on two threads take the core another worker bakes on)
-    lib = rigsolve._openblas()
-    if lib is not None:
-        lib[1](1)
-    torch = sys.modules.get("torch")
-    if torch is not None:   # (loaded before the fork: its thread pool did not come along)
-        torch.set_num_threads(1)
-
-
-def bake_clip(job, target, args, solver, mapping, cancel, progress=None):
-    """Bake one clip of a batch in a worker (``--jobs`` or a Dask cluster): ``(status, row or None)``.
-
-    ``status`` is ``"done"`` (the row), ``"failed"`` (the failed row: one bad
-    clip never stops the batch) or ``"interrupted"`` (``cancel()`` turned
-    true; nothing of the clip is left).
-    """
-    try:
-        return "done", _bake_job(job, target, args, solver, mapping, None, progress, cancel)
-    except KeyboardInterrupt:
-        return "interrupted", None
-    except Exception as ex:  # one bad clip never stops the batch
-        return "failed", _failed_row(job, ex, args)
-
-
-def _worker_bake(index):
-    """Bake ``_WORKER["jobs"][index]`` in a worker: ``(index, status, row or message)``."""
-    w = _WORKER
-    job = w["jobs"][index]
-    stop = w["stop"]
-    if stop.is_set():
-        return index, "not run", None
-    progress = _PipeProgress(w["send"], index)
-    busy = w["busy"]
-    with busy.get_lock():
-        busy.value += 1
-    with w["waiting"].get_lock():
-        w["waiting"].value -= 1
-    try:
-        return (index,) + bake_clip(job, w["target"], w["args"], w["solver"], w["mapping"], stop.is_set, progress)
-    finally:
-        with busy.get_lock():
-            busy.value -= 1
-
-
-def _worker_main(conn):
-    """A worker process: takes the next clip of ``_WORKER["order"]`` until none is left or the batch stops.
-
-    The clips are the forked process's own (no clip is sent to it); what it
-    says goes down its own pipe, ``conn``, as it happens (a process killed
-    mid-clip has said which clip it took): ``("start", clip)``, progress,
-    then ``("result", clip, status, row or message)``.
-    """
-    w = _WORKER
-    _worker_init()
-    w["send"] = send = conn.send
-    order, taken = w["order"], w["taken"]
-    while not w["stop"].is_set():
-        with taken.get_lock():
-            k = taken.value
-            if k >= len(order):
-                break
-            taken.value = k + 1
-        i = order[k]
-        send(("start", i))
-        send(("result",) + _worker_bake(i))
-    conn.close()
-
-
-def finish_clip(job, label, status, payload, progress):
-    """Take a worker's result for ``job`` (its row when done or failed) and say so; whether it was
-    interrupted."""
-    if status == "done":
-        job.row = payload
-        progress.frames_done += int(payload["frames"])
-        progress.message("{}: done, {} frames: {}".format(label, payload["frames"], common.headline(payload)))
-    elif status == "failed":
-        job.row = payload
-        progress.message("{}: failed: {}".format(label, payload["error"]))
-    elif status == "interrupted":
-        progress.message("{}: interrupted".format(label))
-    return status == "interrupted"
-
-
-def remove_clip_partials(job):
-    """Temporary files of ``job``'s exports that a killed worker left behind."""
-    for path in job.exports:
-        common.remove_partials(path)
-
-
-def _run_parallel(workers, pending, n_skipped, n_jobs, target, args, solver, mapping, progress, interrupt):
-    """Bake ``pending`` in ``workers`` forked processes; returns whether the batch was interrupted.
-
-    Each worker takes whole clips, the largest first, from a shared counter
-    (the same :func:`_bake_job` as one at a time: nothing is sent to it, the
-    clips and the target are in the forked memory) and hands back the clip's
-    report row. This process shows the progress of the clips being baked and
-    finishes each row; a worker that ends abruptly (killed: out of memory?)
-    fails the clip it was baking, named, and another process takes its place
-    for the clips left. Ctrl-C sets the workers' stop event (the clips in
-    progress are dropped, their temporary files removed), a second one ends
-    them at once.
-    """
-    import multiprocessing
-    from multiprocessing.connection import wait
-
-    ctx = multiprocessing.get_context("fork")
-    stop = ctx.Event()
-    # the largest files first: the batch does not end waiting on one long clip
-    size = [os.path.getsize(job.source) if os.path.isfile(job.source) else 0 for job in pending]
-    order = sorted(range(len(pending)), key=lambda i: -size[i])
-    _WORKER.update(jobs=pending, order=order, taken=ctx.Value("i", 0), target=target, args=args, solver=solver,
-                   mapping=mapping, stop=stop, busy=ctx.Value("i", 0), waiting=ctx.Value("i", len(pending)))
-    progress.message("baking {} clips in {} processes".format(len(pending), workers))
-    active = {}          # index -> (fraction, stage, frames)
-    done_rows = []
-    interrupted = False
-    workers_of = {}      # the reading end of a worker's pipe -> [process, the clip it is baking or None]
-    left = set(range(len(pending)))
-
-    def start_worker():
-        reader, writer = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker_main, args=(writer,), daemon=True)
-        proc.start()
-        writer.close()   # (the worker's end: its end of file is the worker's end)
-        workers_of[reader] = [proc, None]
-
-    def finish(i, status, payload):
-        left.discard(i)
-        active.pop(i, None)
-        job = pending[i]
-        if status == "done":
-            done_rows.append(payload)
-        return finish_clip(job, "clip {}/{} {}".format(n_skipped + i + 1, n_jobs, job.rel), status, payload,
-                           progress)
-
-    def ended(reader):
-        """The worker behind ``reader`` is gone: a clip it took and did not finish fails, named."""
-        proc, i = workers_of.pop(reader)
-        reader.close()
-        proc.join()
-        if i is None or i not in left:
-            return
-        remove_clip_partials(pending[i])
-        why = ("killed by signal {}".format(-proc.exitcode) if (proc.exitcode or 0) < 0
-               else "exit code {}".format(proc.exitcode))
-        finish(i, "failed", _failed_row(pending[i], CliError(
-            "{}: not baked: a worker process ended abruptly ({}; out of memory? try --jobs 1)".format(
-                pending[i].source, why)), args))
-        if not stop.is_set() and _WORKER["taken"].value < len(order):
-            start_worker()   # the clips left get another process
-
-    try:
-        for _ in range(workers):
-            start_worker()
-        while left:
-            if interrupt.requested and not stop.is_set():
-                stop.set()
-            for reader in wait(list(workers_of), timeout=0.05):
-                try:
-                    msg = reader.recv()
-                except (EOFError, OSError):
-                    ended(reader)
-                    continue
-                if msg[0] == "progress":
-                    if msg[1] in left:
-                        active[msg[1]] = msg[2:]
-                elif msg[0] == "start":
-                    workers_of[reader][1] = msg[1]
-                elif msg[0] == "result":
-                    workers_of[reader][1] = None
-                    interrupted |= finish(*msg[1:])
-            if not workers_of and left:   # every worker gone: the clips none took were not run
-                for i in sorted(left):
-                    finish(i, "not run", None)
-            if left:
-                _parallel_status(progress, pending, n_skipped, active, done_rows)
-        interrupted = interrupted or stop.is_set()
-        for reader in list(workers_of):   # (each ends by itself once no clip is left)
-            workers_of[reader][0].join(timeout=5.0)
-            reader.close()
-    except KeyboardInterrupt:     # a second Ctrl-C: the workers end now
-        for proc, _i in workers_of.values():
-            proc.kill()   # (they ignore SIGTERM: the batch's to handle)
-        for proc, _i in workers_of.values():
-            proc.join()
-        for job in pending:
-            if job.row is None:
-                remove_clip_partials(job)
-        raise
-    finally:
-        _WORKER.clear()
-    return interrupted
-
-
-def _parallel_status(progress, pending, n_skipped, active, done_rows):
-    """One progress line for the clips being baked (frames/s over the batch, time left)."""
-    if progress.quiet:
-        return
-    frames_now = progress.frames_done + sum(f * n for f, _s, n in active.values())
-    if done_rows:   # the time left: clips not started count as the mean clip so far
-        mean = sum(int(r["frames"]) for r in done_rows) / len(done_rows)
-        waiting = sum(1 for i, job in enumerate(pending) if job.row is None and i not in active)
-        progress.total_frames = int(frames_now + sum((1 - f) * n for f, _s, n in active.values())
-                                    + mean * waiting)
-    baking = ", ".join("{} ({}{:.0f}%)".format(pending[i].rel, (s + " ") if s else "", 100 * f)
-                       for i, (f, s, _n) in sorted(active.items()))
-    progress.update_many(n_skipped + sum(1 for job in pending if job.row is not None), baking, frames_now)
-
-
 @guarded
 def run(args):
     """Bake every clip; returns 0, 1 (some failed), 2 (bad arguments), 130 or 143 (SIGINT, SIGTERM)."""
@@ -721,7 +308,8 @@ def _run(args, held):
     from .bake import get_solver, load_bake_target
     from .devicecheck import check_device, device_fallback
     from .locks import FolderLock
-    from .targets import check_target, target_label
+    from ..blender_io.targets import check_target, target_label
+    from .workers import run_parallel, worker_count
 
     started = time.perf_counter()
     from .pathcheck import not_a_folder
@@ -730,8 +318,8 @@ def _run(args, held):
     if why is not None:
         raise UsageError("{}: {}".format(args.input_dir, why))
     check_target(args.target)
-    common.check_layout_argument(args.layout)
-    mapping = common.load_bone_mapping(args.mapping)
+    arguments.check_layout_argument(args.layout)
+    mapping = arguments.load_bone_mapping(args.mapping)
     root = os.path.abspath(args.input_dir)
     out_dir = os.path.abspath(args.out_dir)
     blend = None
@@ -754,7 +342,7 @@ def _run(args, held):
     sources = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
     if not sources:
         what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
-            ", ".join(common.SOURCE_EXTENSIONS))
+            ", ".join(sources.SOURCE_EXTENSIONS))
         unread = "; not read: {}".format("; ".join("{}: {}".format(p, why) for p, why, _s in problems)) \
             if problems else ""
         raise CliError("{}: no keypoint files {}{}".format(args.input_dir, what, unread))
@@ -762,7 +350,7 @@ def _run(args, held):
             for s, (name, note) in zip(sources, output_names(sources, root))]
     from .bake import input_files
 
-    common.check_output_paths([("--out", blend), ("--report", report_path)]
+    pathcheck.check_output_paths([("--out", blend), ("--report", report_path)]
                               + [("export of " + job.rel, p) for job in jobs for p in job.exports]
                               + [("preview of " + job.rel, job.preview) for job in jobs if job.preview]
                               + ([("--previews index", os.path.join(out_dir, PREVIEWS_INDEX))] if args.previews else []),
@@ -777,7 +365,7 @@ def _run(args, held):
     record = fingerprint.read_record(out_dir)
 
     pending, skipped = _split_fresh(jobs, args, blend, record, settings)
-    progress = common.Progress(len(jobs), 0, quiet=args.quiet)
+    progress = Progress(len(jobs), 0, quiet=args.quiet)
     _say_skips(progress, held[0].note, skipped, pending, problems, root)
     interrupt = _Interrupt(progress).install()
     interrupted = False
@@ -791,8 +379,8 @@ def _run(args, held):
             try:
                 target = load_bake_target(args, exports, blend)
                 solver = get_solver(args)
-            except CliError as ex:
-                raise CliError(str(ex), ex.code) from None
+            except UserError as ex:
+                raise CliError(say(ex), error_exit_code(ex)) from None
             load_seconds = time.perf_counter() - t0
             # frames of every clip for the time left: estimated from the file sizes as clips are read
             progress.total_frames = 0
@@ -803,7 +391,7 @@ def _run(args, held):
                 interrupted = cluster.run_batch(args, pending, len(skipped), len(jobs), (root, out_dir, exports),
                                                 progress, interrupt)
             elif workers > 1:
-                interrupted = _run_parallel(workers, pending, len(skipped), len(jobs), target, args, solver,
+                interrupted = run_parallel(workers, pending, len(skipped), len(jobs), target, args, solver,
                                             mapping, progress, interrupt)
             else:
                 done_rows = []
@@ -812,17 +400,17 @@ def _run(args, held):
                         break
                     progress.begin_clip(len(skipped) + i, job.rel, 0)
                     try:
-                        job.row = _bake_job(job, target, args, solver, mapping, blend, progress,
+                        job.row = bake_job(job, target, args, solver, mapping, blend, progress,
                                             lambda: interrupt.requested)
                         done_rows.append(job.row)
                         _estimate_total(progress, done_rows, pending, i)
-                        progress.end_clip("done, {} frames: {}".format(job.row["frames"], common.headline(job.row)))
+                        progress.end_clip("done, {} frames: {}".format(job.row["frames"], headline(job.row)))
                     except KeyboardInterrupt:
                         interrupted = True
                         progress.message("clip {}/{} {}: interrupted".format(len(skipped) + i, len(jobs), job.rel))
                         break
                     except Exception as ex:  # one bad clip never stops the batch
-                        job.row = _failed_row(job, ex, args)
+                        job.row = failed_row(job, ex, args)
                         progress.end_clip("failed: {}".format(job.row["error"]))
             interrupted = interrupted or interrupt.requested
             if blend is not None and not interrupted:
@@ -830,20 +418,20 @@ def _run(args, held):
                     if skipped and os.path.isfile(blend):
                         _carry_actions(blend, [j.action_name for j in skipped])
                     t0 = time.perf_counter()
-                    from .export import save_blend
+                    from ..blender_io.export import save_blend
 
                     try:
                         save_blend(blend)
-                    except CliError as ex:  # e.g. a full disk: the report still lists what was done
-                        blend_error = str(ex)
-                        progress.message("failed: {}".format(ex))
+                    except UserError as ex:  # e.g. a full disk: the report still lists what was done
+                        blend_error = say(ex)
+                        progress.message("failed: {}".format(blend_error))
                     else:
                         blend_written = time.perf_counter() - t0
                         progress.message("wrote {}".format(blend))
                     # (a signal during the save waits for it: the file is whole, the run still interrupted)
                     interrupted = interrupted or interrupt.requested
     except KeyboardInterrupt:
-        common.remove_pending()
+        remove_pending()
         interrupted = True
 
     index = _previews_index(jobs, out_dir, progress) if args.previews and not interrupted else None
@@ -872,19 +460,19 @@ def _run(args, held):
     if index is not None:
         extra["previews_index"] = index
     report = {"command": "batch", "input_dir": root, "out_dir": out_dir, "target": target_label(args.target),
-              "clips": rows, "summary": common.summary(rows, time.perf_counter() - started, **extra)}
+              "clips": rows, "summary": summary(rows, time.perf_counter() - started, **extra)}
     report_error = None
     try:
-        common.emit_report(report_path, report)
+        emit_report(report_path, report)
         if interrupt.requested and not interrupted:   # a signal while the report was written
             interrupted = report["summary"]["interrupted"] = True
             report["summary"]["signal"] = signal_name(interrupt.signum)
-            common.emit_report(report_path, report)
+            emit_report(report_path, report)
     except KeyboardInterrupt:
-        common.remove_pending()
+        remove_pending()
         interrupted = True
-    except CliError as ex:  # e.g. a full disk
-        report_error = str(ex)
+    except UserError as ex:  # e.g. a full disk
+        report_error = say(ex)
     finally:
         interrupt.restore()
     _write_record(out_dir, jobs, record, settings, progress)
@@ -903,7 +491,7 @@ def _run(args, held):
         print("neural-ik batch: error: {}".format(report_error), file=sys.stderr)
     if interrupted:
         return exit_code(interrupt.signum)
-    return common.EXIT_FAILED if (s["failed"] or blend_error or report_error) else common.EXIT_OK
+    return errors.EXIT_FAILED if (s["failed"] or blend_error or report_error) else errors.EXIT_OK
 
 
 #: ``batch --previews``: one tile of every clip's contact sheet, in DIR.
@@ -912,7 +500,7 @@ PREVIEWS_INDEX = "previews_index.png"
 
 def _previews_index(jobs, out_dir, progress):
     """DIR/:data:`PREVIEWS_INDEX` from the clips' sheets (baked now or up to date); its path, or None."""
-    from .contact_sheet import index_sheet
+    from ..blender_io.contact_sheet import index_sheet
 
     path = os.path.join(out_dir, PREVIEWS_INDEX)
     try:
@@ -928,7 +516,7 @@ def _previews_index(jobs, out_dir, progress):
 
 def _split_fresh(jobs, args, blend, record, settings):
     """``(pending, skipped)``: a clip is skipped when its outputs are newer than it and its record matches."""
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
     old_actions = set()
     if blend is not None and os.path.isfile(blend) and not args.force:
@@ -967,7 +555,7 @@ def _say_skips(progress, lock_note, skipped, pending, problems, root):
 
 def _problem_row(path, why, status, args):
     """The row of an entry of INPUT_DIR that is not read (:func:`find_clips`' ``problems``)."""
-    from .targets import target_label
+    from ..blender_io.targets import target_label
 
     row = {"source": path, "target": target_label(args.target), "status": status, "outputs": []}
     row["error" if status == "failed" else "reason"] = "{}: {}".format(path, why)
@@ -1000,7 +588,7 @@ def _write_record(out_dir, jobs, record, settings, progress):
             clips.pop(job.action_name, None)
     try:
         fingerprint.write_record(out_dir, clips)
-    except (CliError, OSError) as ex:   # the next run then bakes again: no harm beyond the time
+    except (UserError, OSError) as ex:   # the next run then bakes again: no harm beyond the time
         progress.message("cannot record the settings in {} ({})".format(out_dir, ex))
 
 

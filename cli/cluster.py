@@ -8,7 +8,7 @@
 - One task per clip, the largest first, no more at once than the cluster
   has threads (a worker holds only the clip it bakes: Dask counts a worker's
   death against every task it holds); each worker bakes it with the same
-  :func:`.batch.bake_clip` as a ``--jobs`` worker and hands back its report
+  :func:`.clips.bake_clip` as a ``--jobs`` worker and hands back its report
   row. The client (this process) keeps the skip rules, the progress line,
   the report and the exit codes of the local batch.
 - Workers bake onto a ``.bvh`` target's armature without Blender, so the
@@ -41,7 +41,7 @@ import sys
 import time
 import uuid
 
-from .common import CliError, UsageError
+from .errors import CliError, UsageError
 
 __all__ = ["check_arguments", "run_batch", "worker_bake", "INSTALL_HINT"]
 
@@ -85,7 +85,7 @@ def check_arguments(args, blend, exports):
                          "Blender scene: give a .bvh target (or use --jobs on one machine)".format(args.target))
     if not __name__.startswith("neural_ik."):   # (the name the workers load the package under)
         raise UsageError("--scheduler: run it from ./neural-ik, not inside Blender")
-    from .targets import direct_target
+    from ..blender_io.targets import direct_target
 
     if direct_target(args.target, args.armature, units=args.target_units, up_axis=args.target_up_axis) is None:
         raise UsageError("--scheduler: --target {}: this BVH file is built by Blender's importer, which the "
@@ -139,7 +139,7 @@ def _threads_per_host(client):
 
 
 def run_batch(args, pending, n_skipped, n_jobs, where, progress, interrupt):
-    """Bake ``pending`` (:class:`.batch.ClipJob`) on the cluster of ``--scheduler``; whether interrupted.
+    """Bake ``pending`` (:class:`.clips.ClipJob`) on the cluster of ``--scheduler``; whether interrupted.
 
     ``where`` is ``(INPUT_DIR, DIR, export formats)``. Each job's ``row``
     is set as its task comes back (done or failed); jobs left without one
@@ -148,7 +148,7 @@ def run_batch(args, pending, n_skipped, n_jobs, where, progress, interrupt):
     import cloudpickle
 
     from . import cluster_task
-    from .batch import remove_clip_partials
+    from .clips import remove_clip_partials
 
     _import_distributed()
     cloudpickle.register_pickle_by_value(cluster_task)   # (workers need no import of this package to unpickle)
@@ -224,7 +224,7 @@ def _collect(client, feeder, n_skipped, n_jobs, args, spec, progress, interrupt)
     """Take the tasks' rows as they come back; Ctrl-C stops the cluster's clips. Whether interrupted."""
     from distributed import Event, as_completed
 
-    from .batch import finish_clip
+    from .clips import finish_clip
 
     pending, left = feeder.pending, feeder.left
     arrived = as_completed()
@@ -263,7 +263,7 @@ def _collect(client, feeder, n_skipped, n_jobs, args, spec, progress, interrupt)
 
 def _outcome(future, job, args):
     """``(status, row)`` of a finished, failed or cancelled task (``"died"``: its worker did)."""
-    from .batch import _failed_row
+    from .clips import failed_row
 
     if future.status == "cancelled":
         return "not run", None
@@ -272,15 +272,15 @@ def _outcome(future, job, args):
     ex = future.exception()
     if type(ex).__name__ == "KilledWorker":
         return "died", None
-    return "failed", _failed_row(job, ex, args)
+    return "failed", failed_row(job, ex, args)
 
 
 def _died_row(future, job, args):
-    from .batch import _failed_row
+    from .clips import failed_row
 
     ex = future.exception()
     last = ex.args[1] if len(ex.args) > 1 else None
-    return _failed_row(job, CliError("{}: not baked: the worker process baking it ended abruptly twice, the "
+    return failed_row(job, CliError("{}: not baked: the worker process baking it ended abruptly twice, the "
                                      "last time {} (out of memory?)".format(job.source,
                                                                            getattr(last, "address", last))), args)
 
@@ -305,11 +305,11 @@ _STATE = {}
 
 
 def worker_bake(spec, clip):
-    """Bake one clip on this worker: ``(status, row or None)`` as :func:`.batch.bake_clip`, the row naming
+    """Bake one clip on this worker: ``(status, row or None)`` as :func:`.clips.bake_clip`, the row naming
     the worker."""
     from distributed import get_worker
 
-    from .batch import ClipJob, _failed_row, bake_clip
+    from .clips import ClipJob, failed_row, bake_clip
 
     address = get_worker().address
     source, name, note = clip
@@ -320,7 +320,7 @@ def worker_bake(spec, clip):
     target, args, solver, mapping = _worker_state(spec, address)
     problem = _access_problem(job, address)
     if problem is not None:
-        status, row = "failed", _failed_row(job, CliError(problem), args)
+        status, row = "failed", failed_row(job, CliError(problem), args)
     else:
         status, row = bake_clip(job, target, args, solver, mapping, cancel, _TaskProgress(source, address))
     if row is not None:
@@ -331,9 +331,9 @@ def worker_bake(spec, clip):
 def _worker_state(spec, address):
     """``(target, args, solver, mapping)`` of the batch, loaded on the first of its clips in this process."""
     if _STATE.get("key") != spec["key"]:
-        from . import common
+        from . import arguments
         from .bake import get_solver, load_bake_target
-        from .batch import _cores, limit_threads
+        from .clips import cores, limit_threads
         from ..readers.bvh_armature import FileArmature
 
         _STATE.clear()
@@ -342,13 +342,13 @@ def _worker_state(spec, address):
         if not isinstance(target.obj, FileArmature):   # (refused by check_arguments: never Blender here)
             raise CliError("--target {}: not baked without Blender".format(args.target))
         host = address.split("://")[-1].rsplit(":", 1)[0]
-        threads = max(_cores() // max(spec["hosts"].get(host, 1), 1), 1)
+        threads = max(cores() // max(spec["hosts"].get(host, 1), 1), 1)
         limit_threads(lambda: threads)
         # the network too takes the worker's share of its host's cores (one worker alone: all of them)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         if sys.modules.get("torch") is not None:
             sys.modules["torch"].set_num_threads(threads)
-        _STATE.update(key=spec["key"], state=(target, args, get_solver(args), common.load_bone_mapping(args.mapping)))
+        _STATE.update(key=spec["key"], state=(target, args, get_solver(args), arguments.load_bone_mapping(args.mapping)))
     return _STATE["state"]
 
 

@@ -19,8 +19,11 @@ import argparse
 import os
 import time
 
-from . import common
-from .common import CliError, guarded
+from ..outputs import atomic_output
+from . import arguments, errors, pathcheck
+from .errors import CliError, guarded
+from .progress import Progress
+from .report import emit_report, headline, summary
 
 __all__ = ["add_parser", "run"]
 
@@ -58,7 +61,7 @@ def add_parser(subparsers):
 def _bake_args(args, target):
     """A namespace with the bake flags' defaults (as `bake SOURCE --target rigify` would parse)."""
     sub = argparse.ArgumentParser(add_help=False)
-    common.add_bake_arguments(sub)
+    arguments.add_bake_arguments(sub)
     argv = ["--target", target]
     if not args.refine:
         argv.append("--no-refine")
@@ -79,9 +82,9 @@ def _tile_size(text):
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise common.UsageError("--tile {}: expected WxH, e.g. 320x240".format(text)) from None
+        raise errors.UsageError("--tile {}: expected WxH, e.g. 320x240".format(text)) from None
     if not (16 <= w <= 4096 and 16 <= h <= 4096):
-        raise common.UsageError("--tile {}: width and height must be 16..4096".format(text))
+        raise errors.UsageError("--tile {}: width and height must be 16..4096".format(text))
     return w, h
 
 
@@ -89,20 +92,20 @@ def _tile_size(text):
 def run(args):
     """Run the demo; returns 0 (1 when a step fails)."""
     from .bake import bake_file, get_solver, write_outputs
-    from .contact_sheet import object_poses, pick_frames, render_contact_sheet
+    from ..blender_io.contact_sheet import object_poses, pick_frames, render_contact_sheet
     from .demo_motion import save_npz, walk_keypoints
-    from .targets import load_target
+    from ..blender_io.targets import load_target
 
     if not (0.5 <= args.seconds <= 60):
-        raise common.UsageError("--seconds must be between 0.5 and 60")
+        raise errors.UsageError("--seconds must be between 0.5 and 60")
     if not (1 <= args.fps <= 240):
-        raise common.UsageError("--fps must be between 1 and 240")
+        raise errors.UsageError("--fps must be between 1 and 240")
     tile = _tile_size(args.tile)
     started = time.perf_counter()
     out_dir = os.path.abspath(args.out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise common.UsageError("--out-dir {}: is a file, not a folder".format(args.out_dir))
-    common.check_writable_folder(out_dir, "--out-dir {}".format(args.out_dir))
+        raise errors.UsageError("--out-dir {}: is a file, not a folder".format(args.out_dir))
+    pathcheck.check_writable_folder(out_dir, "--out-dir {}".format(args.out_dir))
     paths = {
         "input": os.path.join(out_dir, "demo_walk.npz"),
         "blend": os.path.join(out_dir, "demo.blend"),
@@ -110,17 +113,17 @@ def run(args):
         "report": os.path.join(out_dir, "demo_report.json"),
         "contact_sheet": os.path.join(out_dir, "demo_contact_sheet.png"),
     }
-    common.check_output_paths([("--out-dir " + args.out_dir, p) for p in paths.values()])
+    pathcheck.check_output_paths([("--out-dir " + args.out_dir, p) for p in paths.values()])
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as ex:
-        raise common.UsageError("--out-dir {}: cannot create ({})".format(args.out_dir, ex.strerror or ex)) from None
+        raise errors.UsageError("--out-dir {}: cannot create ({})".format(args.out_dir, ex.strerror or ex)) from None
     keypoints = walk_keypoints(args.seconds, args.fps)
-    with common.atomic_output(paths["input"]) as tmp:
+    with atomic_output(paths["input"]) as tmp:
         save_npz(tmp, keypoints, args.fps)
 
     bake_args = _bake_args(args, "rigify")
-    progress = common.Progress(1, keypoints.shape[0], quiet=args.quiet)
+    progress = Progress(1, keypoints.shape[0], quiet=args.quiet)
     progress.begin_clip(1, os.path.basename(paths["input"]), keypoints.shape[0])
     t0 = time.perf_counter()
     target = load_target("rigify")
@@ -131,7 +134,7 @@ def run(args):
     outputs, t_export = write_outputs(target, result, paths["blend"], [paths["bvh"]])
     row["outputs"] = outputs
     row["seconds"]["export"] = round(row["seconds"].get("export", 0.0) + t_export, 4)
-    progress.end_clip("done, {} frames: {}".format(row["frames"], common.headline(row)))
+    progress.end_clip("done, {} frames: {}".format(row["frames"], headline(row)))
 
     t0 = time.perf_counter()
     idx = pick_frames(result.frames, args.sheet_frames)
@@ -147,13 +150,13 @@ def run(args):
     row["seconds_total"] = round(sum(row["seconds"].values()), 4)
     row["frames_per_second"] = round(row["frames"] / row["seconds_total"], 2) if row["seconds_total"] else None
     report = {"command": "demo", "clips": [row],
-              "summary": common.summary([row], time.perf_counter() - started, load_target_seconds=round(load_seconds, 3),
+              "summary": summary([row], time.perf_counter() - started, load_target_seconds=round(load_seconds, 3),
                                         render_seconds=round(render_seconds, 3),
                                         contact_sheet={"path": paths["contact_sheet"], "width": size[0],
                                                        "height": size[1], "frames": frames})}
-    common.emit_report(paths["report"], report)
+    emit_report(paths["report"], report)
     print("Neural IK demo: {} frames of walking at {:g} fps baked onto Rigify's meta-rig in {:.1f} s: {}".format(
-        row["frames"], args.fps, time.perf_counter() - started, common.headline(row)))
+        row["frames"], args.fps, time.perf_counter() - started, headline(row)))
     print("  input keypoints  {}".format(paths["input"]))
     print("  blend            {}  (action {!r})".format(paths["blend"], row["action"]))
     print("  bvh              {}".format(paths["bvh"]))

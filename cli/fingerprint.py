@@ -120,6 +120,6 @@ def read_record(out_dir):
 
 def write_record(out_dir, clips):
     """Write the record (``clips``: output name -> ``{"source", "source_file", "settings"}``)."""
-    from .common import write_json
+    from ..outputs import write_json
 
     write_json(os.path.join(out_dir, RECORD_NAME), {"format": 1, "clips": clips})

@@ -16,7 +16,7 @@ import os
 import socket
 import time
 
-from .common import CliError
+from .errors import CliError
 
 __all__ = ["LOCK_NAME", "FolderLock"]
 

@@ -3,7 +3,7 @@
 A 250-byte output name was refused only after the bake ("File name too
 long"), because the temporary name beside it is longer: the length is now
 checked before any work, and a temporary name keeps at most
-:data:`TEMP_STEM_BYTES` bytes of the output's stem, so it is never the
+:data:`..outputs.TEMP_STEM_BYTES` bytes of the output's stem, so it is never the
 longer of the two.
 """
 
@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["name_max", "check_name_length", "temp_stem", "TEMP_STEM_BYTES"]
-
-#: Bytes of an output's stem kept in its temporary name (``.walk.x8k2abcd.partial.bvh``).
-TEMP_STEM_BYTES = 64
-
+__all__ = ["name_max", "check_name_length"]
 
 def name_max(folder):
     """Longest file name, in bytes, of the file system holding ``folder`` (or its nearest existing parent)."""
@@ -36,10 +32,3 @@ def check_name_length(path):
         return "file name too long ({} bytes; this file system allows {})".format(len(name), limit)
     return None
 
-
-def temp_stem(stem):
-    """``stem`` cut to :data:`TEMP_STEM_BYTES` bytes (at a character boundary) for a temporary name."""
-    raw = os.fsencode(stem)
-    if len(raw) <= TEMP_STEM_BYTES:
-        return stem
-    return os.fsdecode(raw[:TEMP_STEM_BYTES].decode("utf-8", "ignore").encode("utf-8"))

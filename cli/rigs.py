@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 
-from .common import CliError, guarded
+from .errors import CliError, guarded
 
 __all__ = ["add_parser", "run"]
 
@@ -31,7 +31,7 @@ def add_parser(subparsers):
 def _mapping_of(spec, armature):
     from ..blender_io.rig import rig_description
     from ..retarget.mapping import auto_map, humanoid_check
-    from .targets import load_target
+    from ..blender_io.targets import load_target
 
     target = load_target(spec, armature)
     mapping = auto_map(rig_description(target.obj))
@@ -43,7 +43,7 @@ def run(args):
     """Print the listing (or a target's mapping); returns 0, 1 or 2."""
     from ..model.skeleton import JOINTS
     from ..retarget.conventions import CONVENTIONS
-    from .targets import BUILTIN_TARGETS, TARGET_EXTENSIONS, check_target
+    from ..blender_io.targets import BUILTIN_TARGETS, TARGET_EXTENSIONS, check_target
 
     if args.target is not None:
         check_target(args.target)

@@ -19,6 +19,7 @@ from ..blender_io import preload
 from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
 from .mapping import target_armature
+from .wording import ui_text
 from .solve import (EFFECTOR_ROOT_TAG, EFFECTOR_TAG, _options, _pose_summary, effector_keypoints, effector_objects,
                     effector_rotation_targets)
 
@@ -48,7 +49,7 @@ class NEURAL_IK_OT_add_effectors(bpy.types.Operator):
             rig = rig_description(obj)
             mapping = bake_mod.resolve_mapping(obj, rig)
         except bake_mod.BakeError as ex:
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return {'CANCELLED'}
         s = context.scene.neural_ik
         # the solves that follow need the network (from the event loop where there is one)
@@ -176,7 +177,7 @@ class NEURAL_IK_OT_live_solve(bpy.types.Operator):
         try:
             live_tick(context)
         except bake_mod.BakeError as ex:
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return False
         return True
 

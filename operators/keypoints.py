@@ -25,6 +25,9 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 from bpy_extras.io_utils import ImportHelper
 
 from ..blender_io.keypoint_objects import create_keypoint_object
+from ..blender_io.sources import SOURCE_EXTENSIONS
+from ..pipeline.options import SOURCE_SETTINGS, UNIT_CHOICES, UP_AXIS_CHOICES
+from .wording import ui_text
 from .scene_frames import clip_for_scene, fit_scene_to_clip, scene_untouched
 
 #: Files larger than this (MB) are not read for the file-browser preview.
@@ -49,29 +52,21 @@ def _layout_label(layout) -> str:
     return layout.description.split(" (")[0].strip() or layout.name
 
 
-_UNIT_ITEMS = (('AUTO', "Detect", "Detect the unit from the body's height (m, cm, mm, inches, CMU units)"),
-               ('m', "Metres", "The file's lengths are in metres"),
-               ('cm', "Centimetres", "The file's lengths are in centimetres (Mixamo, Rokoko, many FBX)"),
-               ('mm', "Millimetres", "The file's lengths are in millimetres (Vicon, C3D, TRC)"),
-               ('dm', "Decimetres", "The file's lengths are in decimetres"),
-               ('in', "Inches", "The file's lengths are in inches"),
-               ('ft', "Feet", "The file's lengths are in feet"),
-               ('cmu', "CMU Units", "The CMU database's length unit, 1/0.45 inch"))
-_UP_ITEMS = (('AUTO', "Detect", "Detect the up axis from the motion (feet to head)"),
-             ('Z', "Z Up", "Up is +Z (Blender)"),
-             ('Y', "Y Up", "Up is +Y (BVH, glTF, Maya, most mocap and pose estimators' world frames)"),
-             ('-Z', "-Z Up", "Up is -Z"),
-             ('-Y', "-Y Up", "Up is -Y (image-like frames: y grows downwards)"))
+_UNIT_ITEMS = ((('AUTO', "Detect", "Detect the unit from the body's height (m, cm, mm, inches, CMU units)"),)
+               + tuple((c.value, c.label, c.help) for c in UNIT_CHOICES))
+_UP_ITEMS = ((('AUTO', "Detect", "Detect the up axis from the motion (feet to head)"),)
+             + tuple((c.value, c.label, c.help) for c in UP_AXIS_CHOICES))
+#: The import dialog's settings, declared once with the command line's source flags.
+_SOURCE = {s.name: s for s in SOURCE_SETTINGS}
 
 
 def _read(path, layout, units, up_axis, fps, ground=True):
-    from ..blender_io.armature_source import ARMATURE_SOURCE_EXTENSIONS, read_armature_file
-    from ..readers import read_keypoints
-    kwargs = dict(layout=None if layout == 'AUTO' else layout, units=None if units == 'AUTO' else units,
-                  up_axis=None if up_axis == 'AUTO' else up_axis, fps=fps if fps > 0 else None, ground=ground)
-    if os.path.splitext(path)[1].lower() in ARMATURE_SOURCE_EXTENSIONS:
-        return read_armature_file(path, **kwargs)   # imported, sampled and removed again
-    return read_keypoints(path, **kwargs)
+    """Read the file with the one source dispatch the command line uses too."""
+    from ..blender_io.sources import read_source_file
+
+    return read_source_file(path, layout=None if layout == 'AUTO' else layout,
+                            units=None if units == 'AUTO' else units, up_axis=None if up_axis == 'AUTO' else up_axis,
+                            fps=fps if fps > 0 else None, ground=ground)
 
 
 def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=True, wait=False):
@@ -86,16 +81,15 @@ def preview(path, layout='AUTO', units='AUTO', up_axis='AUTO', fps=0.0, ground=T
     list of str
         Detected layout, units, up axis, frame count and rate, or the error.
     """
-    from ..blender_io.armature_source import ARMATURE_SOURCE_EXTENSIONS
-    from ..readers import EXTENSIONS
+    from ..blender_io.sources import is_armature_file
 
     if not path or not os.path.isfile(path):
         return ["Select a keypoint file"]
     ext = os.path.splitext(path)[1].lower()
-    if ext in ARMATURE_SOURCE_EXTENSIONS:
+    if is_armature_file(path):
         return ["Armature file: read on import (its animated armature)"]
-    if ext not in EXTENSIONS:
-        return ["Not a keypoint file (" + ", ".join(EXTENSIONS + ARMATURE_SOURCE_EXTENSIONS) + ")"]
+    if ext not in SOURCE_EXTENSIONS:
+        return ["Not a keypoint file (" + ", ".join(SOURCE_EXTENSIONS) + ")"]
     stat = os.stat(path)
     key = (path, stat.st_mtime, stat.st_size, layout, units, up_axis, fps, ground)
     lines = _preview_cache.get(key)
@@ -125,9 +119,9 @@ def _read_preview(key):
                  f"Units: {clip.units}, up axis: {clip.up_axis}",
                  f"{clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.1f} s)",
                  f"{clip.num_joints} points"]
-        lines += [w[:60] for w in clip.warnings[:3]]
+        lines += [ui_text(w)[:60] for w in clip.warnings[:3]]
     except (KeypointReadError, OSError, ValueError, RecursionError) as ex:
-        lines = ["Error: " + str(ex)[-120:]]
+        lines = ["Error: " + ui_text(ex)[-120:]]
     _preview_jobs.pop(key, None)
     return _remember(key, lines)
 
@@ -157,19 +151,19 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
     bl_options = {'REGISTER', 'UNDO'}
 
     filename_ext = ".npz"
-    filter_glob: StringProperty(default="*.npz;*.json;*.csv;*.trc;*.c3d;*.bvh;*.npy;*.fbx;*.glb;*.gltf;*.blend",
-                                options={'HIDDEN'})
-    layout_name: EnumProperty(name="Layout", items=_layout_items,
-                         description="Keypoint layout of the file (which point is which joint)")
-    units: EnumProperty(name="Units", items=_UNIT_ITEMS, default='AUTO', description="Length unit of the file")
-    up_axis: EnumProperty(name="Up Axis", items=_UP_ITEMS, default='AUTO', description="Up axis of the file")
-    fps: FloatProperty(name="Source FPS", default=0.0, min=0.0, soft_max=240.0,
-                       description="Frames per second of the file (0: from the file, else 30)")
+    filter_glob: StringProperty(default=";".join("*" + ext for ext in SOURCE_EXTENSIONS), options={'HIDDEN'})
+    layout_name: EnumProperty(name=_SOURCE["layout"].label, items=_layout_items,
+                              description=_SOURCE["layout"].tooltip)
+    units: EnumProperty(name=_SOURCE["units"].label, items=_UNIT_ITEMS, default='AUTO',
+                        description=_SOURCE["units"].tooltip)
+    up_axis: EnumProperty(name=_SOURCE["up_axis"].label, items=_UP_ITEMS, default='AUTO',
+                          description=_SOURCE["up_axis"].tooltip)
+    fps: FloatProperty(name=_SOURCE["source_fps"].label, default=0.0, min=0.0, soft_max=240.0,
+                       description=_SOURCE["source_fps"].tooltip + " (0: from the file, else 30)")
     frame_start: IntProperty(name="Frame Start", default=-1,
                              description="Scene frame of the clip's first sample (-1: the scene's start frame)")
-    ground: BoolProperty(name="Ground", default=True,
-                         description="Move the clip vertically so that its lowest foot point touches the floor "
-                                     "(the shift is reported); off: keep the file's heights")
+    ground: BoolProperty(name=_SOURCE["ground"].label, default=_SOURCE["ground"].default,
+                         description=_SOURCE["ground"].tooltip)
     set_scene_frames: BoolProperty(
         name="Set Scene Frames", default=True,
         description="Set the scene's frame rate to the clip's and its frame range to the clip's frames "
@@ -204,8 +198,8 @@ class NEURAL_IK_OT_import_keypoints(bpy.types.Operator, ImportHelper):
 
         try:
             clip = _read(self.filepath, self.layout_name, self.units, self.up_axis, self.fps, self.ground)
-        except (KeypointReadError, OSError, ValueError) as ex:
-            self.report({'ERROR'}, f"cannot import keypoints: {ex}")
+        except (KeypointReadError, OSError, ValueError) as ex:   # (too deep a JSON too: read_source_file)
+            self.report({'ERROR'}, f"cannot import keypoints: {ui_text(ex)}")
             return {'CANCELLED'}
         name = os.path.splitext(os.path.basename(self.filepath))[0] or "Keypoints"
         start = self.frame_start if self.frame_start >= 0 else context.scene.frame_start
@@ -251,7 +245,7 @@ def _make_input(op, context, clip, name, start):
         settings.keypoint_object = root
         settings.source = 'KEYPOINTS'
     for w in clip.warnings:
-        op.report({'WARNING'}, w)
+        op.report({'WARNING'}, ui_text(w))
     if not clip.layout:
         op.report({'WARNING'}, "unknown layout: choose one on import to solve these keypoints")
     op.report({'INFO'}, f"Imported {clip.num_frames} frames of {clip.num_joints} points "
@@ -302,7 +296,7 @@ class NEURAL_IK_OT_armature_input(bpy.types.Operator):
         try:
             clip = armature_clip(obj, obj.name, ground=self.ground)
         except (KeypointReadError, ValueError) as ex:
-            self.report({'ERROR'}, f"cannot use {obj.name!r} as input: {ex}")
+            self.report({'ERROR'}, f"cannot use {obj.name!r} as input: {ui_text(ex)}")
             return {'CANCELLED'}
         start = int(round(action.frame_range[0]))
         result = _make_input(self, context, clip, f"{obj.name} motion", start)

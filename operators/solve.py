@@ -18,10 +18,12 @@ import bpy
 import numpy as np
 
 from .. import preferences, properties
+from ..errors import UserError, template_of
 from ..blender_io import bake as bake_mod
 from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object, read_keypoint_pose
 from ..model.skeleton import KEYPOINTS
 from .pose_keys import keep_solved_pose
+from .wording import ui_text
 
 #: Frames per solver batch in the modal bake: the CLI's, so the UI bake is as fast (a batch
 #: takes a fraction of a second, so progress and Esc still answer several times a second).
@@ -32,7 +34,7 @@ EFFECTOR_TAG = "neural_ik_effector"
 EFFECTOR_ROOT_TAG = "neural_ik_effectors"
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """The chosen input cannot be read."""
 
 
@@ -48,7 +50,7 @@ def _canonical_from(positions, names, fps, layout, source):
     try:
         return to_canonical(clip, lay)
     except KeypointReadError as ex:
-        raise InputError(str(ex)) from None
+        raise InputError(template_of(ex)) from None
 
 
 def effector_objects(root):
@@ -240,7 +242,7 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
             out = bake_mod.solve_current_frame(obj, kp, mask, _options(context),
                                                rotations=effector_rotation_targets(context))
         except (InputError, bake_mod.BakeError) as ex:
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return {'CANCELLED'}
         msg = _pose_summary(out)
         context.scene.neural_ik.status = msg
@@ -289,7 +291,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         if context.scene.neural_ik.source == 'EFFECTORS':
             warnings.append(effector_owner_warning(context, properties.target_armature(context)))
         for w in filter(None, warnings):
-            self.report({'WARNING'}, w)
+            self.report({'WARNING'}, ui_text(w))
 
     # -- synchronous (scripts, tests) -------------------------------------------
     def execute(self, context):
@@ -297,7 +299,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
             job = self._job(context)
             result = job.run()
         except (InputError, bake_mod.BakeError) as ex:
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return {'CANCELLED'}
         self._finish(context, result)
         return {'FINISHED'}
@@ -309,7 +311,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
             # load the network on the main thread: errors are reported right away
             job.solver = job.solver or bake_mod.get_solver(job.options.device)
         except (InputError, bake_mod.BakeError) as ex:
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return {'CANCELLED'}
         self._runner = BakeRunner(job)
         self._runner.start()
@@ -346,7 +348,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
             return {'CANCELLED'}
         except Exception as ex:
             self._cleanup(context)
-            self.report({'ERROR'}, str(ex))
+            self.report({'ERROR'}, ui_text(ex))
             return {'CANCELLED'}
         self._cleanup(context)
         self._finish(context, result)

@@ -9,6 +9,7 @@ from .. import preferences
 from ..blender_io import preload
 from ..properties import input_frames, target_armature
 from ..model.skeleton import JOINTS
+from ..operators.wording import ui_text
 
 _PARENT = "VIEW3D_PT_neural_ik"
 
@@ -48,7 +49,7 @@ def bake_readiness(obj):
         bake.resolve_mapping(obj, rig_description(obj))
         found = (True, "")
     except Exception as ex:  # BakeError, or a rig that cannot be read
-        found = (False, str(ex))
+        found = (False, ui_text(ex))
     if len(_ready_cache) > 64:
         _ready_cache.clear()
     _ready_cache[key] = found

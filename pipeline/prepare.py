@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.skeleton import JOINTS, KEYPOINTS
+from ..errors import setting
 from .options import BakeError
 
 __all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_required", "ground_keypoints",
@@ -63,7 +64,7 @@ def prepare_keypoints(keypoints, mask):
     if big.any():
         t, k = (int(x[0]) for x in np.nonzero(big))
         raise BakeError(f"keypoint {KEYPOINTS[k]!r} on source frame {t} is {np.abs(kp[t, k]).max():.3g} m from the "
-                        "origin: the values are not positions in metres (check the units, --units / 'Units')")
+                        f"origin: the values are not positions in metres (check the units: {setting('units')})")
     if mask is not None:
         m = np.asarray(mask, dtype=bool)
         if m.shape != valid.shape:
@@ -100,7 +101,7 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
         n_joints = valid[:, : len(JOINTS)].sum(1)
         if (n_joints < len(JOINTS) // 2).any():
             raise BakeError("dense mode needs most joints on every frame; use mode 'auto' or 'sparse' "
-                            "(--mode / 'Mode')")
+                            f"({setting('mode')})")
     missing = [(n, int((~valid[:, KEYPOINTS.index(n)]).sum())) for n in ("head", "hand_l", "hand_r", "foot_l",
                                                                          "foot_r")]
     missing = [f"{n} ({c} frames)" for n, c in missing if c]

@@ -3,7 +3,7 @@
 :func:`preview_pose` reads a fitted :class:`.core.RigBake` before its
 whole-clip arrays are let go: the baked rig's bones (heads and tails, world
 space, metres) and the input keypoints at the same frames. The renderer
-(``cli/contact_sheet.py``) draws them side by side over the floor.
+(``blender_io/contact_sheet.py``) draws them side by side over the floor.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ _READERS = {
     ".json": ("jsonfmt", "read_json"),
     ".csv": ("csvfmt", "read_csv"),
     ".trc": ("trc", "read_trc"),
-    ".bvh": ("bvh", "read_bvh_keypoints"),
     ".c3d": ("c3dfmt", "read_c3d"),
+    ".bvh": ("bvh", "read_bvh_keypoints"),
 }
 
 #: File extensions :func:`read_keypoints` reads.

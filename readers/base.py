@@ -16,9 +16,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..errors import UserError, message, setting, worded
 from ..model.rotations_np import vector_norm
 from ..model.skeleton import KEYPOINTS
 from .layouts import LAYOUTS, Layout, canonical_weights, detect_layout, get_layout
+from .units import UNIT_NAMES, UNITS, UP_AXES, convert_up_axis, normalize_units, normalize_up_axis
 
 __all__ = [
     "KeypointReadError",
@@ -37,17 +39,6 @@ __all__ = [
     "finish_clip",
 ]
 
-#: Metres per unit.
-#: ``cmu``: the CMU database's ASF length unit (1/0.45 inch).
-UNITS = {"m": 1.0, "dm": 0.1, "cm": 0.01, "mm": 0.001, "in": 0.0254, "ft": 0.3048, "cmu": 0.0254 / 0.45}
-_UNIT_ALIASES = {
-    "meter": "m", "meters": "m", "metre": "m", "metres": "m",
-    "decimeter": "dm", "decimeters": "dm", "centimeter": "cm", "centimeters": "cm",
-    "centimetre": "cm", "centimetres": "cm", "millimeter": "mm", "millimeters": "mm",
-    "millimetre": "mm", "millimetres": "mm", "inch": "in", "inches": "in", "foot": "ft", "feet": "ft",
-}
-#: Supported up axes of source data (all right-handed).
-UP_AXES = ("Z", "-Z", "Y", "-Y")
 #: Frame rate assumed when neither the file nor the caller gives one.
 DEFAULT_FPS = 30.0
 #: Longest gap (frames) :func:`finish_clip` fills by default.
@@ -56,13 +47,14 @@ MAX_GAP = 5
 SIZE_RANGE = (0.3, 3.0)
 
 
-class KeypointReadError(ValueError):
-    """A keypoint file that cannot be used; the message names the file and the problem."""
+class KeypointReadError(UserError, ValueError):
+    """A keypoint file that cannot be used; the message names the file and the problem (and may name the
+    setting to change: :func:`..errors.setting`)."""
 
     def __init__(self, path, problem):
         self.path = str(path)
-        self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+        self.problem = worded(problem)
 
 
 @dataclass
@@ -136,47 +128,6 @@ class KeypointClip:
                        confidence=None if self.confidence is None else self.confidence[a:b].copy(),
                        warnings=list(self.warnings),
                        source_rig=None if self.source_rig is None else self.source_rig.frames(a, b))
-
-
-# ---------------------------------------------------------------------------
-# conversions
-
-
-def normalize_units(units) -> str:
-    """Canonical spelling of a unit (``"millimeters"`` -> ``"mm"``); ``ValueError`` if unknown."""
-    u = str(units).strip().lower()
-    u = _UNIT_ALIASES.get(u, u)
-    if u not in UNITS:
-        raise ValueError(f"unknown units {units!r}; use one of {', '.join(UNITS)}")
-    return u
-
-
-def normalize_up_axis(axis) -> str:
-    """Canonical spelling of an up axis (``"y"`` -> ``"Y"``, ``"+z"`` -> ``"Z"``)."""
-    a = str(axis).strip().upper().lstrip("+")
-    if a not in UP_AXES:
-        raise ValueError(f"unknown up axis {axis!r}; use one of {', '.join(UP_AXES)}")
-    return a
-
-
-def convert_up_axis(points: np.ndarray, up_axis: str) -> np.ndarray:
-    """Rotate right-handed source coordinates to Z up.
-
-    ``Y`` up (x, y, z) -> (x, -z, y), as Blender's BVH/FBX importers do, so
-    a body facing +Z faces -Y; ``-Y`` (y down, image-like: MediaPipe) ->
-    (x, z, -y); ``-Z`` -> (x, -y, -z). Handedness is kept: these are
-    rotations, never mirrors.
-    """
-    p = np.asarray(points, dtype=np.float64)
-    a = normalize_up_axis(up_axis)
-    x, y, z = p[..., 0], p[..., 1], p[..., 2]
-    if a == "Z":
-        return p.copy()
-    if a == "Y":
-        return np.stack([x, -z, y], axis=-1)
-    if a == "-Y":
-        return np.stack([x, z, -y], axis=-1)
-    return np.stack([x, -y, -z], axis=-1)
 
 
 def body_size(points: np.ndarray) -> float:
@@ -670,7 +621,7 @@ def to_canonical(clip: KeypointClip, layout=None, min_confidence: float | None =
     """
     lay = layout if layout is not None else (clip.mapping or clip.layout)
     if lay is None:
-        raise KeypointReadError(clip.source, f"no keypoint layout: pass {_flag('layout')} (a name from "
+        raise KeypointReadError(clip.source, f"no keypoint layout: pass {setting('layout')} (a name from "
                                 f"{', '.join(LAYOUTS)}, or a mapping of source names to canonical keypoints)")
     try:
         lay = get_layout(lay)
@@ -832,7 +783,7 @@ def finish_clip(
         fps = float(file_fps)
     else:
         fps = DEFAULT_FPS
-        warns.append(f"frame rate not in the file: assumed {DEFAULT_FPS:g} fps (override with {_flag('fps')})")
+        warns.append(f"frame rate not in the file: assumed {DEFAULT_FPS:g} fps (override with {setting('source_fps')})")
     if not (math.isfinite(fps) and fps > 0):
         raise KeypointReadError(path, f"invalid frame rate {fps!r}")
 
@@ -863,7 +814,7 @@ def finish_clip(
         if lay is None:
             raise KeypointReadError(
                 path, f"unknown joint names ({', '.join(names[:8])}{'...' if J > 8 else ''}): no known "
-                f"layout matches; pass {_flag('layout')} with one of {', '.join(LAYOUTS)} or a mapping "
+                f"layout matches; pass {setting('layout')} with one of {', '.join(LAYOUTS)} or a mapping "
                 "file (JSON: source name -> canonical keypoint)")
         if score < 0.999:
             warns.append(f"layout detected as {lay.name!r} (match {score:.0%})")
@@ -879,11 +830,11 @@ def finish_clip(
             up, share = detect_up_axis(raw_kp, raw_mask)
             if up is not None and up in UP_AXES:
                 warns.append(f"up axis {up} detected from the motion (feet to head on {share:.0%} of "
-                             f"the frames; override with {_flag('up_axis')})")
+                             f"the frames; override with {setting('up_axis')})")
             else:
                 up = normalize_up_axis((lay.up_axis if lay is not None and lay.up_axis else None) or default_up_axis)
                 warns.append(f"up axis not in the file and not clear from the motion: assumed {up} "
-                             f"(override with {_flag('up_axis')})")
+                             f"(override with {setting('up_axis')})")
     except ValueError as ex:
         raise KeypointReadError(path, str(ex)) from None
     p = convert_up_axis(p, up)
@@ -905,21 +856,21 @@ def finish_clip(
             raise KeypointReadError(
                 path, f"the coordinates look image-normalised (x and y between 0 and 1, a body {size:.2f} "
                 "units tall): these are 2D image landmarks, not 3D positions. Export world landmarks "
-                f"(MediaPipe pose_world_landmarks), or if they really are metres pass {_flag('units', 'm')}")
+                f"(MediaPipe pose_world_landmarks), or if they really are metres pass {setting('units', 'm')}")
         guess = _guess_units(size) if math.isfinite(size) else "m"
         if guess is None:
             if check_scale:
                 raise KeypointReadError(path, f"implausible body size {size:.3g} (in file units) for any of "
-                                        f"{', '.join(_GUESS_UNITS)}; pass {_flag('units')}")
+                                        f"{', '.join(_GUESS_UNITS)}; pass {setting('units')}")
             guess = "m"
         u = guess
         warns.append(f"units not in the file: {UNIT_NAMES.get(u, u)} guessed from the body's height "
-                     f"({size * UNITS[u]:.2f} m; override with {_flag('units')})")
+                     f"({size * UNITS[u]:.2f} m; override with {setting('units')})")
     elif check_scale and math.isfinite(size):
         s_m = size * UNITS[u]
         if not (SIZE_RANGE[0] <= s_m <= SIZE_RANGE[1]):
             better = _guess_units(size)
-            hint = f"; the file looks like it is in {better} (pass {_flag('units', better)})" if better else ""
+            hint = f"; the file looks like it is in {better} (pass {setting('units', better)})" if better else ""
             raise KeypointReadError(path, f"absurd scale: the body is {s_m:.3g} m tall in {u}{hint}")
     if check_scale:
         _check_mixed_units(path, ratios)
@@ -932,7 +883,7 @@ def finish_clip(
             alt = f"; in {better} it would be {size * UNITS[better]:.2f} m" if better and better != u else ""
             warns.append(f"the body is {h:.2f} m tall in {UNIT_NAMES.get(u, u)}, outside "
                          f"{HEIGHT_RANGE[0]:g}-{HEIGHT_RANGE[1]:g} m{alt}: check the units "
-                         f"({_flag('units')})")
+                         f"({setting('units')})")
 
     # gaps
     if max_gap and missing.any():
@@ -943,7 +894,7 @@ def finish_clip(
     up_share = upright_share(kp, raw_mask)
     if math.isfinite(up_share) and up_share < 0.5:
         warns.append(f"the head is above the feet in only {up_share:.0%} of the frames with up axis {up}: "
-                     f"if the body lies down by mistake, set the up axis ({_flag('up_axis')})")
+                     f"if the body lies down by mistake, set the up axis ({setting('up_axis')})")
 
     # floor
     shift = 0.0
@@ -953,32 +904,12 @@ def finish_clip(
             shift = -floor
             p[..., 2] += shift
             warns.append(f"grounded: moved {shift * 100.0:+.1f} cm vertically so that the lowest foot point "
-                         f"touches the floor ({_flag('ground')} keeps the file's heights)")
+                         f"touches the floor ({setting('ground', False)} keeps the file's heights)")
 
+    warns = [message(w) for w in warns]   # (the settings they name, for each front end to word)
     return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay,
                         floor_shift=shift)
 
-
-#: Long names of units for messages.
-UNIT_NAMES = {"m": "metres", "cm": "centimetres", "mm": "millimetres", "in": "inches", "cmu": "CMU units",
-               "dm": "decimetres", "ft": "feet"}
-
-#: How the user changes each setting: command-line flag and the Import dialog's field.
-FLAGS = {
-    "units": ("--units", "Units"),
-    "up_axis": ("--up-axis", "Up Axis"),
-    "fps": ("--source-fps", "Frame Rate"),
-    "layout": ("--layout", "Layout"),
-    "ground": ("--no-ground", "Ground"),
-}
-
-
-def _flag(what: str, value=None) -> str:
-    """The real flag and UI field of a setting: ``"--units mm ('Units' in the import options)"``."""
-    flag, field_ = FLAGS[what]
-    if what == "ground":
-        return f"{flag} (untick '{field_}' in the import options)"
-    return f"{flag}{'' if value is None else ' ' + str(value)} ('{field_}' in the import options)"
 
 
 def _check_mixed_units(path, r):
@@ -995,4 +926,4 @@ def _check_mixed_units(path, r):
         raise KeypointReadError(
             path, f"mixed units: body segments disagree in length ({worst} the median segment): part of the "
             f"file seems to be in other units than the rest. Convert the file to one unit; if some points are "
-            f"not the joints their names say, map them with {_flag('layout', 'MAPPING.json')}")
+            f"not the joints their names say, map them with {setting('layout', 'MAPPING.json')}")

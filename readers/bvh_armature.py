@@ -4,7 +4,7 @@
 Blender scene: the target's bones, the bake and the BVH written from the
 baked keys are all plain arrays. This module gives the armature that
 ``bpy.ops.import_anim.bvh`` (rotation mode ``NATIVE``, scale 1, the file's
-up axis turned to Blender's Z up) followed by :func:`..cli.targets.load_target`
+up axis turned to Blender's Z up) followed by :func:`..blender_io.targets.load_target`
 makes of the file, so that a bake on it is the bake on the imported one
 (``tests/blender/test_direct_bvh.py`` compares both, bone by bone, and the
 files they write):

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from ..errors import setting
 from .base import KeypointReadError, finish_clip
 
 __all__ = ["read_c3d"]
@@ -73,7 +74,7 @@ def _read_points(path):
     names = _unique([lab.split(":")[-1].strip() or f"point{i}" for i, lab in enumerate(labels[:pos.shape[1]])])
     names += [f"point{i}" for i in range(len(names), pos.shape[1])]
     if not np.isfinite(rate) or rate <= 0:
-        raise KeypointReadError(path, f"point rate {rate:g}: not a frame rate (pass --source-fps)")
+        raise KeypointReadError(path, f"point rate {rate:g}: not a frame rate (pass {setting('source_fps')})")
     return names, pos, rate, first, (file_units.lower() or None)
 
 

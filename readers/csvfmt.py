@@ -26,7 +26,8 @@ import warnings
 
 import numpy as np
 
-from .base import KeypointReadError, _flag, finish_clip
+from ..errors import setting
+from .base import KeypointReadError, finish_clip
 from .layouts import LAYOUTS
 
 __all__ = ["read_csv", "parse_numeric_table"]
@@ -242,4 +243,4 @@ def _read_headerless(path, text, sep, ncols, layout, **kw):
     raise KeypointReadError(
         path, f"no header row, and its {ncols} columns ({'; '.join(tried) or 'no whole number of joints'}) "
         "match no joint layout known by count (Kinect v2, OpenPose BODY_25, COCO-17, H36M-17, SMPL, MediaPipe): "
-        "name the columns (<name>_x,<name>_y,<name>_z) or pass " + _flag("layout"))
+        "name the columns (<name>_x,<name>_y,<name>_z) or pass " + setting("layout"))

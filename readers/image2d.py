@@ -29,6 +29,7 @@ import os
 
 import numpy as np
 
+from ..errors import message, setting
 from .base import KeypointReadError, _canonical_points, _looks_image_normalised, body_height
 from .layouts import detect_layout, get_layout
 
@@ -172,16 +173,16 @@ def image_landmarks(path, pos, names, *, layout=None, explicit=False, units=None
     if image_size is None:
         if looks and (explicit or units is None):
             raise KeypointReadError(path, "2D image keypoints: MediaPipe image landmarks (x and y image-normalised "
-                                    "between 0 and 1, z a depth relative to the hips); give --image-size W H "
+                                    f"between 0 and 1, z a depth relative to the hips); give {setting('image_size', 'W H')} "
                                     "(the video's width and height in pixels) to bake them, or export "
                                     "MediaPipe's world landmarks (pose_world_landmarks); if they really are "
-                                    "metres pass --units m")
+                                    f"metres pass {setting('units', 'm')}")
         return None
     if not normalised:
         with np.errstate(all="ignore"):
             lo, hi = np.nanmin(pos[..., :2]), np.nanmax(pos[..., :2])
-        raise KeypointReadError(path, f"--image-size is for image landmarks (x and y between 0 and 1), but x "
-                                f"and y run from {lo:.3g} to {hi:.3g}: leave --image-size out")
+        raise KeypointReadError(path, f"{setting('image_size')} is for image landmarks (x and y between 0 and 1), but x "
+                                f"and y run from {lo:.3g} to {hi:.3g}: leave {setting('image_size')} out")
     W, H = (float(v) for v in image_size)
     px = np.asarray(pos, dtype=np.float64) * np.array([W, H, W])
     height = _height(px, names, layout)
@@ -189,7 +190,7 @@ def image_landmarks(path, pos, names, *, layout=None, explicit=False, units=None
         raise KeypointReadError(path, "image landmarks with too few body segments to measure the body "
                                 "(thighs, shins, arms, hips to shoulders)")
     scale = ASSUMED_HEIGHT / height
-    note = (f"image landmarks lifted with --image-size {W:g} {H:g}: scaled so that the body is {ASSUMED_HEIGHT:g} m "
+    note = message(f"image landmarks lifted with {setting('image_size', f'{W:g} {H:g}')}: scaled so that the body is {ASSUMED_HEIGHT:g} m "
             f"tall ({height:.0f} px; an image has no metric scale), depth from MediaPipe's estimate relative "
             "to the hips: motion towards or away from the camera is not recovered and perspective not undone")
     return px * scale, [note]

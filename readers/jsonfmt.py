@@ -36,7 +36,8 @@ import json
 
 import numpy as np
 
-from .base import KeypointReadError, _flag, finish_clip
+from ..errors import setting
+from .base import KeypointReadError, finish_clip
 from .image2d import IMAGE_FRAME_KEYS, describe_2d, image_landmarks, refuse_2d
 from .layouts import get_layout, recognise_nameless
 
@@ -161,7 +162,7 @@ def read_json(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=
         else:
             lay, nl_names, reason = recognise_nameless(pos)
             if lay is None:
-                raise KeypointReadError(path, f"unnamed landmarks: {reason}; pass {_flag('layout', 'NAME')} "
+                raise KeypointReadError(path, f"unnamed landmarks: {reason}; pass {setting('layout', 'NAME')} "
                                         "(e.g. coco17)")
         if lay_arg is not None and len(lay.joint_names) != J:
             raise KeypointReadError(path, f"{J} landmarks per frame but layout {lay.name!r} has {len(lay.joint_names)}")

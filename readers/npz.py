@@ -53,7 +53,8 @@ import zipfile
 import numpy as np
 
 from .amass import is_body_model, load_body_model, read_amass
-from .base import KeypointReadError, _flag, finish_clip
+from ..errors import message, setting
+from .base import KeypointReadError, finish_clip
 from .layouts import get_layout, recognise_nameless
 
 __all__ = ["read_npz", "read_npy", "check_declared_arrays", "MAX_ARRAY_BYTES", "MAX_POINTS"]
@@ -193,9 +194,9 @@ def read_npy(path, *, layout=None, units=None, up_axis=None, fps=None, max_gap=5
         lay, names, reason = recognise_nameless(pos)
         if lay is None:
             raise KeypointReadError(path, f"a .npy array has no joint names and {reason}: pass "
-                                    f"{_flag('layout', 'NAME')} (e.g. coco17, h36m17, smpl24, mediapipe_pose, "
+                                    f"{setting('layout', 'NAME')} (e.g. coco17, h36m17, smpl24, mediapipe_pose, "
                                     "canonical) or use the .npz format with joint_names")
-        warns.append(f"no joint names: {reason} (override with {_flag('layout')})")
+        warns.append(message(f"no joint names: {reason} (override with {setting('layout')})"))
     else:
         try:
             lay = get_layout(layout)

@@ -30,18 +30,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import setting
 from ..model.rotations_np import matrix_to_quat, quat_slerp
 from ..retarget.mapping import BoneMapping
 from ..retarget.rig import RigDescription
+from .units import convert_up_axis
 
 __all__ = ["SourceRig", "source_rig_from_bvh", "bvh_motion", "source_rig_from_pose", "axis_matrix", "bone_tails", "end_point_names",
            "layout_from_mapping", "describe_mapping_problem"]
 
 
 def axis_matrix(up_axis: str) -> np.ndarray:
-    """The rotation (3, 3) that :func:`.base.convert_up_axis` applies: ``out = M @ p``."""
-    from .base import convert_up_axis
-
+    """The rotation (3, 3) that :func:`.units.convert_up_axis` applies: ``out = M @ p``."""
     return convert_up_axis(np.eye(3), up_axis).T
 
 
@@ -174,7 +174,7 @@ def source_rig_from_bvh(bvh, up_axis: str, scale: float, mapping: BoneMapping | 
     ----------
     bvh : model.bvh.BVHData
     up_axis : str
-        The file's up axis (see :func:`.base.convert_up_axis`).
+        The file's up axis (see :func:`.units.convert_up_axis`).
     scale : float
         Metres per file unit.
     mapping : BoneMapping, optional
@@ -308,8 +308,8 @@ def describe_mapping_problem(rig: RigDescription, mapping: BoneMapping, errors) 
     problems = ([f"no bone for {', '.join(missing)}"] if missing else []) + other
     return (f"not a humanoid skeleton the automatic mapping can use ({len(rig)} joints, root "
             f"{', '.join(roots)}): {'; '.join(problems)}. Mapped: {found}. Pass a mapping of joint names to "
-            "canonical keypoints with --layout MAPPING.json ('Layout' in the import options; "
-            "`neural-ik layouts canonical` lists the keypoints)")
+            f"canonical keypoints with {setting('layout', 'MAPPING.json')} (`neural-ik layouts canonical` lists "
+            "the keypoints)")
 
 
 def _ortho(m):

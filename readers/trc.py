@@ -132,7 +132,7 @@ def _with_joint_centres(path, pos, names, warns):
     """Append joint centres regressed from anatomical markers; returns ``(pos, names, layout or None)``."""
     import numpy as np
 
-    from .base import _flag
+    from ..errors import setting
     from .layouts import canonical_weights, detect_layout
     from .markers import marker_joint_centres, marker_layout
 
@@ -158,6 +158,6 @@ def _with_joint_centres(path, pos, names, warns):
         raise KeypointReadError(
             path, f"marker set missing part of a leg: no {'; no '.join(missing)}. Recognised markers: {got}. "
             "Add the markers, or pass a mapping of marker names to canonical keypoints with "
-            f"{_flag('layout', 'MAPPING.json')}")
+            f"{setting('layout', 'MAPPING.json')}")
     warns.append(f"joint centres regressed from {len(found)} anatomical markers ({', '.join(centre_names)})")
     return np.concatenate([pos, centres], axis=1), all_names, lay

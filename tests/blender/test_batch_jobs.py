@@ -86,26 +86,27 @@ def test_fewer_workers_where_memory_is_short(ext, tmp_path, monkeypatch):
     import argparse
     import importlib
 
-    batch = importlib.import_module(ext.__name__ + ".cli.batch")
-    targets = importlib.import_module(ext.__name__ + ".cli.targets")
+    clips = importlib.import_module(ext.__name__ + ".cli.clips")
+    workers = importlib.import_module(ext.__name__ + ".cli.workers")
+    targets = importlib.import_module(ext.__name__ + ".blender_io.targets")
     src = _clips(tmp_path / "clips", 6, seconds=0.5)
     target = targets.direct_target(str(_target(tmp_path)))
     assert target is not None
-    jobs = [batch.ClipJob(str(p), str(src), str(tmp_path / "out"), ["bvh"], p.stem) for p in sorted(src.iterdir())]
+    jobs = [clips.ClipJob(str(p), str(src), str(tmp_path / "out"), ["bvh"], p.stem) for p in sorted(src.iterdir())]
     args = argparse.Namespace(jobs=4)
-    common = importlib.import_module(ext.__name__ + ".cli.common")
-    longest = max(common.peek_frame_count(job.source) for job in jobs)
-    need = batch.WORKER_BASE_BYTES + batch.WORKER_FRAME_BYTES * longest
-    monkeypatch.setattr(batch, "_available_memory", lambda: 10 * need)
+    sources = importlib.import_module(ext.__name__ + ".cli.sources")
+    longest = max(sources.peek_frame_count(job.source) for job in jobs)
+    need = workers.WORKER_BASE_BYTES + workers.WORKER_FRAME_BYTES * longest
+    monkeypatch.setattr(workers, "_available_memory", lambda: 10 * need)
     # (this test runs in Blender's bpy, where clips go one at a time; the rule is checked as outside it)
-    assert batch.worker_count(args, target, jobs, in_blender=False) == 4
-    assert batch.worker_count(args, target, jobs) == 1
-    monkeypatch.setattr(batch, "_available_memory", lambda: 2.5 * need)
-    assert batch.worker_count(args, target, jobs, in_blender=False) == 2
-    monkeypatch.setattr(batch, "_available_memory", lambda: 0.5 * need)
-    assert batch.worker_count(args, target, jobs, in_blender=False) == 1
-    monkeypatch.setattr(batch, "_available_memory", lambda: None)
-    assert batch.worker_count(argparse.Namespace(jobs=9), target, jobs[:3], in_blender=False) == 3
+    assert workers.worker_count(args, target, jobs, in_blender=False) == 4
+    assert workers.worker_count(args, target, jobs) == 1
+    monkeypatch.setattr(workers, "_available_memory", lambda: 2.5 * need)
+    assert workers.worker_count(args, target, jobs, in_blender=False) == 2
+    monkeypatch.setattr(workers, "_available_memory", lambda: 0.5 * need)
+    assert workers.worker_count(args, target, jobs, in_blender=False) == 1
+    monkeypatch.setattr(workers, "_available_memory", lambda: None)
+    assert workers.worker_count(argparse.Namespace(jobs=9), target, jobs[:3], in_blender=False) == 3
 
 
 def test_a_killed_workers_temporary_files_are_found_by_name(ext, tmp_path):
@@ -113,15 +114,15 @@ def test_a_killed_workers_temporary_files_are_found_by_name(ext, tmp_path):
     outputs themselves and other clips' files stay."""
     import importlib
 
-    common = importlib.import_module(ext.__name__ + ".cli.common")
+    outputs = importlib.import_module(ext.__name__ + ".outputs")
     out = tmp_path / "walk [1].bvh"          # glob characters in the name
     keep = [tmp_path / "walk [1].bvh", tmp_path / "walk.bvh", tmp_path / ".walk.x.partial.fbx"]
     for p in keep:
         p.write_text("x")
-    with common.atomic_output(str(out)) as tmp:
+    with outputs.atomic_output(str(out)) as tmp:
         for left in (tmp, tmp + "1"):
             open(left, "w").write("half")
-        common.remove_partials(str(out))
+        outputs.remove_partials(str(out))
         assert not any(os.path.exists(p) for p in (tmp, tmp + "1"))
         open(tmp, "w").write("whole")           # (the writer finishes: renamed as usual)
     assert all(p.exists() for p in keep) and out.read_text() == "whole"

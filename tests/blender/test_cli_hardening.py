@@ -353,8 +353,8 @@ def test_blend_target_scripts_never_run(ext, tmp_path):
 
     import bpy
 
-    targets = importlib.import_module(ext.__name__ + ".cli.targets")
-    export = importlib.import_module(ext.__name__ + ".cli.export")
+    targets = importlib.import_module(ext.__name__ + ".blender_io.targets")
+    export = importlib.import_module(ext.__name__ + ".blender_io.export")
     markers = tmp_path / "markers"
     markers.mkdir()
     evil = tmp_path / "evil.blend"

@@ -31,7 +31,7 @@ def _walk(path, seconds=2.0, fps=30.0):
 
 def test_peek_frame_count(tmp_path):
     pkg()
-    from neural_ik.cli.common import peek_frame_count
+    from neural_ik.cli.sources import peek_frame_count
     from neural_ik.model.bvh import write_bvh
 
     n = _walk(tmp_path / "walk.npz")

@@ -126,7 +126,7 @@ def test_read_png_reads_back_what_write_png_wrote_and_nothing_else(tmp_path):
     import struct
     import zlib
 
-    from neural_ik.cli.contact_sheet import read_png, write_png
+    from neural_ik.blender_io.contact_sheet import read_png, write_png
 
     rgb = (np.arange(12 * 7 * 3) % 251).astype(np.uint8).reshape(12, 7, 3)
     write_png(str(tmp_path / "a.png"), rgb)

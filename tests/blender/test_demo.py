@@ -56,7 +56,7 @@ def _png(path):
 
 def test_png_writer_roundtrip(tmp_path):
     pkg()
-    from neural_ik.cli.contact_sheet import read_png_size, write_png
+    from neural_ik.blender_io.contact_sheet import read_png_size, write_png
 
     rgb = (np.arange(20 * 30 * 3) % 251).astype(np.uint8).reshape(20, 30, 3)
     write_png(str(tmp_path / "a.png"), rgb)

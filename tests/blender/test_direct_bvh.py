@@ -93,7 +93,7 @@ Frame Time: 0.0333333
 @pytest.fixture(scope="module")
 def mods(ext):
     return {name: importlib.import_module(ext.__name__ + "." + name)
-            for name in ("readers.bvh_armature", "model.bvh", "readers.base", "cli.targets", "blender_io.rig")}
+            for name in ("readers.bvh_armature", "model.bvh", "readers.base", "blender_io.targets", "blender_io.rig")}
 
 
 def _cases(tmp_path):
@@ -115,7 +115,7 @@ def test_file_armature_is_blenders_import(mods, tmp_path):
     import bpy
 
     ba, bvh, base = mods["readers.bvh_armature"], mods["model.bvh"], mods["readers.base"]
-    targets, rigmod = mods["cli.targets"], mods["blender_io.rig"]
+    targets, rigmod = mods["blender_io.targets"], mods["blender_io.rig"]
     for path, units, up in _cases(tmp_path):
         target = targets.load_target(str(path), units=units, up_axis=up)
         obj = target.obj
@@ -222,7 +222,7 @@ def test_a_skeleton_blender_would_rename_goes_through_blender(run_cli, mods, tmp
     bvh, ba, base = mods["model.bvh"], mods["readers.bvh_armature"], mods["readers.base"]
     reason = ba.bvh_armature(bvh.read_bvh(str(target)), "Y", base.UNITS["cm"], "long_names")
     assert isinstance(reason, str) and "longer than Blender's bone names" in reason
-    assert mods["cli.targets"].direct_target(str(target), units="cm", up_axis="Y") is None
+    assert mods["blender_io.targets"].direct_target(str(target), units="cm", up_axis="Y") is None
     src = tmp_path / "clips"
     src.mkdir()
     write_walk_bvh(src / "walk.bvh", seconds=0.5)

@@ -1,4 +1,4 @@
-"""The numpy BVH writer (cli/export.py) against Blender's own BVH exporter.
+"""The numpy BVH writer (blender_io/export.py) against Blender's own BVH exporter.
 
 A rig with connected and unconnected bones, two root bones (Blender's
 exporter then adds a ``__0`` root), quaternion, Euler (several orders) and
@@ -23,7 +23,7 @@ START = 3
 
 @pytest.fixture(scope="module")
 def export_mod(ext):
-    return importlib.import_module(ext.__name__ + ".cli.export")
+    return importlib.import_module(ext.__name__ + ".blender_io.export")
 
 
 @pytest.fixture(scope="module")

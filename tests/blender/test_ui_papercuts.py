@@ -178,15 +178,15 @@ def test_status_wraps_at_words(ext):
 def test_rigify_missing_is_reported(ext, monkeypatch):
     import addon_utils
 
-    targets = importlib.import_module(ext.__name__ + ".cli.targets")
-    common = importlib.import_module(ext.__name__ + ".cli.common")
+    targets = importlib.import_module(ext.__name__ + ".blender_io.targets")
+    errors = importlib.import_module(ext.__name__ + ".errors")
     assert targets.enable_rigify() == ""
     addon_utils.disable("rigify", default_set=True)
     try:
         with monkeypatch.context() as patch:
             patch.setitem(sys.modules, "rigify", None)      # a Blender without Rigify
             assert "Rigify add-on is not available" in targets.enable_rigify()
-            with pytest.raises(common.CliError, match="--target rigify: Blender's Rigify add-on is not available"):
+            with pytest.raises(errors.UserError, match="--target rigify: Blender's Rigify add-on is not available"):
                 targets.load_target("rigify")
     finally:
         addon_utils.enable("rigify", default_set=True)

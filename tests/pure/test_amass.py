@@ -159,6 +159,6 @@ def test_planted_trans_helper_keeps_a_still_body_still():
 
 
 def test_frame_count_peeked_from_the_header(tmp_path):
-    from neural_ik.cli.common import peek_frame_count
+    from neural_ik.cli.sources import peek_frame_count
 
     assert peek_frame_count(str(write_amass(tmp_path / "walk.npz", still(17)))) == 17

@@ -8,7 +8,7 @@ import pytest
 
 from neural_ik.cli.batch import output_names
 from neural_ik.cli.demo_motion import walk_keypoints
-from neural_ik.cli.targets import operator_error
+from neural_ik.blender_io.calls import operator_error
 from neural_ik.model.skeleton import KEYPOINTS
 from neural_ik.readers import KeypointReadError, read_keypoints
 

@@ -15,7 +15,7 @@ from _pkg import pkg
 from source_fixtures import humanoid_bvh
 
 pkg()
-from neural_ik.cli import batch, parser  # noqa: E402
+from neural_ik.cli import clips, parser  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_a_worker_killed_in_a_clip_fails_that_clip_alone(tmp_path, monkeypatch):
     humanoid_bvh(target, "studio", "Y", "cm", "A", frames=1)
     assert _batch(src, tmp_path / "one", target, 1) == 0
 
-    bake_job = batch._bake_job
+    bake_job = clips.bake_job
     here = os.getpid()
 
     def killed_on_boom(job, *a, **k):   # (forked into the workers: the one that takes boom.bvh dies)
@@ -48,7 +48,7 @@ def test_a_worker_killed_in_a_clip_fails_that_clip_alone(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGKILL)
         return bake_job(job, *a, **k)
 
-    monkeypatch.setattr(batch, "_bake_job", killed_on_boom)
+    monkeypatch.setattr(clips, "bake_job", killed_on_boom)
     out = tmp_path / "two"
     assert _batch(src, out, target, 2) == 1
     rows = {os.path.basename(r["source"]): r for r in json.loads((out / "report.json").read_text())["clips"]}
@@ -125,13 +125,14 @@ def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monke
         assert (tmp_path / "overlap" / name).read_bytes() == (tmp_path / "serial" / name).read_bytes(), name
     # an export that fails while the figures are measured (a disk full, say)
     monkeypatch.undo()
-    from neural_ik.cli import common, export
+    from neural_ik.blender_io import export
+    from neural_ik.errors import UserError
 
     write = export.write_keys_bvh
 
     def full_disk(armature, result, path, *a, **k):
         if os.path.basename(path) == "a.bvh":
-            raise common.CliError("{}: cannot write (No space left on device)".format(path))
+            raise UserError("{}: cannot write (No space left on device)".format(path))
         return write(armature, result, path, *a, **k)
 
     monkeypatch.setattr(export, "write_keys_bvh", full_disk)
@@ -143,7 +144,7 @@ def test_a_files_armature_measures_while_its_exports_are_written(tmp_path, monke
 
 
 def test_headline_names_effectors_only_for_bakes_from_effectors():
-    from neural_ik.cli.common import headline
+    from neural_ik.cli.report import headline
 
     row = {"floor_error_cm": 0.3, "effector_reach_mm": {"mean": 1.0, "max": 6.5}, "bone_direction_error_deg": 0.8}
     assert "effectors within" not in headline(dict(row, mode="dense"))

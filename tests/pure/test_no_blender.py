@@ -63,7 +63,7 @@ def test_blender_version_read_without_importing_bpy(tmp_path, monkeypatch):
     from _pkg import pkg
 
     pkg()
-    from neural_ik.cli.targets import blender_version
+    from neural_ik.blender_io.targets import blender_version
 
     installed = tuple(int(x) for x in version("bpy").split(".")[:2])
     assert blender_version() == installed

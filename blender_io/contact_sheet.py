@@ -21,7 +21,7 @@ import zlib
 import numpy as np
 
 from ..pipeline.preview import pick_frames
-from .common import atomic_output
+from ..outputs import atomic_output
 
 __all__ = ["render_contact_sheet", "render_preview", "object_poses", "write_png", "read_png", "read_png_size",
            "index_sheet", "pick_frames", "KEYPOINT_LINKS"]
@@ -390,7 +390,7 @@ def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), col
             ]
             tile_path = os.path.join(tmpdir, "tile_{:03d}.png".format(i))
             scene.render.filepath = tile_path
-            from .targets import quiet
+            from .calls import quiet
 
             quiet(bpy.ops.render.render, write_still=True, scene=scene.name, _stderr=True)
             image = bpy.data.images.load(tile_path)

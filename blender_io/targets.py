@@ -14,8 +14,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ..blender_io.calls import disarm_scripts, operator_error, quiet
-from .common import CliError, UsageError
+from ..errors import SettingError, UserError, message, setting
+from .calls import disarm_scripts, quiet
 
 __all__ = ["BUILTIN_TARGETS", "TARGET_EXTENSIONS", "Target", "check_target", "direct_target", "load_target",
            "new_scene", "target_label"]
@@ -73,22 +73,22 @@ def check_target(spec):
 
     Raises
     ------
-    UsageError
+    SettingError
         Unknown built-in name, unknown file type or missing file (exit code 2).
     """
     if spec is None:
         if _open_blend() is None:
-            raise UsageError("--target is required (or start Blender with a .blend: blender -b scene.blend -c "
-                             "neural_ik ...)")
+            raise SettingError(f"{setting('target')} is required (or start Blender with a .blend: blender -b "
+                               "scene.blend -c neural_ik ...)")
         return
     if spec.lower() in BUILTIN_TARGETS:
         return
     ext = os.path.splitext(spec)[1].lower()
     if ext not in TARGET_EXTENSIONS:
-        raise UsageError("--target {}: not a built-in rig ({}) nor a {} file".format(
-            spec, ", ".join(BUILTIN_TARGETS), "/".join(TARGET_EXTENSIONS)))
+        raise SettingError("{}: not a built-in rig ({}) nor a {} file".format(
+            setting("target", spec), ", ".join(BUILTIN_TARGETS), "/".join(TARGET_EXTENSIONS)))
     if not os.path.isfile(spec):
-        raise UsageError("--target {}: no such file".format(spec))
+        raise SettingError("{}: no such file".format(setting("target", spec)))
 
 
 def new_scene():
@@ -105,12 +105,12 @@ def _pick_armature(objects, spec, armature):
             if o.name == armature:
                 return o
         names = ", ".join(sorted(o.name for o in arms)) or "none"
-        raise UsageError("--target {}: no armature named {!r} (armatures: {})".format(spec, armature, names))
+        raise SettingError("{}: no armature named {!r} (armatures: {})".format(setting("target", spec), armature, names))
     if not arms:
-        raise CliError("--target {}: holds no armature".format(spec), 2)
+        raise SettingError("{}: holds no armature".format(setting("target", spec)))
     if len(arms) > 1:
-        raise UsageError("--target {}: holds {} armatures ({}); pick one with --armature NAME".format(
-            spec, len(arms), ", ".join(sorted(o.name for o in arms))))
+        raise SettingError("{}: holds {} armatures ({}); pick one with {}".format(
+            setting("target", spec), len(arms), ", ".join(sorted(o.name for o in arms)), setting("armature", "NAME")))
     return arms[0]
 
 
@@ -180,7 +180,7 @@ def bvh_target_frame(path, units=None, up_axis=None, bvh=None):
 
     Raises
     ------
-    CliError
+    UserError
         The file cannot be read as a BVH skeleton.
     """
     from ..readers import KeypointReadError, read_keypoints
@@ -196,13 +196,14 @@ def bvh_target_frame(path, units=None, up_axis=None, bvh=None):
             clip = read_keypoints(path, units=units, up_axis=up_axis, ground=False)
     except KeypointReadError as ex:
         problem = str(getattr(ex, "problem", ex)).replace(str(path) + ", ", "")
-        raise CliError("--target {}: cannot be loaded ({})".format(path, problem)) from None
+        raise UserError("{}: cannot be loaded ({})".format(setting("target", path), problem)) from None
     notes = []
     if units is None:
-        notes.append("target BVH in {} (guessed from its skeleton's height; --target-units to say otherwise)"
-                     .format(UNIT_NAMES.get(clip.units, clip.units)))
+        notes.append(message("target BVH in {} (guessed from its skeleton's height; {} to say otherwise)".format(
+            UNIT_NAMES.get(clip.units, clip.units), setting("target_units"))))
     if up_axis is None and clip.up_axis != "Y":
-        notes.append("target BVH with {} up (detected; --target-up-axis to say otherwise)".format(clip.up_axis))
+        notes.append(message("target BVH with {} up (detected; {} to say otherwise)".format(
+            clip.up_axis, setting("target_up_axis"))))
     return clip.units, clip.up_axis, notes
 
 
@@ -253,7 +254,7 @@ def direct_target(spec, armature=None, *, units=None, up_axis=None):
 
     Raises
     ------
-    CliError
+    UserError
         The file cannot be read as a BVH skeleton, or ``armature`` is not its name.
     """
     if spec is None or os.path.splitext(spec)[1].lower() != ".bvh":
@@ -267,7 +268,7 @@ def direct_target(spec, armature=None, *, units=None, up_axis=None):
     try:
         bvh = read_bvh(path)
     except (BVHError, OSError, ValueError) as ex:
-        raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
+        raise UserError("{}: cannot be loaded ({})".format(setting("target", spec), ex)) from None
     units, up_axis, notes = bvh_target_frame(path, units, up_axis, bvh=bvh)
     # Blender names the armature after the file (bpy.path.display_name_from_filepath)
     name = os.path.splitext(os.path.basename(path))[0]
@@ -275,7 +276,7 @@ def direct_target(spec, armature=None, *, units=None, up_axis=None):
     if isinstance(arm, str):
         return None
     if armature is not None and armature != name:
-        raise UsageError("--target {}: no armature named {!r} (armatures: {})".format(spec, armature, name))
+        raise SettingError("{}: no armature named {!r} (armatures: {})".format(setting("target", spec), armature, name))
     return Target(arm, path, "bvh", notes)
 
 
@@ -300,7 +301,7 @@ def load_target(spec, armature=None, *, units=None, up_axis=None):
 
     Raises
     ------
-    CliError
+    UserError
         The file cannot be loaded or holds no (single) armature.
     """
     import bpy
@@ -315,11 +316,12 @@ def load_target(spec, armature=None, *, units=None, up_axis=None):
         new_scene()
         problem = enable_rigify()
         if problem:
-            raise CliError("--target rigify: " + problem)
+            raise UserError(setting("target", "rigify") + ": " + problem)
         quiet(bpy.ops.object.armature_human_metarig_add)
         obj = bpy.context.active_object
         if armature is not None and armature != obj.name:
-            raise UsageError("--target rigify: no armature named {!r} (armatures: {})".format(armature, obj.name))
+            raise SettingError("{}: no armature named {!r} (armatures: {})".format(setting("target", "rigify"), armature,
+                                                                                    obj.name))
         _select_only(obj)
         return Target(obj, "rigify", "rigify")
 
@@ -354,7 +356,7 @@ def load_target(spec, armature=None, *, units=None, up_axis=None):
             if kind == "bvh":
                 warnings = notes + warnings
     except RuntimeError as ex:  # quiet() leaves the cause alone in the message
-        raise CliError("--target {}: cannot be loaded ({})".format(spec, ex)) from None
+        raise UserError("{}: cannot be loaded ({})".format(setting("target", spec), ex)) from None
     obj = _pick_armature(objects, spec, armature)
     if kind == "bvh":
         _rest_pose(obj)
