@@ -40,8 +40,10 @@ from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, S
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..pipeline.preview import preview_pose
 from ..readers.bvh_armature import FileArmature
+from ..retarget.rigify import skeleton_for
 from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
 from .rig import NotAnArmatureError, rig_description
+from .rigify import apply_constants, channel_path, rigify_keys
 
 __all__ = [
     "BakeOptions",
@@ -211,7 +213,7 @@ def resolve_mapping(obj, rig, mapping=None):
     if mapping is None:
         mapping = auto_mapping(rig)
         origin = "automatic"
-    errors = mapping.validate(rig)
+    errors = mapping.validate(skeleton_for(rig, mapping))
     if errors:
         raise BakeError(f"the {origin} bone mapping of {obj.name!r} does not fit the armature: "
                         + "; ".join(errors[:4]) + (" ..." if len(errors) > 4 else ""))
@@ -230,8 +232,13 @@ def _scene_fps(scene) -> float:
     return float(scene.render.fps) / float(scene.render.fps_base or 1.0)
 
 
-def _locked_axes(obj, rig) -> dict:
-    """Bone index -> (3,) bool of ``PoseBone.lock_rotation`` where any axis is locked."""
+def _locked_axes(obj, rig, mapping) -> dict:
+    """Bone index -> (3,) bool of ``PoseBone.lock_rotation`` where any axis is locked, for the bones the
+    solve turns (the mapped ones and those between them: a locked helper bone elsewhere is no news)."""
+    from ..retarget.rigsolve import free_bones
+
+    mapped = [rig.index(b) for b in mapping.entries.values()]
+    free = set(free_bones(rig, mapped, rig.index(mapping.entries["pelvis"])))
     pbs = obj.pose.bones
     buf = np.zeros(len(pbs) * 3, dtype=bool)
     pbs.foreach_get("lock_rotation", buf)
@@ -239,7 +246,7 @@ def _locked_axes(obj, rig) -> dict:
     out = {}
     for i in np.flatnonzero(buf.any(axis=1)):
         name = pbs[int(i)].name
-        if rig.has(name):
+        if rig.has(name) and rig.index(name) in free:
             out[rig.index(name)] = buf[i].copy()
     return out
 
@@ -269,6 +276,8 @@ class BakeJob:
         if len(rig) == 0:
             raise BakeError(f"the armature {obj.name!r} has no bones")
         mapping = resolve_mapping(obj, rig, mapping)
+        self.constant_keys = [] if file_armature else rigify_keys(obj, rig, mapping)
+        rig = skeleton_for(rig, mapping)
         warnings = []
         unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
         if unsure:
@@ -282,7 +291,7 @@ class BakeJob:
                 warnings.append("constraints on " + ", ".join(constrained[:6])
                                 + (" ..." if len(constrained) > 6 else "")
                                 + " override the baked keys: mute them to see the bake")
-        locked = {} if file_armature else _locked_axes(obj, rig)
+        locked = {} if file_armature else _locked_axes(obj, rig, mapping)
         if options.fps is not None:
             fps = float(options.fps)
         else:
@@ -439,6 +448,10 @@ class BakeJob:
                                   group=name)
                 if progress is not None:
                     progress((i + 1) / len(channels), "write")
+            for name, prop, value in self.constant_keys:
+                writer.add_vector(channel_path(name, prop), frames,
+                                  np.broadcast_to(np.asarray(value, dtype=np.float64), (len(frames), len(value))),
+                                  group=name)
             for name in mode_changes:
                 obj.pose.bones[name].rotation_mode = "QUATERNION"
             writer.finish(assign=True)
@@ -717,6 +730,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     if turns:
         turn_bones_to(core.plan.rig, res.quaternions[0], res.locations[0], turns)
     names = [n if (res.driven[b] or b == core.plan.root) else None for b, n in enumerate(res.bone_names)]
+    apply_constants(obj, job.constant_keys)
     _set_pose(obj, names, res.quaternions[0], res.locations[0], core.plan.root, single.rotation_mode)
     return {
         "effector_reach_mm": tuple(float(x) for x in f.effector_reach_mm),
