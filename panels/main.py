@@ -119,7 +119,7 @@ class VIEW3D_PT_neural_ik_target(_Sub, bpy.types.Panel):
         row.operator("neural_ik.auto_map", icon='BONE_DATA')
         row.operator("neural_ik.clear_mapping", text="", icon='X')
         row = layout.row(align=True)
-        row.operator("neural_ik.load_mapping_preset", text="Load Preset", icon='IMPORT')
+        row.menu("NEURAL_IK_MT_mapping_presets", text="Presets", icon='PRESET')
         row.operator("neural_ik.save_mapping_preset", text="Save Preset", icon='EXPORT')
 
 

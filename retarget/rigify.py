@@ -32,14 +32,14 @@ from .rig import RigDescription
 __all__ = ["CONTROLS", "DEFORM", "SWITCHES", "is_generated_rigify", "controls_mapping", "skeleton_for",
            "uses_controls", "rest_controls"]
 
-#: Canonical joint -> Rigify's FK control ({S}: L or R).
+#: Canonical joint -> Rigify's FK control ({S}: L or R; the preset ``RIGIFY_CONTROLS``).
 CONTROLS = {
     "pelvis": "torso", "spine1": "spine_fk.002", "spine3": "spine_fk.003", "neck": "neck", "head": "head",
     "clavicle": "shoulder.{S}", "upperarm": "upper_arm_fk.{S}", "forearm": "forearm_fk.{S}",
     "hand": "hand_fk.{S}", "thigh": "thigh_fk.{S}", "calf": "shin_fk.{S}", "foot": "foot_fk.{S}",
     "toe": "toe_fk.{S}",
 }
-#: Canonical joint -> Rigify's deform bone.
+#: Canonical joint -> Rigify's deform bone (the preset ``RIGIFY_DEFORM``).
 DEFORM = {
     "pelvis": "DEF-spine", "spine1": "DEF-spine.001", "spine2": "DEF-spine.002", "spine3": "DEF-spine.003",
     "neck": "DEF-spine.004", "head": "DEF-spine.006", "clavicle": "DEF-shoulder.{S}",
@@ -53,18 +53,6 @@ _MASTERS = ("root", "hips", "chest")
 _HELPER_PREFIXES = ("MCH-", "ORG-", "DEF-", "VIS_", "WGT-")
 
 
-def expand(table: dict) -> dict:
-    """A joint -> bone table with ``{S}`` filled in for both sides (``clavicle`` -> ``clavicle_l``, ``_r``)."""
-    out = {}
-    for joint, bone in table.items():
-        if "{S}" in bone:
-            out[joint + "_l"] = bone.format(S="L")
-            out[joint + "_r"] = bone.format(S="R")
-        else:
-            out[joint] = bone
-    return out
-
-
 def is_generated_rigify(rig) -> bool:
     """Whether ``rig`` is an armature Rigify generated (its helper bones are there)."""
     names = rig.names
@@ -73,7 +61,9 @@ def is_generated_rigify(rig) -> bool:
 
 def controls_mapping(rig):
     """The mapping onto a generated rig's FK controls, or ``None`` when it lacks one of them."""
-    entries = expand(CONTROLS)
+    from .presets import builtin_entries
+
+    entries = builtin_entries("RIGIFY_CONTROLS")
     if not is_generated_rigify(rig) or not all(rig.has(b) for b in entries.values()):
         return None
     why = {j: "Rigify's FK control" for j in entries}
@@ -95,8 +85,9 @@ def _followed(rig, b, keep):
         name = rig.names[a]
         if name.startswith("ORG-"):
             for other in (name[4:], "DEF-" + name[4:]):
-                if rig.has(other) and rig.index(other) in keep and not rig.is_ancestor(b, rig.index(other)):
-                    return rig.index(other)
+                k = rig.index(other) if rig.has(other) else -1
+                if k in keep and k != b and not rig.is_ancestor(b, k):
+                    return k
         a = int(rig.parents[a])
     return -1
 

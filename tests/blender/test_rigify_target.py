@@ -63,7 +63,7 @@ def test_auto_map_keys_the_fk_controls_and_the_model_is_blenders(ext, bake):
     obj = generated_rig()
     assert bpy.ops.neural_ik.auto_map() == {'FINISHED'}
     entries = {it.joint: it.bone for it in obj.neural_ik_mapping if it.bone}
-    assert entries == rigify.expand(rigify.CONTROLS)
+    assert entries == _mod(ext, "retarget.presets").builtin_entries("RIGIFY_CONTROLS")
     rig = rig_io.rig_description(obj)
     mapping = bake.resolve_mapping(obj, rig)   # raises where the mapping does not fit
     keys = b_rigify.rigify_keys(obj, rig, mapping)
