@@ -330,6 +330,9 @@ class BakeJob:
                 core.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
                                      f"{scene.frame_start}-{scene.frame_end}")
         self.seconds = core.seconds
+        #: Where :meth:`write` puts the keys: ``"ACTION"`` (a new active action) or ``"NLA"`` (a new
+        #: action played from a strip on a new NLA track, see :func:`.actions.push_to_nla`).
+        self.into = "ACTION"
 
     @staticmethod
     def _read_object(obj, scene):
@@ -430,7 +433,7 @@ class BakeJob:
         channels, mode_changes = self._channels(release=not keep_pose)
         import bpy
 
-        from .actions import ActionWriter
+        from .actions import ActionWriter, push_to_nla
 
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
         ad = obj.animation_data
@@ -438,6 +441,7 @@ class BakeJob:
         previous_slot = getattr(ad, "action_slot", None) if ad is not None else None
         previous_fake = previous.use_fake_user if previous is not None else None
         had_ad = ad is not None
+        n_tracks = len(ad.nla_tracks) if ad is not None else 0
         old_modes = {name: obj.pose.bones[name].rotation_mode for name in mode_changes}
         writer = None
         try:
@@ -454,12 +458,17 @@ class BakeJob:
                                   group=name)
             for name in mode_changes:
                 obj.pose.bones[name].rotation_mode = "QUATERNION"
-            writer.finish(assign=True)
+            writer.finish(assign=self.into == "ACTION")
+            if self.into == "NLA":
+                push_to_nla(obj, writer.action, writer.slot, self.frame_start)
         except Exception:
             # leave nothing half-made behind
             for name, mode in old_modes.items():
                 obj.pose.bones[name].rotation_mode = mode
             if writer is not None:
+                tracks = obj.animation_data.nla_tracks if obj.animation_data is not None else ()
+                while len(tracks) > n_tracks:
+                    tracks.remove(tracks[len(tracks) - 1])
                 if had_ad:
                     obj.animation_data.action = previous
                     if previous_slot is not None and hasattr(obj.animation_data, "action_slot"):
@@ -475,7 +484,9 @@ class BakeJob:
             raise
         if mode_changes:
             self.warnings.append(f"rotation mode set to quaternion on {len(mode_changes)} bones")
-        if previous is not None:
+        if previous is not None and self.into == "NLA":
+            self.warnings.append(f"the active action {previous.name!r} was pushed down onto an NLA track below")
+        elif previous is not None:
             self.warnings.append(f"previous action {previous.name!r} kept (fake user)")
         self.seconds["write"] = time.perf_counter() - t0
         return self._result(writer.action)

@@ -230,6 +230,7 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         sub = col.column()
         sub.enabled = not s.auto_scale
         sub.prop(s, "scale")
+        col.prop(s, "bake_into")
         layout.use_property_split = False
         layout.operator("neural_ik.bake", icon='REC')
         draw_bake_figures(layout, s, context)
