@@ -20,9 +20,12 @@ rotation axes, the object's transform and the scene's rate), hands them to
    on the rig's own bones, then the figures.
 3. **Write** (:meth:`BakeJob.write`, main thread): a NEW action named after
    the source (made unique) with a slot of the armature's own (Blender
-   4.4+), one ``foreach_set`` per fcurve, assigned to the armature. The
-   previous action is kept with a fake user; no existing action, keyframe or
-   rest pose is touched.
+   4.4+), one ``foreach_set`` per fcurve, assigned to the armature (or, with
+   ``BakeJob.into = "NLA"``, played from a strip on a new NLA track:
+   :func:`.actions.push_to_nla`). The previous action is kept with a fake
+   user; no existing action, keyframe or rest pose is touched. On a
+   generated Rigify rig's controls the rig's switches and the controls kept
+   at rest are keyed too (:mod:`.rigify`).
 """
 
 from __future__ import annotations

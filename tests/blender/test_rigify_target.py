@@ -191,3 +191,19 @@ def test_six_effectors_bake_onto_the_controls(ext, tmp_path):
             assert miss < 1e-3, (f, j, miss)
         for s in "LR":
             assert abs(_lowest_foot_points(obj, s) - rest_floor[s]) < 0.01, (f, s)
+
+
+def test_solve_frame_on_the_controls_switches_to_fk(ext):
+    """Solve Frame with a dragged hand empty: the limbs switch to FK (no key) and the deform hand reaches
+    the empty within 1 mm."""
+    obj = generated_rig()
+    assert bpy.ops.neural_ik.add_effectors() == {'FINISHED'}
+    empties = {c["neural_ik_effector"]: c for c in bpy.context.scene.neural_ik.effector_root.children}
+    hand = empties["hand_l"]
+    hand.location = hand.location + Vector((-0.1, -0.2, 0.15))
+    bpy.context.view_layer.update()
+    assert bpy.ops.neural_ik.solve_frame() == {'FINISHED'}
+    assert obj.pose.bones["upper_arm_parent.L"]["IK_FK"] == 1.0
+    assert obj.animation_data is None or obj.animation_data.action is None
+    seen = def_heads(obj, ["DEF-hand.L"])["DEF-hand.L"]
+    assert np.linalg.norm(seen - np.array(hand.matrix_world.translation)) < 1e-3
