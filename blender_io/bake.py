@@ -12,7 +12,7 @@ rotation axes, the object's transform and the scene's rate), hands them to
 1. **Validate** (:class:`BakeJob` constructor, nothing in the scene changes):
    the target is an armature in Object or Pose Mode, the mapping (given,
    stored on the armature by the mapping operators, or
-   :func:`..retarget.mapping.auto_map`) covers a humanoid, and everything the
+   :func:`..retarget.rigify.map_target`) covers a humanoid, and everything the
    pipeline checks (:mod:`..pipeline.prepare`). Any problem raises
    :class:`BakeError` with one clear message.
 2. **Solve** and **fit** (:meth:`BakeJob.solve`, :meth:`BakeJob.retarget`,
@@ -150,16 +150,16 @@ class BakeResult:
 # mappings stored on the armature object
 
 def auto_mapping(rig):
-    """:func:`..retarget.mapping.auto_map` of a rig description, computed once per description.
+    """:func:`..retarget.rigify.map_target` of a rig description (Auto-Map), computed once per description.
 
     Live Solve reads the rig on every tick and gets the same description
     back (:func:`.rig.rig_description`); the mapping is shared: read-only.
     """
-    from ..retarget.mapping import auto_map
+    from ..retarget.rigify import map_target
 
     auto = rig.__dict__.get("_auto_mapping")
     if auto is None:
-        auto = rig.__dict__["_auto_mapping"] = auto_map(rig)
+        auto = rig.__dict__["_auto_mapping"] = map_target(rig)
     return auto
 
 

@@ -33,10 +33,11 @@ class NEURAL_IK_OT_auto_map(_NeedsArmature, bpy.types.Operator):
     bl_options = {'REGISTER', 'UNDO'}
 
     def execute(self, context):
-        from ..retarget.mapping import auto_map, humanoid_check
+        from ..retarget.mapping import humanoid_check
+        from ..retarget.rigify import map_target
 
         obj = target_armature(context)
-        mapping = auto_map(rig_description(obj))
+        mapping = map_target(rig_description(obj))
         bake_mod.store_mapping(obj, mapping)
         missing = humanoid_check(mapping)
         n = _mapped_count(mapping)
@@ -132,8 +133,7 @@ class NEURAL_IK_OT_save_mapping_preset(_NeedsArmature, bpy.types.Operator, Expor
         rig = rig_description(obj)
         mapping = bake_mod.stored_mapping(obj)
         if mapping is None:
-            from ..retarget.mapping import auto_map
-            mapping = auto_map(rig)
+            mapping = bake_mod.auto_mapping(rig)
         try:
             save_preset(self.filepath, mapping, rig, name=obj.name)
         except OSError as ex:

@@ -671,11 +671,8 @@ def auto_map(rig) -> BoneMapping:
     Returns
     -------
     BoneMapping
-        Check it with :func:`humanoid_check` and :meth:`BoneMapping.validate`
-        (on :func:`.rigify.skeleton_for` of the rig). A generated Rigify rig
-        gets its FK controls (:func:`.rigify.controls_mapping`): names and
-        parents there mix controls with the helper bones that move them.
+        Check it with :func:`humanoid_check` and :meth:`BoneMapping.validate`.
+        A bake target is mapped by :func:`.rigify.map_target` (a generated
+        Rigify rig onto its FK controls).
     """
-    from .rigify import controls_mapping
-
-    return controls_mapping(rig) or _Mapper(rig).run()
+    return _Mapper(rig).run()

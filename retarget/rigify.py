@@ -29,8 +29,8 @@ from __future__ import annotations
 from .mapping import BoneMapping
 from .rig import RigDescription
 
-__all__ = ["CONTROLS", "DEFORM", "SWITCHES", "is_generated_rigify", "controls_mapping", "skeleton_for",
-           "uses_controls", "rest_controls"]
+__all__ = ["CONTROLS", "DEFORM", "SWITCHES", "is_generated_rigify", "controls_mapping", "map_target",
+           "skeleton_for", "uses_controls", "rest_controls"]
 
 #: Canonical joint -> Rigify's FK control ({S}: L or R; the preset ``RIGIFY_CONTROLS``).
 CONTROLS = {
@@ -68,6 +68,15 @@ def controls_mapping(rig):
         return None
     why = {j: "Rigify's FK control" for j in entries}
     return BoneMapping(entries, {j: 1.0 for j in entries}, reasons=why)
+
+
+def map_target(rig):
+    """Auto-Map of a bake target: a generated rig onto its FK controls, any other rig by
+    :func:`.mapping.auto_map` (names and parents of a generated rig mix controls with the helper
+    bones that move them; a source skeleton is read by ``auto_map`` alone)."""
+    from .mapping import auto_map
+
+    return controls_mapping(rig) or auto_map(rig)
 
 
 def uses_controls(rig, mapping) -> bool:
