@@ -135,6 +135,17 @@ class NeuralIKSettings(bpy.types.PropertyGroup):
         name="Effector Rotations", default=True,
         description="Hands, feet and head turn as their empties do (Solve Frame, Live Solve); an effector "
                     "that did not move keeps its bone's turn either way")
+    # where a bake goes: a new action, or a strip to compare before keeping it
+    bake_into: EnumProperty(
+        name="Bake Into", description="Where the baked keys go; either way no existing action is changed",
+        items=(
+            ('ACTION', "New Action", "A new action, made the armature's active action (the previous one is kept "
+                                     "with a fake user)"),
+            ('NLA', "NLA Strip", "A new action played from a strip on a new NLA track above the armature's "
+                                 "animation (its active action pushed down onto a track of its own): mute the "
+                                 "track to compare"),
+        ),
+        default='ACTION')
     live_solve: BoolProperty(
         name="Live Solve", default=False, options={'SKIP_SAVE'},
         description="Re-solve the pose whenever an effector empty moves")

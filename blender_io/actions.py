@@ -24,6 +24,7 @@ __all__ = [
     "unique_action_name",
     "action_fcurves",
     "assign_action",
+    "push_to_nla",
 ]
 
 
@@ -125,6 +126,34 @@ def assign_action(obj, action, slot=None):
     ad.action = action
     if slot is not None and hasattr(ad, "action_slot"):
         ad.action_slot = slot
+
+
+def _strip(track, action, start, slot):
+    strip = track.strips.new(action.name, int(start), action)
+    if slot is not None and hasattr(strip, "action_slot"):
+        strip.action_slot = slot
+    return strip
+
+
+def push_to_nla(obj, action, slot, frame_start):
+    """Play ``action`` from an NLA strip on a new track above the object's animation (a mutable preview).
+
+    The object's active action, if any, is pushed down first onto a track of
+    its own (Blender's Push Down, kept with a fake user): otherwise it would
+    play over the strip. No action is changed. Returns the new track.
+    """
+    ad = obj.animation_data or obj.animation_data_create()
+    own = ad.action
+    if own is not None:
+        track = ad.nla_tracks.new()
+        track.name = own.name
+        _strip(track, own, own.frame_range[0], getattr(ad, "action_slot", None))
+        own.use_fake_user = True
+        ad.action = None
+    track = ad.nla_tracks.new()
+    track.name = action.name
+    _strip(track, action, frame_start, slot)
+    return track
 
 
 def action_fcurves(action, obj=None):

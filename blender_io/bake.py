@@ -12,7 +12,7 @@ rotation axes, the object's transform and the scene's rate), hands them to
 1. **Validate** (:class:`BakeJob` constructor, nothing in the scene changes):
    the target is an armature in Object or Pose Mode, the mapping (given,
    stored on the armature by the mapping operators, or
-   :func:`..retarget.mapping.auto_map`) covers a humanoid, and everything the
+   :func:`..retarget.rigify.map_target`) covers a humanoid, and everything the
    pipeline checks (:mod:`..pipeline.prepare`). Any problem raises
    :class:`BakeError` with one clear message.
 2. **Solve** and **fit** (:meth:`BakeJob.solve`, :meth:`BakeJob.retarget`,
@@ -20,9 +20,12 @@ rotation axes, the object's transform and the scene's rate), hands them to
    on the rig's own bones, then the figures.
 3. **Write** (:meth:`BakeJob.write`, main thread): a NEW action named after
    the source (made unique) with a slot of the armature's own (Blender
-   4.4+), one ``foreach_set`` per fcurve, assigned to the armature. The
-   previous action is kept with a fake user; no existing action, keyframe or
-   rest pose is touched.
+   4.4+), one ``foreach_set`` per fcurve, assigned to the armature (or, with
+   ``BakeJob.into = "NLA"``, played from a strip on a new NLA track:
+   :func:`.actions.push_to_nla`). The previous action is kept with a fake
+   user; no existing action, keyframe or rest pose is touched. On a
+   generated Rigify rig's controls the rig's switches and the controls kept
+   at rest are keyed too (:mod:`.rigify`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, S
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..pipeline.preview import preview_pose
 from ..readers.bvh_armature import FileArmature
+from ..retarget.rigify import skeleton_for
 from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
 from .rig import NotAnArmatureError, rig_description
+from .rigify import apply_constants, channel_path, rigify_keys
 
 __all__ = [
     "BakeOptions",
@@ -146,16 +151,16 @@ class BakeResult:
 # mappings stored on the armature object
 
 def auto_mapping(rig):
-    """:func:`..retarget.mapping.auto_map` of a rig description, computed once per description.
+    """:func:`..retarget.rigify.map_target` of a rig description (Auto-Map), computed once per description.
 
     Live Solve reads the rig on every tick and gets the same description
     back (:func:`.rig.rig_description`); the mapping is shared: read-only.
     """
-    from ..retarget.mapping import auto_map
+    from ..retarget.rigify import map_target
 
     auto = rig.__dict__.get("_auto_mapping")
     if auto is None:
-        auto = rig.__dict__["_auto_mapping"] = auto_map(rig)
+        auto = rig.__dict__["_auto_mapping"] = map_target(rig)
     return auto
 
 
@@ -212,7 +217,7 @@ def resolve_mapping(obj, rig, mapping=None):
     if mapping is None:
         mapping = auto_mapping(rig)
         origin = "automatic"
-    errors = mapping.validate(rig)
+    errors = mapping.validate(skeleton_for(rig, mapping))
     if errors:
         raise BakeError(f"the {origin} bone mapping of {obj.name!r} does not fit the armature: "
                         + "; ".join(errors[:4]) + (" ..." if len(errors) > 4 else ""))
@@ -231,8 +236,13 @@ def _scene_fps(scene) -> float:
     return float(scene.render.fps) / float(scene.render.fps_base or 1.0)
 
 
-def _locked_axes(obj, rig) -> dict:
-    """Bone index -> (3,) bool of ``PoseBone.lock_rotation`` where any axis is locked."""
+def _locked_axes(obj, rig, mapping) -> dict:
+    """Bone index -> (3,) bool of ``PoseBone.lock_rotation`` where any axis is locked, for the bones the
+    solve turns (the mapped ones and those between them: a locked helper bone elsewhere is no news)."""
+    from ..retarget.rigsolve import free_bones
+
+    mapped = [rig.index(b) for b in mapping.entries.values()]
+    free = set(free_bones(rig, mapped, rig.index(mapping.entries["pelvis"])))
     pbs = obj.pose.bones
     buf = np.zeros(len(pbs) * 3, dtype=bool)
     pbs.foreach_get("lock_rotation", buf)
@@ -240,7 +250,7 @@ def _locked_axes(obj, rig) -> dict:
     out = {}
     for i in np.flatnonzero(buf.any(axis=1)):
         name = pbs[int(i)].name
-        if rig.has(name):
+        if rig.has(name) and rig.index(name) in free:
             out[rig.index(name)] = buf[i].copy()
     return out
 
@@ -270,6 +280,8 @@ class BakeJob:
         if len(rig) == 0:
             raise BakeError(f"the armature {obj.name!r} has no bones")
         mapping = resolve_mapping(obj, rig, mapping)
+        self.constant_keys = [] if file_armature else rigify_keys(obj, rig, mapping)
+        rig = skeleton_for(rig, mapping)
         warnings = []
         unsure = [f"{j}->{b}" for j, b in mapping.entries.items() if mapping.confidence.get(j, 1.0) < 0.6]
         if unsure:
@@ -283,7 +295,7 @@ class BakeJob:
                 warnings.append("constraints on " + ", ".join(constrained[:6])
                                 + (" ..." if len(constrained) > 6 else "")
                                 + " override the baked keys: mute them to see the bake")
-        locked = {} if file_armature else _locked_axes(obj, rig)
+        locked = {} if file_armature else _locked_axes(obj, rig, mapping)
         if options.fps is not None:
             fps = float(options.fps)
         else:
@@ -322,6 +334,9 @@ class BakeJob:
                 core.warnings.append(f"keys frames {self.frame_start}-{end}, outside the scene range "
                                      f"{scene.frame_start}-{scene.frame_end}")
         self.seconds = core.seconds
+        #: Where :meth:`write` puts the keys: ``"ACTION"`` (a new active action) or ``"NLA"`` (a new
+        #: action played from a strip on a new NLA track, see :func:`.actions.push_to_nla`).
+        self.into = "ACTION"
 
     @staticmethod
     def _read_object(obj, scene):
@@ -422,7 +437,7 @@ class BakeJob:
         channels, mode_changes = self._channels(release=not keep_pose)
         import bpy
 
-        from .actions import ActionWriter
+        from .actions import ActionWriter, push_to_nla
 
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
         ad = obj.animation_data
@@ -430,6 +445,7 @@ class BakeJob:
         previous_slot = getattr(ad, "action_slot", None) if ad is not None else None
         previous_fake = previous.use_fake_user if previous is not None else None
         had_ad = ad is not None
+        n_tracks = len(ad.nla_tracks) if ad is not None else 0
         old_modes = {name: obj.pose.bones[name].rotation_mode for name in mode_changes}
         writer = None
         try:
@@ -440,14 +456,23 @@ class BakeJob:
                                   group=name)
                 if progress is not None:
                     progress((i + 1) / len(channels), "write")
+            for name, prop, value in self.constant_keys:
+                writer.add_vector(channel_path(name, prop), frames,
+                                  np.broadcast_to(np.asarray(value, dtype=np.float64), (len(frames), len(value))),
+                                  group=name)
             for name in mode_changes:
                 obj.pose.bones[name].rotation_mode = "QUATERNION"
-            writer.finish(assign=True)
+            writer.finish(assign=self.into == "ACTION")
+            if self.into == "NLA":
+                push_to_nla(obj, writer.action, writer.slot, self.frame_start)
         except Exception:
             # leave nothing half-made behind
             for name, mode in old_modes.items():
                 obj.pose.bones[name].rotation_mode = mode
             if writer is not None:
+                tracks = obj.animation_data.nla_tracks if obj.animation_data is not None else ()
+                while len(tracks) > n_tracks:
+                    tracks.remove(tracks[len(tracks) - 1])
                 if had_ad:
                     obj.animation_data.action = previous
                     if previous_slot is not None and hasattr(obj.animation_data, "action_slot"):
@@ -463,7 +488,9 @@ class BakeJob:
             raise
         if mode_changes:
             self.warnings.append(f"rotation mode set to quaternion on {len(mode_changes)} bones")
-        if previous is not None:
+        if previous is not None and self.into == "NLA":
+            self.warnings.append(f"the active action {previous.name!r} was pushed down onto an NLA track below")
+        elif previous is not None:
             self.warnings.append(f"previous action {previous.name!r} kept (fake user)")
         self.seconds["write"] = time.perf_counter() - t0
         return self._result(writer.action)
@@ -718,6 +745,7 @@ def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None
     if turns:
         turn_bones_to(core.plan.rig, res.quaternions[0], res.locations[0], turns)
     names = [n if (res.driven[b] or b == core.plan.root) else None for b, n in enumerate(res.bone_names)]
+    apply_constants(obj, job.constant_keys)
     _set_pose(obj, names, res.quaternions[0], res.locations[0], core.plan.root, single.rotation_mode)
     return {
         "effector_reach_mm": tuple(float(x) for x in f.effector_reach_mm),

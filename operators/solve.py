@@ -199,7 +199,11 @@ def _summary(result, obj=None):
         parts.append(f"bone directions {result.bone_direction_error_deg:.1f}°")
     if f is not None and f.knees_backwards:
         parts.append(f"knees backwards on {f.knees_backwards} frames")
-    return f"Baked {result.frames} frames into {result.action.name!r}: " + ", ".join(parts)
+    into = f"{result.action.name!r}"
+    if result.action.users and obj is not None and obj.animation_data is not None \
+            and obj.animation_data.action != result.action:   # (Bake Into: NLA Strip)
+        into = f"the NLA strip {result.action.name!r} (mute its track to compare)"
+    return f"Baked {result.frames} frames into {into}: " + ", ".join(parts)
 
 
 def _world_scale(result, obj):
@@ -280,8 +284,10 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
             options.action_name = self.action_name
         s = context.scene.neural_ik
         src = source_rig_of(s.keypoint_object, kp) if s.source == 'KEYPOINTS' else None
-        return bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene,
-                                source_rig=src)
+        job = bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene,
+                               source_rig=src)
+        job.into = s.bake_into
+        return job
 
     def _finish(self, context, result):
         msg = _summary(result, properties.target_armature(context))

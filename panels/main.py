@@ -120,7 +120,7 @@ class VIEW3D_PT_neural_ik_target(_Sub, bpy.types.Panel):
         row.operator("neural_ik.auto_map", icon='BONE_DATA')
         row.operator("neural_ik.clear_mapping", text="", icon='X')
         row = layout.row(align=True)
-        row.operator("neural_ik.load_mapping_preset", text="Load Preset", icon='IMPORT')
+        row.menu("NEURAL_IK_MT_mapping_presets", text="Presets", icon='PRESET')
         row.operator("neural_ik.save_mapping_preset", text="Save Preset", icon='EXPORT')
 
 
@@ -231,6 +231,7 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         sub = col.column()
         sub.enabled = not s.auto_scale
         sub.prop(s, "scale")
+        col.prop(s, "bake_into")
         layout.use_property_split = False
         layout.operator("neural_ik.bake", icon='REC')
         draw_bake_figures(layout, s, context)

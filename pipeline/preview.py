@@ -24,7 +24,9 @@ class PreviewPose:
     frames : list of int
         The baked frames shown (0-based: the first baked frame is 0).
     heads, tails : ndarray (N, B, 3)
-        Every bone of the rig, as posed by the bake.
+        Every bone of the rig, as posed by the bake (on a generated Rigify
+        rig its mapped controls: its other bones follow them through
+        constraints the bake does not evaluate).
     keypoints : ndarray (N, 32, 3)
         The input keypoints at those frames (NaN where not given).
     """
@@ -45,6 +47,7 @@ def pick_frames(n_frames, count=6):
 
 def preview_pose(job, count=6) -> PreviewPose:
     """:class:`PreviewPose` of ``count`` frames of a fitted ``job`` (its result and source still held)."""
+    from ..retarget.rigify import is_generated_rigify
     from ..retarget.solve import pose_rig
 
     frames = pick_frames(job.n_frames, count)
@@ -58,6 +61,9 @@ def preview_pose(job, count=6) -> PreviewPose:
     rot, heads = pose_rig(rig, quats, locs)
     length = np.linalg.norm(rig.tail - rig.head, axis=-1)
     tails = heads + rot[..., :, 1] * length[None, :, None]     # (a bone points along its Y axis)
+    if is_generated_rigify(rig):
+        shown = sorted(rig.index(b) for b in job.plan.mapping.entries.values())
+        heads, tails = heads[:, shown], tails[:, shown]
     M = np.asarray(job.object_matrix, dtype=np.float64)
     world = lambda p: p @ M[:3, :3].T + M[:3, 3]                   # noqa: E731
     keypoints = world(np.asarray(job.src_m)[frames] / job.unit)     # (src_m: armature axes, metres)

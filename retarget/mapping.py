@@ -672,5 +672,7 @@ def auto_map(rig) -> BoneMapping:
     -------
     BoneMapping
         Check it with :func:`humanoid_check` and :meth:`BoneMapping.validate`.
+        A bake target is mapped by :func:`.rigify.map_target` (a generated
+        Rigify rig onto its FK controls).
     """
     return _Mapper(rig).run()

@@ -11,6 +11,10 @@ File format (``format`` = ``"neural_ik.bone_mapping"``, ``version`` = 1)::
 
 ``rig_bones`` lets :func:`load_preset` warn when a preset does not fit the
 rig it is applied to (bones missing).
+
+Built-in presets (:data:`BUILTIN`) are the naming schemes animators meet:
+Rigify's generated controls and meta-rig, Mixamo, the UE Mannequin,
+Character Creator and VRoid; :func:`builtin_mapping` applies one to a rig.
 """
 
 from __future__ import annotations
@@ -18,13 +22,78 @@ from __future__ import annotations
 import json
 import os
 
-from .mapping import BoneMapping
+from .mapping import REQUIRED_JOINTS, BoneMapping
+from .rigify import CONTROLS, DEFORM
 
 __all__ = ["FORMAT", "VERSION", "save_preset", "load_preset", "preset_to_dict", "preset_from_dict",
-           "preset_fit"]
+           "preset_fit", "BUILTIN", "builtin_entries", "builtin_mapping"]
 
 FORMAT = "neural_ik.bone_mapping"
 VERSION = 1
+
+_BODY = ("pelvis", "spine1", "spine2", "spine3", "neck", "head")
+_LIMB = ("clavicle", "upperarm", "forearm", "hand", "thigh", "calf", "foot", "toe")
+
+
+def _scheme(body, limb):
+    return dict(zip(_BODY, body), **dict(zip(_LIMB, limb)))
+
+
+#: Built-in presets: id -> (label, description, joint -> bone; in limb bones "{S}" is L/R,
+#: "{Side}" Left/Right, "{s}" l/r).
+BUILTIN = {
+    "RIGIFY_CONTROLS": ("Rigify Controls", "A rig Rigify generated: its FK controls (the bake switches the "
+                        "limbs to FK for the baked range)", CONTROLS),
+    "RIGIFY_DEFORM": ("Rigify Deform Bones", "A rig Rigify generated: its DEF- bones, as exported without the "
+                      "control rig (each parented to the deform bone above it, constraints removed)", DEFORM),
+    "RIGIFY_METARIG": ("Rigify Meta-Rig", "Rigify's human meta-rig (spine, spine.001 ... shoulder.L, "
+                       "upper_arm.L)", _scheme(
+                           ("spine", "spine.001", "spine.002", "spine.003", "spine.004", "spine.006"),
+                           ("shoulder.{S}", "upper_arm.{S}", "forearm.{S}", "hand.{S}", "thigh.{S}",
+                            "shin.{S}", "foot.{S}", "toe.{S}"))),
+    "MIXAMO": ("Mixamo", "Mixamo characters (mixamorig:Hips, mixamorig:LeftArm ...)", _scheme(
+        tuple("mixamorig:" + b for b in ("Hips", "Spine", "Spine1", "Spine2", "Neck", "Head")),
+        tuple("mixamorig:{Side}" + b for b in ("Shoulder", "Arm", "ForeArm", "Hand", "UpLeg", "Leg", "Foot",
+                                               "ToeBase")))),
+    "UE_MANNEQUIN": ("UE Mannequin", "Unreal Engine's Mannequin (pelvis, spine_01, upperarm_l, ball_l ...)",
+                     _scheme(("pelvis", "spine_01", "spine_02", "spine_03", "neck_01", "head"),
+                             tuple(b + "_{s}" for b in ("clavicle", "upperarm", "lowerarm", "hand", "thigh",
+                                                        "calf", "foot", "ball")))),
+    "CHARACTER_CREATOR": ("Character Creator", "Reallusion Character Creator (CC_Base_Hip, CC_Base_L_Upperarm ...)",
+                          _scheme(tuple("CC_Base_" + b for b in ("Hip", "Waist", "Spine01", "Spine02",
+                                                                   "NeckTwist01", "Head")),
+                                  tuple("CC_Base_{S}_" + b for b in ("Clavicle", "Upperarm", "Forearm", "Hand",
+                                                                      "Thigh", "Calf", "Foot", "ToeBase")))),
+    "VROID": ("VRoid / VRM", "VRoid Studio's VRM export (J_Bip_C_Hips, J_Bip_L_UpperArm ...)", _scheme(
+        tuple("J_Bip_C_" + b for b in ("Hips", "Spine", "Chest", "UpperChest", "Neck", "Head")),
+        tuple("J_Bip_{S}_" + b for b in ("Shoulder", "UpperArm", "LowerArm", "Hand", "UpperLeg", "LowerLeg",
+                                         "Foot", "ToeBase")))),
+}
+
+
+def builtin_entries(preset: str) -> dict:
+    """Canonical joint -> bone of a built-in preset, both sides filled in."""
+    out = {}
+    for joint, bone in BUILTIN[preset][2].items():
+        if joint in _LIMB:
+            for s, side in (("l", "Left"), ("r", "Right")):
+                out[f"{joint}_{s}"] = bone.format(S=s.upper(), Side=side, s=s)
+        else:
+            out[joint] = bone
+    return out
+
+
+def builtin_mapping(preset: str, rig):
+    """A built-in preset's mapping on ``rig``: ``(mapping, missing)``.
+
+    Joints whose bone the rig lacks are left out; ``missing`` lists the
+    bones of the joints a humanoid needs (empty when the preset fits).
+    """
+    entries = builtin_entries(preset)
+    kept = {j: b for j, b in entries.items() if rig.has(b)}
+    missing = [entries[j] for j in REQUIRED_JOINTS if j not in kept]
+    why = {j: f"{BUILTIN[preset][0]} preset" for j in kept}
+    return BoneMapping(kept, {j: 1.0 for j in kept}, reasons=why), missing
 
 
 def preset_to_dict(mapping: BoneMapping, rig=None, name: str = "") -> dict:
@@ -42,7 +111,9 @@ def preset_from_dict(data: dict, rig=None):
     mapping = BoneMapping.from_dict(data.get("mapping", {}))
     warnings = []
     if rig is not None:
-        warnings += mapping.validate(rig)
+        from .rigify import skeleton_for
+
+        warnings += mapping.validate(skeleton_for(rig, mapping))
         saved = set(data.get("rig_bones") or [])
         if saved:
             missing = sorted(saved - set(rig.names))

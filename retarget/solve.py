@@ -726,9 +726,8 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None, rotations=Tr
             if not keep.any():
                 continue
             idx = idx[keep]
-            if par is not None:
-                par = par[keep]
-                rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]
+            par = None if par is None else par[keep]
+            rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]   # (roots too: a rig may have several)
         levels.append((idx, par, rel_rot, rel_pos, slot[idx]))
     W = np.empty((n, T, 3, 3)) if rotations else None
     X = np.empty((n, T, 3))

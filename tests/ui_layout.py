@@ -3,7 +3,7 @@
 Blender in background mode has no regions to draw into; the tests call a
 ``draw(self, context)`` with ``SimpleNamespace(layout=RecordingLayout(log))``.
 Every ``prop`` must name a real property, every ``operator`` a registered
-operator; ``log`` collects ``(kind, value)`` pairs (labels' text, props,
+operator, every ``menu`` a registered menu; ``log`` collects ``(kind, value)`` pairs (labels' text, props,
 operators).
 """
 
@@ -46,6 +46,11 @@ class RecordingLayout:
                 self.log.append(("operator_text", k.get("text", "")))
                 return type("Props", (), {})()
             return operator
+        if name == "menu":
+            def menu(idname, **k):
+                assert hasattr(bpy.types, idname), idname
+                self.log.append(("menu", idname))
+            return menu
         if name == "label":
             def label(**k):
                 self.log.append(("label", k.get("text", "")))

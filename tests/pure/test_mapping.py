@@ -226,3 +226,20 @@ def test_root_bone_became_the_object_is_explained():
     m = auto_map(cut)
     assert "pelvis" not in m.entries and m.entries["thigh_l"] == "mixamorig:LeftUpLeg"
     assert any("became the armature object" in e for e in humanoid_check(m))
+
+
+@pytest.mark.parametrize("preset,convention", [("MIXAMO", "mixamo"), ("UE_MANNEQUIN", "unreal"),
+                                               ("CHARACTER_CREATOR", "cc"), ("VROID", "vrm")])
+def test_builtin_presets_are_what_auto_map_finds(preset, convention):
+    """A built-in preset maps a rig of its naming scheme as Auto-Map does, and fits it."""
+    rig = humanoid(convention)
+    mapping, missing = presets.builtin_mapping(preset, rig)
+    assert missing == [] and mapping.validate(rig) == [] and humanoid_check(mapping) == []
+    assert mapping.entries == auto_map(rig).entries
+
+
+def test_builtin_preset_on_another_scheme_lists_the_missing_bones():
+    mapping, missing = presets.builtin_mapping("VROID", humanoid("mixamo"))
+    assert mapping.entries == {} and "J_Bip_C_Hips" in missing and "J_Bip_L_Hand" in missing
+    meta, missing = presets.builtin_mapping("RIGIFY_METARIG", rigify_metarig_description())
+    assert missing == [] and len(meta.entries) == len(JOINTS) and meta.validate(rigify_metarig_description()) == []
