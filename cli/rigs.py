@@ -29,12 +29,13 @@ def add_parser(subparsers):
 
 
 def _mapping_of(spec, armature):
+    from ..blender_io.bake import auto_mapping
     from ..blender_io.rig import rig_description
-    from ..retarget.mapping import auto_map, humanoid_check
     from ..blender_io.targets import load_target
+    from ..retarget.mapping import humanoid_check
 
     target = load_target(spec, armature)
-    mapping = auto_map(rig_description(target.obj))
+    mapping = auto_mapping(rig_description(target.obj))   # (the bake's own: a generated Rigify rig's controls)
     return target, mapping, humanoid_check(mapping)
 
 

@@ -23,7 +23,7 @@ import json
 import os
 
 from .mapping import REQUIRED_JOINTS, BoneMapping
-from .rigify import CONTROLS, DEFORM
+from .rigify import CONTROLS, DEFORM, LIMB_JOINTS, sided_entries
 
 __all__ = ["FORMAT", "VERSION", "save_preset", "load_preset", "preset_to_dict", "preset_from_dict",
            "preset_fit", "BUILTIN", "builtin_entries", "builtin_mapping"]
@@ -32,7 +32,7 @@ FORMAT = "neural_ik.bone_mapping"
 VERSION = 1
 
 _BODY = ("pelvis", "spine1", "spine2", "spine3", "neck", "head")
-_LIMB = ("clavicle", "upperarm", "forearm", "hand", "thigh", "calf", "foot", "toe")
+_LIMB = LIMB_JOINTS
 
 
 def _scheme(body, limb):
@@ -73,14 +73,7 @@ BUILTIN = {
 
 def builtin_entries(preset: str) -> dict:
     """Canonical joint -> bone of a built-in preset, both sides filled in."""
-    out = {}
-    for joint, bone in BUILTIN[preset][2].items():
-        if joint in _LIMB:
-            for s, side in (("l", "Left"), ("r", "Right")):
-                out[f"{joint}_{s}"] = bone.format(S=s.upper(), Side=side, s=s)
-        else:
-            out[joint] = bone
-    return out
+    return sided_entries(BUILTIN[preset][2])
 
 
 def builtin_mapping(preset: str, rig):

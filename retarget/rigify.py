@@ -59,11 +59,25 @@ def is_generated_rigify(rig) -> bool:
     return any(n.startswith("MCH-") for n in names) and any(n.startswith("ORG-") for n in names)
 
 
+#: Joints with a bone on each side: a template's ``"{S}"`` is L/R, ``"{Side}"`` Left/Right, ``"{s}"`` l/r.
+LIMB_JOINTS = ("clavicle", "upperarm", "forearm", "hand", "thigh", "calf", "foot", "toe")
+
+
+def sided_entries(template: dict) -> dict:
+    """Canonical joint -> bone of a mapping template (:data:`CONTROLS`, a preset's), both sides filled in."""
+    out = {}
+    for joint, bone in template.items():
+        if joint in LIMB_JOINTS:
+            for s, side in (("l", "Left"), ("r", "Right")):
+                out[f"{joint}_{s}"] = bone.format(S=s.upper(), Side=side, s=s)
+        else:
+            out[joint] = bone
+    return out
+
+
 def controls_mapping(rig):
     """The mapping onto a generated rig's FK controls, or ``None`` when it lacks one of them."""
-    from .presets import builtin_entries
-
-    entries = builtin_entries("RIGIFY_CONTROLS")
+    entries = sided_entries(CONTROLS)
     if not is_generated_rigify(rig) or not all(rig.has(b) for b in entries.values()):
         return None
     why = {j: "Rigify's FK control" for j in entries}

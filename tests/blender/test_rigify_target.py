@@ -111,7 +111,7 @@ def _assert_controls_keyed(ext, obj, n_frames):
 
 def deform_sheet(ext, obj, path, frames, keypoints):
     """A contact sheet of the deform bones as Blender evaluates them (the input's keypoints beside them)."""
-    sheet = _mod(ext, "cli.contact_sheet")
+    sheet = _mod(ext, "blender_io.contact_sheet")
     deform = np.array([b.use_deform for b in obj.data.bones])
     poses = [(h[deform], t[deform]) for h, t in sheet.object_poses(obj, frames)]
     w, h = sheet.render_contact_sheet(str(path), keypoints, poses, frames)
