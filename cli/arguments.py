@@ -82,7 +82,8 @@ def add_bake_arguments(parser):
                    help="bake source frames A up to B (B excluded; A: or :B for open ends)")
     g = parser.add_argument_group("bake")
     g.add_argument("--mapping", metavar="BONES.json", default=None,
-                   help="canonical joint -> bone mapping of the target (default: automatic)")
+                   help="canonical joint -> bone mapping of the target: a JSON object, or a preset the "
+                        "Target panel saved (default: automatic)")
     g.add_argument("--fps", type=bounded_float(*FPS_RANGE, "frames per second"), default=None,
                    help="frame rate of the baked action (default: the source's)")
     g.add_argument("--frame-start", type=frame_number, default=None, metavar="N",
@@ -169,7 +170,8 @@ def check_layout_argument(layout):
 def load_bone_mapping(path):
     """Read ``--mapping BONES.json`` into a ``BoneMapping``.
 
-    Accepts the ``BoneMapping.to_json`` format or a flat ``{joint: bone}`` object.
+    Accepts the ``BoneMapping.to_json`` format, a mapping preset the Target panel saved
+    (:mod:`..retarget.presets`) or a flat ``{joint: bone}`` object.
 
     Raises
     ------
@@ -192,6 +194,10 @@ def load_bone_mapping(path):
                          "{{\"canonical joint\": \"bone\"}})".format(path)) from None
     if not isinstance(data, dict):
         raise UsageError("--mapping {}: expected a JSON object".format(path))
+    if data.get("format") == "neural_ik.bone_mapping":   # (a preset the Target panel saved)
+        data = data.get("mapping")
+        if not isinstance(data, dict):
+            raise UsageError("--mapping {}: a mapping preset without its 'mapping'".format(path))
     if "entries" not in data:
         data = {"entries": data}
     entries = data.get("entries")

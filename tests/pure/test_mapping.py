@@ -243,3 +243,19 @@ def test_builtin_preset_on_another_scheme_lists_the_missing_bones():
     assert mapping.entries == {} and "J_Bip_C_Hips" in missing and "J_Bip_L_Hand" in missing
     meta, missing = presets.builtin_mapping("RIGIFY_METARIG", rigify_metarig_description())
     assert missing == [] and len(meta.entries) == len(JOINTS) and meta.validate(rigify_metarig_description()) == []
+
+
+def test_the_cli_reads_a_preset_the_target_panel_saved(tmp_path):
+    """``--mapping`` takes the UI's saved preset file as it takes a plain mapping (one file, both front ends)."""
+    from neural_ik.cli.arguments import load_bone_mapping
+    from neural_ik.errors import UserError
+
+    rig = rigify_metarig_description()
+    mapping = auto_map(rig)
+    path = tmp_path / "meta.json"
+    presets.save_preset(path, mapping, rig, name="meta")
+    assert load_bone_mapping(str(path)).entries == mapping.entries
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "neural_ik.bone_mapping", "version": 1}')
+    with pytest.raises(UserError, match="without its 'mapping'"):
+        load_bone_mapping(str(broken))
