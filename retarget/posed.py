@@ -38,7 +38,10 @@ def posed_bones(plan, free=(), names=()) -> np.ndarray:
     mapping = plan.mapping
     named = list(mapping.entries.values()) + [b for bones in getattr(mapping, "twist", {}).values() for b in bones]
     named += list(getattr(mapping, "extra_spine", []) or []) + list(names)
-    seeds |= {rig.index(n) for n in named if rig.has(n)}
+    mapped = {rig.index(n) for n in named if rig.has(n)}
+    seeds |= mapped
+    # a mapped bone's children: the end points (head top, hand and toe ends) are read at their heads
+    seeds |= {c for b in mapped for c in rig.children(b)}
     keep = set(seeds)
     for b in seeds:
         keep.update(rig.ancestors(b))

@@ -8,6 +8,7 @@ off keys the same values.
 """
 
 import numpy as np
+import pytest
 
 import rigs
 from _pkg import pkg
@@ -49,6 +50,9 @@ def test_posed_bones_are_closed_under_parents_and_renumbered():
     keep = posed_bones(plan)
     assert 20 < len(keep) < len(rig) // 2, len(keep)
     assert all(rig.parents[b] < 0 or rig.parents[b] in set(keep) for b in keep)
+    # a mapped bone's children stay: the end points (head top, hand and toe ends) are read at them
+    mapped = [rig.index(b) for b in plan.mapping.entries.values()]
+    assert {c for b in mapped for c in rig.children(b)} <= set(keep)
     sub, new = posed_plan(plan)
     assert sub.bone_names == [rig.names[b] for b in keep]
     assert sub.rig.names[sub.root] == rig.names[plan.root]
@@ -63,12 +67,23 @@ def test_posed_bones_are_closed_under_parents_and_renumbered():
     assert posed_plan(plan)[0] is sub     # (Live Solve asks again on every drag step)
 
 
-def test_a_bake_of_the_posed_bones_keys_what_a_bake_of_every_bone_keys(monkeypatch):
-    rig = rigs.rigify_metarig_description()
+RIGS = {
+    "rigify meta-rig": rigs.rigify_metarig_description,
+    # end sites, fingers and joint orients: a BVH skeleton's end bones give its hands' and head's turn
+    "bvh with ends and fingers": lambda: rigs.humanoid("cmu", axes="world", fingers=True, ends=True),
+    "mixamo with twist and ik bones": lambda: rigs.humanoid("mixamo", pose="A", twist=True, ik=True, fingers=True),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(RIGS))
+def test_a_bake_of_the_posed_bones_keys_what_a_bake_of_every_bone_keys(monkeypatch, shape):
+    rig = RIGS[shape]()
     kp = walk_keypoints(1.0, 30.0)[:24]
     job = _bake(rig, kp)
     res = job.result
-    assert res.quaternions.shape[1] < len(rig) // 2          # the posed bones' columns only
+    assert res.quaternions.shape[1] <= len(rig)          # the posed bones' columns only
+    if shape == "rigify meta-rig":
+        assert res.quaternions.shape[1] < len(rig) // 2
     keep = [rig.index(n) for n in res.bone_names]
     import neural_ik.retarget.posed as posed
     monkeypatch.setattr(posed, "posed_plan", lambda plan, *a: (plan, np.arange(len(plan.rig))))
@@ -83,6 +98,8 @@ def test_a_bake_of_the_posed_bones_keys_what_a_bake_of_every_bone_keys(monkeypat
     left_out = np.setdiff1d(np.arange(len(rig)), keep)
     np.testing.assert_allclose(full.quaternions[:, left_out], np.tile([1.0, 0, 0, 0], (24, len(left_out), 1)))
     assert not full.driven[left_out].any()
+    if shape != "rigify meta-rig":
+        return
     # a finger follows its hand: posed anew from the whole rig
     hand = res.bone_names.index(job.mapping.entries["hand_l"])
     finger = rig.index("f_index.01.L")
