@@ -288,6 +288,16 @@ def object_poses(obj, scene_frames, source_scene=None):
         src.frame_set(saved)
 
 
+def _remove_objects(objects):
+    """Remove the sheet's mesh and text objects and their data."""
+    import bpy
+
+    for obj in objects:
+        data = obj.data
+        bpy.data.objects.remove(obj)
+        (bpy.data.meshes if isinstance(data, bpy.types.Mesh) else bpy.data.curves).remove(data)
+
+
 def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), columns=3, label=""):
     """Render the input keypoints and the baked rig side by side at several frames.
 
@@ -403,20 +413,8 @@ def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), col
             r, c = divmod(i, columns)
             sheet[r * height:(r + 1) * height, c * width:(c + 1) * width] = np.clip(
                 np.round(tile * 255.0), 0, 255).astype(np.uint8)
-            for fig in figures:
-                data = fig.data
-                bpy.data.objects.remove(fig)
-                if isinstance(data, bpy.types.Mesh):
-                    bpy.data.meshes.remove(data)
-                else:
-                    bpy.data.curves.remove(data)
-        for fig in made_objs:
-            data = fig.data
-            bpy.data.objects.remove(fig)
-            if isinstance(data, bpy.types.Mesh):
-                bpy.data.meshes.remove(data)
-            else:
-                bpy.data.curves.remove(data)
+            _remove_objects(figures)
+        _remove_objects(made_objs)
     finally:
         bpy.data.scenes.remove(scene)
         for block in made:
