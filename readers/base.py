@@ -464,6 +464,48 @@ def floor_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float | None
     return None
 
 
+#: A file whose feet stand within this (metres) of its ``z = 0`` where they touch the ground stands on its own
+#: floor: the reader keeps its heights (mocap joints sit inside the foot, a few cm above its floor).
+FLOOR_KEPT = 0.05
+#: Foot points and their height above the floor when the foot stands (canonical rest), for :func:`contact_floor`.
+_STANDING_POINTS = (("heel", 0.0), ("toe_tip", 0.0), ("toe", 0.03), ("foot", 0.08))
+
+
+def contact_floor(kp: np.ndarray, mask: np.ndarray | None, fps: float) -> float | None:
+    """Height of the floor a clip stands on (Z up): where its feet are while they touch the ground.
+
+    Per foot, its lowest point less that point's standing height on each
+    frame; its contacts (definition): the frames in which that is within 3 cm
+    of the 5th percentile of both feet and the ankle slower than 0.25 m/s. The median
+    over both feet's contacts (not the lowest sample: one toe dipping through
+    the floor does not decide it); :func:`floor_height` when no foot is seen
+    standing, ``None`` without foot points.
+    """
+    kp = np.asarray(kp, dtype=np.float64)
+    mask = np.isfinite(kp).all(-1) if mask is None else (np.asarray(mask, bool) & np.isfinite(kp).all(-1))
+    feet = []
+    for s in "lr":
+        z = np.full(len(kp), np.inf)
+        for name, h in _STANDING_POINTS:
+            k = _kp(f"{name}_{s}")
+            z = np.minimum(z, np.where(mask[:, k], kp[:, k, 2] - h, np.inf))
+        a = _kp(f"foot_{s}")
+        v = np.full(len(kp), np.inf)
+        if len(kp) >= 2:
+            with _quiet():
+                v = np.nan_to_num(vector_norm(np.gradient(np.where(mask[:, a, None], kp[:, a], np.nan), axis=0))
+                                  * float(fps), nan=np.inf)
+        feet.append((z, v))
+    z = np.concatenate([z for z, _ in feet])
+    if np.isfinite(z).sum() >= 3:
+        # near the lowest of both feet (a foot held up all clip long never counts) and still
+        lo = np.percentile(z[np.isfinite(z)], 5.0)
+        low = np.concatenate([z[(z < lo + 0.03) & (v < 0.25)] for z, v in feet])
+        if low.size >= 3:
+            return float(np.median(low))
+    return floor_height(kp, mask)
+
+
 def _looks_image_normalised(points: np.ndarray) -> bool:
     """x and y all within [0, 1] (pixel coordinates divided by the image size)."""
     with _quiet():
@@ -732,8 +774,10 @@ def finish_clip(
         Reject bodies outside 0.3..3 m, image-normalised coordinates and
         mixed units; warn outside 1.0-2.5 m.
     ground : bool
-        Move the clip vertically so that its lowest foot point touches the
-        floor (``z = 0``); the shift is reported and kept in ``floor_shift``.
+        Put a clip that does not stand on its own floor (its feet more than
+        :data:`FLOOR_KEPT` off ``z = 0`` at their contacts, :func:`contact_floor`:
+        a floating or hips-origin file) on the floor; the shift is reported
+        and kept in ``floor_shift``. A clip that stands keeps its heights.
     parents : sequence of int, optional
         The points' hierarchy (parent index, -1 for a root) where the file
         has one: joint names no layout knows go through the skeleton mapper
@@ -896,15 +940,16 @@ def finish_clip(
         warns.append(f"the head is above the feet in only {up_share:.0%} of the frames with up axis {up}: "
                      f"if the body lies down by mistake, set the up axis ({setting('up_axis')})")
 
-    # floor
+    # floor: a file that stands on its own floor keeps its heights; a floating or hips-origin one is moved
     shift = 0.0
     if ground:
-        floor = floor_height(kp, raw_mask)
-        if floor is not None and abs(floor) > 1e-4:
+        floor = contact_floor(kp, raw_mask, fps)
+        if floor is not None and abs(floor) > FLOOR_KEPT:
             shift = -floor
             p[..., 2] += shift
-            warns.append(f"grounded: moved {shift * 100.0:+.1f} cm vertically so that the lowest foot point "
-                         f"touches the floor ({setting('ground', False)} keeps the file's heights)")
+            warns.append(f"grounded: the feet stood {floor * 100.0:+.1f} cm off z = 0 where they touch the "
+                         f"ground (a floating or hips-origin file): moved {shift * 100.0:+.1f} cm vertically "
+                         f"({setting('ground', False)} keeps the file's heights)")
 
     warns = [message(w) for w in warns]   # (the settings they name, for each front end to word)
     return KeypointClip(p, names, fps, confidence, path, None if lay is None else lay.name, u, up, warns, lay,
