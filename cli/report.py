@@ -84,6 +84,7 @@ def result_row(result, clip, source, target, seconds):
         "effector_reach_mm": {"mean": _rounded(fig.effector_reach_mm[0], 3),
                               "max": _rounded(fig.effector_reach_mm[1], 3)} if fig else None,
         "floor_error_cm": _rounded(fig.floor_error_cm, 2) if fig else None,
+        "floor_reference": fig.floor_reference if fig else None,
         "joint_error_mm": {"mean": _rounded(fig.joint_error_mm[0], 2),
                            "max": _rounded(fig.joint_error_mm[1], 2)} if fig else None,
         "upright_share": _rounded(fig.upright_share, 4) if fig else None,
@@ -103,7 +104,8 @@ def headline(row) -> str:
     """The figures that matter for a done clip row, in one line (floor, reach, directions)."""
     parts = []
     if row.get("floor_error_cm") is not None:
-        parts.append("floor {:+.1f} cm".format(row["floor_error_cm"]))
+        what = "feet vs source" if row.get("floor_reference") == "source" else "floor"
+        parts.append("{} {:+.1f} cm".format(what, row["floor_error_cm"]))
     reach = (row.get("effector_reach_mm") or {}).get("max")
     if reach is not None and row.get("mode") == "sparse":   # (a keypoint bake has no effectors to reach)
         parts.append("effectors within {:.1f} mm".format(reach))

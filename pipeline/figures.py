@@ -32,7 +32,11 @@ class BakeFigures:
         ankle, ball of the foot) above the rig's floor (its object's floor,
         the plane through its origin, less the sole where a keypoint bake
         put one: ``pipeline.targets.rig_sole``) over the frames where the
-        source has a foot planted (positive: floats).
+        source has a foot planted (positive: floats); on a rig whose rest
+        does not stand on its floor, its ankles and balls above the
+        source's, scaled.
+    floor_reference : str
+        ``"floor"`` or ``"source"``: what ``floor_error_cm`` is measured from.
     joint_error_mm : tuple
         Mean and max distance of the rig's mapped joints from the source's
         joints at the rig's scale (includes proportion differences; on the
@@ -56,6 +60,7 @@ class BakeFigures:
 
     effector_reach_mm: tuple = (float("nan"), float("nan"))
     floor_error_cm: float = float("nan")
+    floor_reference: str = "floor"
     joint_error_mm: tuple = (float("nan"), float("nan"))
     upright_share: float = float("nan")
     source_upright_share: float = float("nan")
@@ -82,7 +87,7 @@ def measure(job) -> BakeFigures:
     f.joint_error_mm = metrics.keypoint_error(rig_j, src_j, job.mask[:, js])
     _effector_figures(job, f)
     # floor, upright, knees (world heights)
-    f.floor_error_cm = _floor_error(job, res)
+    f.floor_error_cm, f.floor_reference = _floor_error(job, res)
     if "head" in ent:   # (the two bones' heights only: a long clip's every bone would take memory)
         m = job.object_matrix
         up_rig = res.heads[:, [ent["head"], ent["pelvis"]]] @ m[2, :3] + m[2, 3]
@@ -154,30 +159,64 @@ def _reach_reason(job, eff, w):
 
 
 def _floor_error(job, res):
-    """Median height (cm) of the rig's lowest foot point above its floor over the source's contacts."""
+    """Median height (cm) of the rig's feet over the source's contacts: above its floor, or above the source's feet.
+
+    A rig standing on its floor at rest (a character modelled on the
+    ground): its lowest foot point above that floor. A rig whose rest says
+    nothing about its floor (a skeleton hanging from its hips): its ankles
+    and balls of the feet against the source's, scaled (``floor_reference``
+    says which).
+    """
     from ..retarget.solve import frame_chunks, pose_rig
-    from .targets import foot_points
+    from .targets import foot_points, rest_floor_gap, stands_at_rest
 
     info = job.target_info
     if info.contacts is None or not info.contacts.any():
-        return float("nan")
+        return float("nan"), "floor"
     fp = foot_points(job.plan, job.up)
     if not fp:
-        return float("nan")
+        return float("nan"), "floor"
+    standing = stands_at_rest(job.plan, rest_floor_gap(job.plan, job.object_matrix))
+    # (a rig not standing: its ankle and ball, as the source has them)
+    points = [(s, p) for s, side in fp.items() for p in side if standing or p[0] in _SOURCE_POINT]
     rig = job.plan.rig
-    feet = {b for side in fp.values() for _n, b, _o, _h in side}
+    feet = {p[1] for _s, p in points}
     bones = sorted(feet | {a for b in feet for a in rig.ancestors(b)})
+    up_w = job.object_matrix[2, :3]
     low = np.empty(job.n_frames)
     for a, b in frame_chunks(job.n_frames, job.chunk):
         W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
-        pts = np.stack([X[:, k] + W[:, k] @ off for side in fp.values() for _n, k, off, _h in side], 1)
+        pts = np.stack([X[:, k] + W[:, k] @ off for _s, (_n, k, off, _h) in points], 1)
+        if not standing:
+            src = job.src_m[a:b, [_K[f"{_SOURCE_POINT[nm]}_{s}"] for s, (nm, *_r) in points]]
+            pts = pts - job.scale * src
+            pts = np.where(job.mask[a:b, [_K[f"{_SOURCE_POINT[nm]}_{s}"] for s, (nm, *_r) in points], None],
+                           pts, np.nan)
         # (world units above the object's floor, the plane through its origin: where the targets
         # put the rig's floor; a rig placed above the world's origin stands on its own)
-        low[a:b] = (pts @ job.object_matrix[2, :3]).min(axis=1)
-    # (above the rig's floor: the sole under its lowest foot point, where the bake put one)
-    low -= info.sole * float(np.linalg.norm(job.object_matrix[2, :3]))
-    c = info.contacts.any(1)
-    return float(np.median(low[c]) * 100.0)
+        low[a:b] = (pts @ up_w).min(axis=1) if standing else _mean_height_difference(pts, up_w)
+    c = info.contacts.any(1) & np.isfinite(low)
+    if not c.any():
+        return float("nan"), "floor"
+    if standing:
+        # (above the rig's floor: the sole under its lowest foot point, where the bake put one)
+        low -= info.sole * float(np.linalg.norm(up_w))
+        return float(np.median(low[c]) * 100.0), "floor"
+    return float(np.median(low[c]) * 100.0), "source"
+
+
+#: The source keypoint of each rig foot point compared with the source's (:func:`_floor_error`).
+_SOURCE_POINT = {"ankle": "foot", "ball": "toe"}
+
+
+def _mean_height_difference(d, up_w):
+    """Per frame, the mean height difference (rig less source, ``d`` (T, P, 3); NaN where neither is given)."""
+    h = d @ up_w
+    finite = np.isfinite(h)
+    h = np.where(finite, h, np.nan)
+    with np.errstate(invalid="ignore"):
+        out = np.nanmean(h, axis=1)
+    return np.where(finite.any(1), out, np.nan)
 
 
 def _knees_backwards(job, heads, ent) -> int:
@@ -234,8 +273,12 @@ def figure_warnings(f: BakeFigures, sparse: bool) -> list:
     out = []
     if np.isfinite(f.floor_error_cm) and abs(f.floor_error_cm) > tuning.FLOOR_WARN_CM:
         what = "float" if f.floor_error_cm > 0 else "sink"
-        out.append(f"the feet {what} {abs(f.floor_error_cm):.1f} cm "
-                   f"{'above' if what == 'float' else 'below'} the floor over the contacts")
+        if f.floor_reference == "source":
+            out.append(f"the feet stand {abs(f.floor_error_cm):.1f} cm {'higher' if what == 'float' else 'lower'} "
+                       "than the source's (scaled) over the contacts")
+        else:
+            out.append(f"the feet {what} {abs(f.floor_error_cm):.1f} cm "
+                       f"{'above' if what == 'float' else 'below'} the floor over the contacts")
     if sparse and f.unreachable:
         out.append("effectors not reached: " + "; ".join(f.unreachable))
     elif np.isfinite(f.effector_reach_mm[1]) and f.effector_reach_mm[1] > tuning.REACH_WARN_MM and sparse:

@@ -318,6 +318,10 @@ class DenseRows:
             fp = {sd: [(nm, b, o, h + self.info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         contacts = np.zeros((self.T, 4), dtype=bool)
         offsets, heights = [], []   # (each frame's correction: its foot's delta; the root takes their median)
+        if skeleton_floor and stands_at_rest(self.plan, rest_floor_gap):
+            # a rig standing on its floor: the source's feet map to it where they stand in the motion
+            # (another skeleton's lowest rest joint need not touch its floor)
+            source_heights = None
         flat = foot_corrections(fp, self.src, self.mask, self.n, self.fps, self.scale, source_heights)
         for si, s in enumerate("lr"):
             if s in flat:

@@ -1,0 +1,117 @@
+"""The floor rule (issue 32): a file that stands on its own floor keeps its heights; a floating or
+hips-origin one is moved; a rig standing on its floor at rest gets the source's contacts at its own
+rest clearance, whatever height the source's joints had above the source's floor."""
+
+import numpy as np
+import pytest
+
+import rigs
+from _pkg import pkg
+
+pkg()
+from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
+from neural_ik.model.skeleton import KEYPOINTS  # noqa: E402
+from neural_ik.pipeline import BakeOptions, RigBake  # noqa: E402
+from neural_ik.pipeline.targets import foot_points, rest_floor_gap  # noqa: E402
+from neural_ik.readers import read_keypoints  # noqa: E402
+from neural_ik.readers.base import FLOOR_KEPT, contact_floor  # noqa: E402
+from neural_ik.readers.source_rig import SourceRig  # noqa: E402
+from neural_ik.retarget.mapping import auto_map  # noqa: E402
+from neural_ik.retarget.solve import plan_retarget, pose_rig, retarget, target_keypoints  # noqa: E402
+
+FPS = 30.0
+UP = np.array([0.0, 0.0, 1.0])
+
+
+def _walk():
+    kp = walk_keypoints(4.0, FPS)
+    floor = contact_floor(kp, None, FPS)
+    assert floor is not None and abs(floor) < 0.01, floor    # (the demo walk stands on z = 0)
+    return kp
+
+
+def _npz(tmp_path, kp, name="walk.npz"):
+    path = tmp_path / name
+    np.savez(path, positions=kp, joint_names=np.array(KEYPOINTS), fps=FPS, units="m", up_axis="Z")
+    return path
+
+
+def test_a_clip_standing_on_its_floor_keeps_its_heights(tmp_path):
+    """Mocap joints sit a few cm above the floor they were captured on: the file's heights are kept
+    (before: the lowest foot point was put on z = 0, and a round trip onto the source's own skeleton
+    landed that far off)."""
+    kp = _walk() + np.array([0.0, 0.0, 0.04])
+    assert 0.04 < FLOOR_KEPT
+    clip = read_keypoints(_npz(tmp_path, kp))
+    assert clip.floor_shift == 0.0
+    np.testing.assert_allclose(clip.positions, kp, atol=1e-9)
+    assert not any("grounded" in w for w in clip.warnings), clip.warnings
+
+
+def test_a_toe_through_the_floor_on_a_few_frames_does_not_move_the_clip(tmp_path):
+    """One marker dipping 15 cm through the floor on 2% of the frames (before: the 1st percentile of
+    the lowest foot point was the floor, and the whole clip rose 15 cm)."""
+    kp = _walk()
+    bad = np.arange(0, len(kp), 50)
+    kp[bad, KEYPOINTS.index("toe_tip_l"), 2] -= 0.15
+    clip = read_keypoints(_npz(tmp_path, kp))
+    assert clip.floor_shift == 0.0, clip.warnings
+
+
+@pytest.mark.parametrize("offset", [-0.95, 0.3])
+def test_a_hips_origin_or_floating_clip_is_put_on_the_floor(tmp_path, offset):
+    """A pose estimator's hips-origin clip (the feet a metre under z = 0) or a clip floating 30 cm:
+    moved so that its feet stand on the floor where they touch it, and the message says why."""
+    kp = _walk()
+    clip = read_keypoints(_npz(tmp_path, kp + np.array([0.0, 0.0, offset])))
+    assert clip.floor_shift == pytest.approx(-offset, abs=0.01)
+    assert abs(contact_floor(clip.positions, None, FPS)) < 0.005
+    msg = next(w for w in clip.warnings if "grounded" in w)
+    assert "floating or hips-origin" in msg and f"moved {clip.floor_shift * 100:+.1f} cm" in msg, msg
+
+
+def _walk_on(rig, seconds=3.0):
+    """The demo walk carried onto ``rig``, its ankles at their rest heights where its feet are planted."""
+    from neural_ik.cli.demo_motion import walk_rotations
+    from neural_ik.model.skeleton import CANONICAL
+    from neural_ik.pipeline.targets import planted_height
+
+    mapping = auto_map(rig)
+    plan = plan_retarget(rig, mapping)
+    truth = retarget(plan, walk_rotations(seconds, FPS), walk_keypoints(seconds, FPS)[:, 0], CANONICAL)
+    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
+    fp = foot_points(plan, UP)
+    shift = np.mean([fp[s][0][3] - planted_height(kp, np.isfinite(kp).all(-1), s, UP, FPS,
+                                                  KEYPOINTS.index(f"foot_{s}")) for s in "lr"])
+    truth.locations[:, plan.root] += np.linalg.inv(rig.rest_rotation()[plan.root]) @ (UP * shift)
+    _, truth.heads = pose_rig(rig, truth.quaternions, truth.locations)
+    return plan, mapping, truth
+
+
+def test_a_standing_rig_puts_the_sources_contacts_at_its_rest_clearance():
+    """A skeleton whose lowest foot joints stand 4 cm above its floor where its feet are planted (the
+    CMU database's toe joints do), baked onto a rig standing on its floor at rest: where the source's
+    feet are planted, the rig's foot joints stand at their rest heights above the rig's floor (before:
+    the source's lowest rest joint was taken to touch the floor, and the rig's feet floated 4 cm)."""
+    lift = 0.04
+    plan_src, mapping_src, truth = _walk_on(rigs.humanoid("mixamo", pose="T"))
+    truth.locations[:, plan_src.root] += np.linalg.inv(plan_src.rig.rest_rotation()[plan_src.root]) @ (UP * lift)
+    kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
+    src = SourceRig(plan_src.rig, mapping_src, truth.quaternions, truth.locations)
+    feet_kp = [KEYPOINTS.index(j) for j in ("foot_l", "foot_r", "toe_l", "toe_r")]
+    planted = np.min(kp[:, feet_kp, 2], 1) < lift + 0.005
+    assert planted.sum() > 20
+    target = rigs.humanoid("unreal", pose="A", axes="random")     # (stands 3 cm above its floor at rest)
+    mapping = auto_map(target)
+    plan = plan_retarget(target, mapping)
+    sole = rest_floor_gap(plan, np.eye(4))
+    assert abs(sole - 0.03) < 1e-6
+    job = RigBake(target, mapping, kp, None, FPS, BakeOptions(device="cpu"), source_rig=src)
+    job.run()
+    res = job.full_result()
+    feet = [target.index(mapping.entries[j]) for j in ("foot_l", "foot_r", "toe_l", "toe_r")]
+    low = np.min(res.heads[:, feet, 2], 1)
+    assert abs(np.median(low[planted]) - sole) < 0.01, np.median(low[planted])
+    fp = foot_points(plan, UP)
+    assert job.figures.floor_reference == "floor" and abs(job.figures.floor_error_cm) < 1.0, job.figures
+    assert fp and not any("float" in w for w in job.warnings), job.warnings
