@@ -32,12 +32,19 @@ Per folder a table (frame-weighted means over clips):
 - **reach mm** (sparse): distance of the pelvis, head, wrists and ankles to
   their targets;
 - **floor cm**: the lowest foot point (heads and tails of the foot bones and
-  their children) over the source's contact frames, against the floor (the
-  reference's lowest foot point over the clip; signed: + floats, - sinks);
+  their children) over the frames where a foot of the source stands (an
+  ankle or toe within 3 cm of its low and under 0.25 m/s, as the bake's own
+  contacts; the skate figure's contacts are looser), against the floor
+  (signed: + floats, - sinks): on ``rigify`` its floor, the rest's lowest
+  foot point; on its own skeleton (whose rest hangs from its hips and says
+  nothing of its sole) where the source's feet stand over those frames, so
+  that the ``source`` row reads 0 and a baked row how far its feet stand
+  off the source's;
 - **upright %**: share of frames with the head within 45 degrees of straight
   above the pelvis; **knees back**: leg-frames whose knee bends backwards
   (more than 2% of the leg's length behind the hip-ankle line, against the
-  foot's direction);
+  source's foot direction, as the bake's own figure; knees folded more than
+  120 degrees are not judged);
 - **jitter mm/f^2**: mean second difference of the joints per frame;
   **skate mm/f**: horizontal movement per frame of the ankles and toe tips on
   the source's contact frames (both rows on the same frames).
@@ -89,11 +96,16 @@ EFFECTOR_KEYS = ("pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r")
 #: Contact thresholds (source metres / per second): near the floor and slow.
 CONTACT_HEIGHT = 0.05
 CONTACT_SPEED = 0.5
+#: ... and where a foot stands (the floor figure): as the bake's own contacts, nearer and slower.
+STAND_HEIGHT = 0.03
+STAND_SPEED = 0.25
 UPRIGHT_DEG = 45.0
 KNEE_BACK = 0.02
 #: ... judged only where the foot is at least this far (degrees) from the hip-ankle line:
 #: a foot pointed along the shin gives no front (the bakes' own figure does the same).
 FOOT_ALONG_LEG_DEG = 20.0
+#: A knee folded further than this is not judged (the product's ``tuning.KNEE_JUDGED_BEND_DEG``).
+KNEE_JUDGED_BEND_DEG = 120.0
 
 
 # ---------------------------------------------------------------------------
@@ -195,6 +207,13 @@ def floor_error(foot_pts, floor, contact_frames):
     return float(np.mean(low[contact_frames] - floor) * 100.0)
 
 
+def _standing_floor(foot_pts, contact):
+    """Mean height (metres) of the lowest foot point over the frames with a contact: where the feet stand."""
+    c = np.asarray(contact).any(1) if np.ndim(contact) == 2 else np.asarray(contact)
+    low = np.nanmin(np.asarray(foot_pts)[..., 2], axis=1)
+    return float(np.mean(low[c])) if c.any() else float(np.nanmin(low))
+
+
 def upright_share(pelvis, head, max_deg=UPRIGHT_DEG):
     """Share (%) of frames whose pelvis -> head direction is within ``max_deg`` of +Z."""
     d = np.asarray(head) - np.asarray(pelvis)
@@ -209,7 +228,9 @@ def knees_backwards(hip, knee, ankle, toe, *, tol=KNEE_BACK):
     with the foot's direction (ankle -> toe) across that line; a knee more
     than ``tol`` times the leg's length behind counts. A foot within
     ``FOOT_ALONG_LEG_DEG`` of the hip-ankle line (pointed along the shin)
-    says nothing of the knee's front: such frames never count.
+    says nothing of the knee's front, nor does a knee folded further than
+    ``KNEE_JUDGED_BEND_DEG`` (the hip-ankle line turns with the thigh-to-shin
+    length ratio): such frames never count.
     """
     hip, knee, ankle, toe = (np.asarray(a, dtype=np.float64) for a in (hip, knee, ankle, toe))
     axis = ankle - hip
@@ -220,6 +241,9 @@ def knees_backwards(hip, knee, ankle, toe, *, tol=KNEE_BACK):
     f = f0 - np.einsum("ti,ti->t", f0, u)[:, None] * u
     nf = np.linalg.norm(f, axis=-1)
     across = nf > np.sin(np.radians(FOOT_ALONG_LEG_DEG)) * np.linalg.norm(f0, axis=-1)
+    a, b = hip - knee, ankle - knee
+    cos = np.einsum("ti,ti->t", a, b) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
+    across &= 180.0 - np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) <= KNEE_JUDGED_BEND_DEG
     f /= np.maximum(nf, 1e-12)[:, None]
     leg = np.linalg.norm(knee - hip, axis=-1) + np.linalg.norm(ankle - knee, axis=-1)
     return int(np.sum(across & (np.einsum("ti,ti->t", off, f) < -tol * leg)))
@@ -287,7 +311,7 @@ def transformed(posed, scale, offset):
     return dataclasses.replace(posed, world=M[None, None] @ posed.world, rest=M[None] @ posed.rest)
 
 
-def measure(pred, ref, fps, *, own, sparse, contact, floor):
+def measure(pred, ref, fps, *, own, sparse, contact, floor, stand):
     """Every figure of one baked clip against its reference.
 
     Parameters
@@ -304,6 +328,8 @@ def measure(pred, ref, fps, *, own, sparse, contact, floor):
         The source's contacts of :meth:`Posed.ankles_toes` points.
     floor : float
         The rig's floor (metres).
+    stand : ndarray of bool (T, P)
+        The frames in which those points stand (the floor figure's).
     """
     out = {"frames": int(pred.world.shape[0])}
     if own:
@@ -323,16 +349,25 @@ def measure(pred, ref, fps, *, own, sparse, contact, floor):
     out["jitter"] = jitter(jp)
     if sparse:
         out["reach"] = joint_error(pred.role_heads(EFFECTOR_KEYS), ref.role_heads(EFFECTOR_KEYS))
-    out.update(rig_figures(pred, fps, contact=contact, floor=floor))
+    out.update(rig_figures(pred, fps, contact=contact, floor=floor, stand=stand, foot_from=ref))
     return out
 
 
-def rig_figures(posed, fps, *, contact, floor):
-    """Figures of a rig alone: floor, upright, knees backwards, skate (on the given contacts)."""
-    any_contact = contact.any(axis=1)
+def rig_figures(posed, fps, *, contact, floor, stand, foot_from=None):
+    """Figures of a rig alone: floor, upright, knees backwards, skate (on the given contacts).
+
+    ``foot_from``: the reference (the source) whose foot directions judge the knees, as the
+    bake's own figure does (a rig's foot pitched onto its own flat foot says nothing of its knee).
+    """
+    def toe(s):
+        if foot_from is None:
+            return posed.toe_point(s)
+        ref_ankle = foot_from.heads(foot_from.roles["foot_" + s])
+        return posed.heads(posed.roles["foot_" + s]) + (foot_from.toe_point(s) - ref_ankle)
+
     knees = sum(knees_backwards(posed.heads(posed.roles["thigh_" + s]), posed.heads(posed.roles["calf_" + s]),
-                                posed.heads(posed.roles["foot_" + s]), posed.toe_point(s)) for s in "lr")
-    return {"floor": floor_error(posed.foot(), floor, any_contact),
+                                posed.heads(posed.roles["foot_" + s]), toe(s)) for s in "lr")
+    return {"floor": floor_error(posed.foot(), floor, stand.any(axis=1)),
             "upright": upright_share(posed.heads(posed.roles["pelvis"]), posed.heads(posed.roles["head"])),
             "knees": knees,
             "skate": foot_skate(posed.ankles_toes(), contact)}
@@ -457,13 +492,14 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
     src = read_posed(source, frames)
     src_names_eff = {src.names[src.roles[k]] for k in EFFECTOR_KEYS}
     contact = contacts(src.ankles_toes(), fps)
+    stand = contacts(src.ankles_toes(), fps, height=STAND_HEIGHT, speed=STAND_SPEED)
     src_floor = float(np.nanmin(src.foot()[..., 2]))
     out = {}
     hints = [] if opts.no_hints else _hints(folder, choices)
     for kind in opts.targets:
-        # onto its own skeleton the clip keeps the file's heights (as Blender's importer, the
-        # reference, reads them); onto another rig it is grounded, as users get it by default
-        args = _cli_args(path, hints + (["--no-ground"] if kind != "rigify" else []))
+        # no flags, as a user runs it: a clip standing on its floor keeps the file's heights (as
+        # Blender's importer, the reference, reads them)
+        args = _cli_args(path, hints)
         if kind == "rigify":
             target = bb.add_metarig()
         else:
@@ -476,13 +512,16 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
         troles = bb.skeleton_roles(tnames, tparents)
         own = kind != "rigify"
         if own:
-            ref, floor = src, src_floor
+            # its own skeleton, hanging from its hips at rest, says nothing of its sole: the floor is
+            # where the source's feet stand at their contacts (the source's row reads 0; a baked row,
+            # how far its feet stand off the source's)
+            ref, floor = src, _standing_floor(src.foot(), stand)
         else:
             s = bb.rig_scale(target, source, troles, src.roles)
             ft, _ = bb.foot_points(bb.rest_world(target)[None], bb.bone_lengths(target), troles, tparents)
             floor = float(np.nanmin(ft[..., 2]))
             ref = transformed(src, s, np.array([0.0, 0.0, floor - s * src_floor]))
-        out[(kind, "-", "source")] = dict(rig_figures(ref, fps, contact=contact, floor=floor), frames=n,
+        out[(kind, "-", "source")] = dict(rig_figures(ref, fps, contact=contact, floor=floor, stand=stand), frames=n,
                                           jitter=jitter(ref.heads(ref.roles["_body"]) if own
                                                         else ref.role_heads(LIMB_KEYS)))
         for mode in opts.modes:
@@ -516,7 +555,7 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
                     out[key] = {"refused": "baked {} frames, the source has {}".format(count, n)}
                     continue
                 pred = read_posed(target, range(start, start + n))
-                row = measure(pred, ref, fps, own=own, sparse=sparse, contact=contact, floor=floor)
+                row = measure(pred, ref, fps, own=own, sparse=sparse, contact=contact, floor=floor, stand=stand)
                 row["seconds"] = seconds
                 out[key] = row
         bb.delete_object(target)

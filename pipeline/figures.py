@@ -220,7 +220,11 @@ def _mean_height_difference(d, up_w):
 
 
 def _knees_backwards(job, heads, ent) -> int:
-    """Frames in which a knee of the rig bends backwards and the source's does not (or is unknown)."""
+    """Frames in which a knee of the rig bends backwards and the source's does not (or is unknown).
+
+    Where the source has the foot, both knees are judged against the source's foot direction: the
+    rig's foot may pitch otherwise (onto its own flat foot), which says nothing of where its knee points.
+    """
     out = np.zeros(job.n_frames, dtype=bool)
     src = job.src_m
     for s in "lr":
@@ -230,12 +234,16 @@ def _knees_backwards(job, heads, ent) -> int:
         fwd_j = f"toe_{s}" if f"toe_{s}" in ent else None
         H, Kn, A = (heads[:, ent[n]] for n in names)
         Fd = (heads[:, ent[fwd_j]] - A) if fwd_j else None
-        rig_back = knee_bends_backwards(H, Kn, A, Fd, job.up)
         sk = [_J[n] for n in names]
+        kt = _K[f"toe_{s}"]
+        sf = src[:, kt] - src[:, sk[2]] if job.mask[:, kt].any() else None
+        if sf is not None:
+            seen = job.mask[:, kt] & job.mask[:, sk[2]]
+            Fd = np.where(seen[:, None], sf, Fd) if Fd is not None else np.where(seen[:, None], sf, 0.0)
+        rig_back = knee_bends_backwards(H, Kn, A, Fd, job.up)
         if not rig_back.any() or not job.mask[:, sk].all(axis=1).any():
             out |= rig_back      # (the source's knee unknown: effectors only)
             continue
-        sf = src[:, _K[f"toe_{s}"]] - src[:, sk[2]] if job.mask[:, _K[f"toe_{s}"]].any() else None
         src_back = knee_bends_backwards(src[:, sk[0]], src[:, sk[1]], src[:, sk[2]], sf, job.up)
         out |= rig_back & ~src_back
     return int(out.sum())
@@ -246,7 +254,8 @@ def knee_bends_backwards(H, Kn, A, F, up, degrees: float | None = None):
 
     Judged against the foot's direction ``F`` across the hip-ankle line;
     frames whose foot lies within :data:`.tuning.FOOT_ALONG_LEG_DEG` of that
-    line (or no foot direction at all) are never counted. ``degrees``:
+    line (or no foot direction at all), or whose knee is folded further than
+    :data:`.tuning.KNEE_JUDGED_BEND_DEG`, are never counted. ``degrees``:
     :data:`.tuning.KNEE_BACKWARDS_DEG` by default.
     """
     degrees = tuning.KNEE_BACKWARDS_DEG if degrees is None else degrees
@@ -261,6 +270,7 @@ def knee_bends_backwards(H, Kn, A, F, up, degrees: float | None = None):
     fwd = F - np.sum(F * u, -1, keepdims=True) * u
     nf = vector_norm(fwd, keepdims=True)
     across = nf[..., 0] > np.sin(np.radians(tuning.FOOT_ALONG_LEG_DEG)) * vector_norm(F)
+    across &= _knee_bend(H, Kn, A) <= tuning.KNEE_JUDGED_BEND_DEG
     with np.errstate(invalid="ignore", divide="ignore"):
         fwd = fwd / nf
         lk = vector_norm(k)
@@ -290,3 +300,11 @@ def figure_warnings(f: BakeFigures, sparse: bool) -> list:
         out.append(f"upright on {f.upright_share:.0%} of the frames against the source's "
                    f"{f.source_upright_share:.0%}")
     return out
+
+
+def _knee_bend(H, Kn, A):
+    """How far (degrees) each knee is bent from straight: 180 less the angle between thigh and shin."""
+    a, b = H - Kn, A - Kn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.sum(a * b, -1) / (vector_norm(a) * vector_norm(b))
+    return 180.0 - np.degrees(np.arccos(np.clip(np.nan_to_num(c, nan=-1.0), -1.0, 1.0)))

@@ -20,6 +20,9 @@ REACH_OK_MM = 1.0
 FOOT_ALONG_LEG_DEG = 20.0
 #: A knee bent backwards by more than this (degrees) counts as bent backwards.
 KNEE_BACKWARDS_DEG = 5.0
+#: A knee folded further than this (degrees of bend) is not judged: thigh and shin lie nearly along each
+#: other, and the hip-ankle line whose side the judgement reads turns with their length ratio.
+KNEE_JUDGED_BEND_DEG = 120.0
 #: Share of frames by which the rig may be upright less often than the source before a warning.
 UPRIGHT_WARN_SHARE = 0.05
 

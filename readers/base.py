@@ -466,7 +466,7 @@ def floor_height(kp: np.ndarray, mask: np.ndarray | None = None) -> float | None
 
 #: A file whose feet stand within this (metres) of its ``z = 0`` where they touch the ground stands on its own
 #: floor: the reader keeps its heights (mocap joints sit inside the foot, a few cm above its floor).
-FLOOR_KEPT = 0.05
+FLOOR_KEPT = 0.08
 #: Foot points and their height above the floor when the foot stands (canonical rest), for :func:`contact_floor`.
 _STANDING_POINTS = (("heel", 0.0), ("toe_tip", 0.0), ("toe", 0.03), ("foot", 0.08))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.rotations_np import vector_norm
+from ...readers.base import FLOOR_KEPT
 from .. import tuning
 from .common import _K, _bone, _world_from, floor_normal
 
@@ -247,7 +248,8 @@ def _flat_frames(src, mask, side, n, fps):
     """Frames (T,) bool in which the foot of ``side`` stands flat, or None where fewer than three.
 
     Its ankle and ball both given, low (within 3 cm of their 5th percentile
-    heights, the ball within 8 cm of the floor) and still (under 0.15 m/s).
+    heights, the ball within 8 cm of the floor, give or take the reader's
+    :data:`...readers.base.FLOOR_KEPT`) and still (under 0.15 m/s).
     """
     a, b = _K[f"foot_{side}"], _K[f"toe_{side}"]
     ok = mask[:, a] & mask[:, b]
@@ -257,8 +259,8 @@ def _flat_frames(src, mask, side, n, fps):
     vel = np.maximum(_speed(src, mask, a, fps), _speed(src, mask, b, fps))
     lo_a = np.percentile(h[ok, 0], 5.0)
     lo_b = np.percentile(h[ok, 1], 5.0)
-    # low and still, and the ball of the foot near the floor (z = 0 after grounding)
-    flat = ok & (vel < 0.15) & (h[:, 0] < lo_a + 0.03) & (h[:, 1] < lo_b + 0.03) & (h[:, 1] < 0.08)
+    # low and still, and the ball of the foot near the floor (z = 0, give or take the reader's FLOOR_KEPT)
+    flat = ok & (vel < 0.15) & (h[:, 0] < lo_a + 0.03) & (h[:, 1] < lo_b + 0.03) & (h[:, 1] < 0.08 + FLOOR_KEPT)
     return flat if flat.sum() >= 3 else None
 
 

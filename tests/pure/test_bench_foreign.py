@@ -136,13 +136,13 @@ def test_same_clip_measures_zero_and_a_floating_rig_does_not():
     contact = np.zeros((ref.world.shape[0], 4), bool)
     contact[:, :] = True
     floor = float(np.nanmin(ref.foot()[..., 2]))
-    same = bf.measure(ref, ref, 30.0, own=True, sparse=True, contact=contact, floor=floor)
+    same = bf.measure(ref, ref, 30.0, own=True, sparse=True, contact=contact, floor=floor, stand=contact)
     assert same["joint"] == pytest.approx(0.0, abs=1e-9) and same["reach"] == pytest.approx(0.0, abs=1e-9)
     assert same["rot_all"] == pytest.approx(0.0, abs=1e-4) and same["rot_child"] == pytest.approx(0.0, abs=1e-4)
     assert same["knees"] == 0 and same["upright"] == 100.0
 
     lifted = bf.transformed(ref, 1.0, np.array([0.0, 0.0, 0.05]))   # the whole rig 5 cm up
-    fl = bf.measure(lifted, ref, 30.0, own=True, sparse=True, contact=contact, floor=floor)
+    fl = bf.measure(lifted, ref, 30.0, own=True, sparse=True, contact=contact, floor=floor, stand=contact)
     assert fl["floor"] - same["floor"] == pytest.approx(5.0, abs=1e-6)
     assert fl["joint"] == pytest.approx(50.0, abs=1e-6) and fl["reach"] == pytest.approx(50.0, abs=1e-6)
     assert fl["rot_all"] == pytest.approx(0.0, abs=1e-4)

@@ -115,3 +115,26 @@ def test_a_standing_rig_puts_the_sources_contacts_at_its_rest_clearance():
     fp = foot_points(plan, UP)
     assert job.figures.floor_reference == "floor" and abs(job.figures.floor_error_cm) < 1.0, job.figures
     assert fp and not any("float" in w for w in job.warnings), job.warnings
+
+
+def test_a_knee_folded_past_the_judged_bend_is_not_called_backwards(monkeypatch):
+    """Deep in a crouch thigh and shin lie nearly along each other and the hip-ankle line turns with
+    their length ratio: a rig of other proportions read as "knee backwards" where the source's, bent
+    as far, did not (cmu_hahne/01_14 onto the meta-rig). A hyperextended knee still counts."""
+    from neural_ik.pipeline import tuning
+    from neural_ik.pipeline.figures import knee_bends_backwards
+
+    def one(*p):
+        return [np.array([q], dtype=float) for q in p]
+
+    bend = np.radians(150.0)                     # folded: the thigh forward, the shin back under it
+    H, Kn = np.zeros(3), np.array([0.0, 0.5, 0.0])
+    A = Kn + 0.45 * np.array([0.0, -np.cos(np.pi - bend), -np.sin(np.pi - bend)])
+    F = np.array([0.0, -0.05, -0.15])
+    folded = one(H, Kn, A, F)
+    assert not knee_bends_backwards(*folded, UP)[0]
+    monkeypatch.setattr(tuning, "KNEE_JUDGED_BEND_DEG", 180.0)
+    assert knee_bends_backwards(*folded, UP)[0]  # (the premise: the foot's rule alone says backwards)
+    monkeypatch.undo()
+    straight = one([0.0, 0.0, 1.0], [0.0, -0.06, 0.5], [0.0, 0.0, 0.0], [0.0, 0.15, -0.05])
+    assert knee_bends_backwards(*straight, UP)[0]
