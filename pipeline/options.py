@@ -154,8 +154,9 @@ SOURCE_SETTINGS = (
     Setting("units", "Units", "length unit of the file", choices=UNIT_CHOICES, where=_IMPORT),
     Setting("up_axis", "Up Axis", "up axis of the file", choices=UP_AXIS_CHOICES, where=_IMPORT),
     Setting("source_fps", "Source FPS", "frames per second of the file", where=_IMPORT),
-    Setting("ground", "Ground", "move the clip vertically so that its lowest foot point touches the floor "
-            "(z = 0; the shift is reported); off: keep the file's heights", True, where=_IMPORT),
+    Setting("ground", "Ground", "put a clip whose feet do not stand on its own floor (a floating or "
+            "hips-origin file) on the floor, z = 0, and report the shift; a clip that stands keeps its "
+            "heights; off: keep any file's heights", True, where=_IMPORT),
     Setting("image_size", "Image Size", "width and height in pixels of the video that MediaPipe image landmarks "
             "(.json, x and y between 0 and 1) were taken from: lifts them to 3D", where=_COMMAND_LINE),
 )
