@@ -120,6 +120,11 @@ STRETCH_START = 1.02
 STRETCH_FADE = 0.1
 #: A rig whose lowest rest foot point is this near its floor (share of leg: below, above) stands on it at rest.
 STANDING_GAP = (-0.02, 0.1)
+#: Metres a source skeleton's lowest rest foot joint may stand off its floor where its feet stand for its
+#: rest heights to be taken as heights above that floor (see docs/tuning.md#sole_tolerance) ...
+SOLE_TOLERANCE = 0.01
+#: ... read at this percentile of the heights where the point stands (a foot rolls on and off in them).
+STAND_PERCENTILE = 20.0
 #: The most (degrees) a foot's direction is pitched from the source's onto the rig's flat foot.
 FOOT_PITCH_MAX = 30.0
 #: The least: a smaller difference is within what planted frames vary by (see docs/tuning.md#foot_pitch_min).

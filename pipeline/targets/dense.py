@@ -9,8 +9,8 @@ from ...model.skeleton import BONE_CHILD, JOINTS, PARENTS
 from ...retarget.rigsolve import Targets
 from .. import tuning
 from .common import _CHAINS, _J, _K, TargetInfo, _blend_frames, _bone, _median_length, _ramp, _rig_thumb, _world_from
-from .feet import (foot_corrections, foot_pitch_corrections, foot_points, pitch_down, rig_sole, stands_at_rest,
-                   _rest_point)
+from .feet import (_rest_point, foot_corrections, foot_pitch_corrections, foot_points, pitch_down, rig_sole,
+                   skeleton_on_its_floor, stands_at_rest)
 
 
 def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heights=None,
@@ -318,9 +318,10 @@ class DenseRows:
             fp = {sd: [(nm, b, o, h + self.info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         contacts = np.zeros((self.T, 4), dtype=bool)
         offsets, heights = [], []   # (each frame's correction: its foot's delta; the root takes their median)
-        if skeleton_floor and stands_at_rest(self.plan, rest_floor_gap):
-            # a rig standing on its floor: the source's feet map to it where they stand in the motion
-            # (another skeleton's lowest rest joint need not touch its floor)
+        if (skeleton_floor and stands_at_rest(self.plan, rest_floor_gap)
+                and not skeleton_on_its_floor(source_heights, self.src, self.mask, self.n, self.fps)):
+            # a rig standing on its floor, another skeleton whose lowest rest joint does not touch the
+            # source's floor (a CMU toe joint): the source's feet map to it where they stand in the motion
             source_heights = None
         flat = foot_corrections(fp, self.src, self.mask, self.n, self.fps, self.scale, source_heights)
         for si, s in enumerate("lr"):
