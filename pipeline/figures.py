@@ -163,11 +163,13 @@ def _floor_error(job, res):
 
     A rig standing on its floor at rest (a character modelled on the
     ground): its lowest foot point above that floor. A rig whose rest says
-    nothing about its floor (a skeleton hanging from its hips): its ankles
+    nothing about its floor (a skeleton hanging from its hips, a rest that is
+    no standing pose): its ankles
     and balls of the feet against the source's, scaled (``floor_reference``
     says which).
     """
     from ..retarget.solve import frame_chunks, pose_rig
+    from .source import rest_is_human
     from .targets import foot_points, rest_floor_gap, stands_at_rest
 
     info = job.target_info
@@ -176,7 +178,7 @@ def _floor_error(job, res):
     fp = foot_points(job.plan, job.up)
     if not fp:
         return float("nan"), "floor"
-    standing = stands_at_rest(job.plan, rest_floor_gap(job.plan, job.object_matrix))
+    standing = rest_is_human(job.plan) and stands_at_rest(job.plan, rest_floor_gap(job.plan, job.object_matrix))
     # (a rig not standing: its ankle and ball, as the source has them)
     points = [(s, p) for s, side in fp.items() for p in side if standing or p[0] in _SOURCE_POINT]
     rig = job.plan.rig

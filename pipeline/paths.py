@@ -12,7 +12,7 @@ import numpy as np
 from ..model.rotations_np import vector_norm
 from . import tuning
 from .filters import smooth_columns
-from .source import source_heights, source_lengths, source_rest_is_human
+from .source import rest_is_human, source_heights, source_lengths, source_rest_is_human
 from .start import network_start, source_start
 
 __all__ = ["BakePath", "DensePath", "SourcePath", "pose_jumps", "ease_start_jumps", "segments_off",
@@ -103,6 +103,7 @@ class DensePath(BakePath):
                                       skeleton_floor=heights is not None and not job.same_skeleton,
                                       source_rest=source_lengths(job.source_rig) if heights is not None else None,
                                       rest_floor_gap=rest_floor_gap(plan, job.object_matrix),
+                                      rest_human=rest_is_human(plan),
                                       hands=job.source_rig is None)
         if len(targets):   # the start pose's heads: no dense target reads them; the fit poses the rig again
             init.heads = None

@@ -24,7 +24,7 @@ from . import tuning
 from .plans import cached_plan
 
 __all__ = ["source_world_rotations", "source_pose", "joints_from_source_rig", "source_rest_is_human",
-           "source_heights", "source_lengths", "source_to_armature", "shared_bones"]
+           "rest_is_human", "source_heights", "source_lengths", "source_to_armature", "shared_bones"]
 
 _J = {n: i for i, n in enumerate(JOINTS)}
 
@@ -132,11 +132,18 @@ def source_rest_is_human(source_rig) -> bool:
         splan = cached_plan(source_rig.rig, source_rig.mapping)
     except ValueError:
         return False
+    return rest_is_human(splan)
+
+
+def rest_is_human(plan) -> bool:
+    """Whether a planned rig's rest is a standing human pose: each limb and spine joint within
+    :data:`.tuning.SOURCE_REST_LIMITS` of the canonical T-pose (any joint orients)."""
+    rig, entries = plan.rig, plan.mapping.entries
     for j, lim in tuning.SOURCE_REST_LIMITS.items():
-        bone = source_rig.mapping.entries.get(j)
-        if bone is None or not source_rig.rig.has(bone):
+        bone = entries.get(j)
+        if bone is None or not rig.has(bone):
             continue
-        C = splan.offset.get(source_rig.rig.index(bone))
+        C = plan.offset.get(rig.index(bone))
         if C is None:
             continue
         ang = np.degrees(np.arccos(np.clip((np.trace(C) - 1.0) / 2.0, -1.0, 1.0)))

@@ -14,7 +14,8 @@ from .feet import (_rest_point, foot_corrections, foot_pitch_corrections, foot_p
 
 
 def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heights=None,
-                  source_rest=None, rest_floor_gap=None, hands=True, skeleton_floor=False, weights=tuning.WEIGHTS):
+                  source_rest=None, rest_floor_gap=None, hands=True, skeleton_floor=False, rest_human=True,
+                  weights=tuning.WEIGHTS):
     """Targets for a dense source (see the package docstring).
 
     Parameters
@@ -62,7 +63,7 @@ def dense_targets(plan, src, mask, scale, fps, n, *, foot_lock=True, source_heig
     rows.effectors(source_rest)
     rows.root()
     if foot_lock and rows.T >= 3:
-        rows.contacts(source_heights, rest_floor_gap, skeleton_floor)
+        rows.contacts(source_heights, rest_floor_gap, skeleton_floor, rest_human)
     return rows.tg, rows.info
 
 
@@ -310,10 +311,14 @@ class DenseRows:
             return max(float(rest_floor_gap), 0.0)
         return 0.0
 
-    def contacts(self, source_heights, rest_floor_gap, skeleton_floor):
-        """Contacts (ankle and ball of each foot) and heights; the root rows shifted by the median correction."""
+    def contacts(self, source_heights, rest_floor_gap, skeleton_floor, rest_human=True):
+        """Contacts (ankle and ball of each foot) and heights; the root rows shifted by the median correction.
+
+        A rig whose rest is no standing human pose (:func:`..source.rest_is_human`) says nothing of how
+        high its feet stand: the source's heights are kept (scaled), its contacts only held in place.
+        """
         fp = foot_points(self.plan, self.n)
-        self.info.sole = self._sole(fp, source_heights, rest_floor_gap, skeleton_floor)
+        self.info.sole = self._sole(fp, source_heights, rest_floor_gap, skeleton_floor) if rest_human else 0.0
         if self.info.sole:
             fp = {sd: [(nm, b, o, h + self.info.sole) for nm, b, o, h in pts] for sd, pts in fp.items()}
         contacts = np.zeros((self.T, 4), dtype=bool)
@@ -324,6 +329,8 @@ class DenseRows:
             # source's floor (a CMU toe joint): the source's feet map to it where they stand in the motion
             source_heights = None
         flat = foot_corrections(fp, self.src, self.mask, self.n, self.fps, self.scale, source_heights)
+        if not rest_human:
+            flat = {sd: (h, known, 0.0) for sd, (h, known, _d) in flat.items()}
         for si, s in enumerate("lr"):
             if s in flat:
                 self._foot(s, si, fp, flat[s], contacts, offsets, heights)

@@ -138,3 +138,25 @@ def test_a_knee_folded_past_the_judged_bend_is_not_called_backwards(monkeypatch)
     monkeypatch.undo()
     straight = one([0.0, 0.0, 1.0], [0.0, -0.06, 0.5], [0.0, 0.0, 0.0], [0.0, 0.15, -0.05])
     assert knee_bends_backwards(*straight, UP)[0]
+
+
+def test_a_rig_whose_rest_is_no_standing_pose_keeps_the_sources_heights():
+    """Keypoints baked onto a skeleton whose rest is no human pose (every bone stacked along one axis,
+    as a markerless capture's BVH rests): its rest says nothing of how high its feet stand, so the
+    source's heights are kept (before: the rest's foot heights, all zero, sank the body by the
+    source's ankle height; Rokoko's own skeleton 23 cm)."""
+    import dataclasses
+
+    human = rigs.humanoid("mixamo", pose="T")
+    plan_h, mapping, truth = _walk_on(human)
+    kp = target_keypoints(plan_h, truth.quaternions, truth.locations) @ plan_h.K.T
+    stacked = dataclasses.replace(rigs.straight_line_with_reference("mixamo"), reference_matrix=None)
+    job = RigBake(stacked, auto_map(stacked), kp, None, FPS, BakeOptions(device="cpu"))
+    job.run()
+    assert job.target_info.sole == 0.0
+    res = job.full_result()
+    for s in "lr":
+        ankle = res.heads[:, stacked.index(job.mapping.entries[f"foot_{s}"]), 2]
+        assert abs(np.median(ankle - kp[:, KEYPOINTS.index(f"foot_{s}"), 2])) < 0.005, s
+    # (the figure against the source's feet: its floor is not known from such a rest)
+    assert job.figures.floor_reference == "source", job.figures
