@@ -215,19 +215,21 @@ def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:
 
 def skeleton_on_its_floor(heights, src, mask, n, fps) -> bool:
     """Whether a source skeleton's flat-foot heights (:func:`..source.source_heights`, above its lowest
-    rest foot joint) are heights above the floor it walks on: where the balls of its feet stand
-    (:func:`stance`; a low percentile of those frames, :data:`..tuning.STAND_PERCENTILE`: they include a
+    rest foot joint) are heights above the floor it walks on: where the balls of its feet (its
+    ankles, without balls) stand (:func:`stance`; a low percentile of those frames, :data:`..tuning.STAND_PERCENTILE`: they include a
     foot rolling on and off) they are their rest height above that floor, within
     :data:`..tuning.SOLE_TOLERANCE` (the mean of the feet). A CMU toe joint stands centimetres above
     it. ``True`` when no ball is seen standing (nothing says otherwise)."""
     soles = []
     for s, h in (heights or {}).items():
-        k = _K[f"toe_{s}"]
-        if "ball" not in h or not mask[:, k].any():
-            continue
-        on = stance(src, mask, n, fps, k)
-        if on.sum() >= 3:
-            soles.append(float(np.percentile(src[on, k] @ n, tuning.STAND_PERCENTILE)) - float(h["ball"]))
+        # (the ball of the foot where the source has it, else the ankle: cmu_sl's feet have no toes)
+        for name, kp in (("ball", f"toe_{s}"), ("ankle", f"foot_{s}")):
+            k = _K[kp]
+            if name in h and mask[:, k].any():
+                on = stance(src, mask, n, fps, k)
+                if on.sum() >= 3:
+                    soles.append(float(np.percentile(src[on, k] @ n, tuning.STAND_PERCENTILE)) - float(h[name]))
+                break
     return not soles or abs(float(np.mean(soles))) <= tuning.SOLE_TOLERANCE
 
 
