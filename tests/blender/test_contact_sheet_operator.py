@@ -144,3 +144,21 @@ def test_button_after_a_bake_and_default_path(ext, sk, exact_solver, tmp_path): 
     table = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "ui-and-cli.md").read_text()
     label = bpy.ops.neural_ik.render_contact_sheet.get_rna_type().name
     assert f"| {label}... | `--preview OUT.png` |" in table        # one name with the command line's flag
+
+
+def test_sheet_of_a_bake_into_an_nla_strip(ext, sk, exact_solver, tmp_path):  # noqa: F811
+    """Bake Into: NLA Strip leaves no active action: the sheet draws the strip's frames."""
+    _solver, kp = exact_solver
+    bpy.context.scene.neural_ik.bake_into = 'NLA'
+    obj = _baked_metarig(sk, kp, tmp_path)
+    assert obj.animation_data.action is None
+    ops = _mod(ext, "operators.contact_sheet")
+    action, first, last = ops.baked_clip(obj)
+    assert (action.name, first, last) == ("walk", 1, 20)
+    path = tmp_path / "strip.png"
+    assert bpy.ops.neural_ik.render_contact_sheet(filepath=str(path), frames=2) == {'FINISHED'}
+    (_ol, _br, orange, blue), (_ol2, _br2, orange2, blue2) = _figures(
+        _mod(ext, "blender_io.contact_sheet").read_png(str(path)))
+    assert min(orange, blue, orange2, blue2) > 100
+    obj.animation_data.nla_tracks[-1].mute = True        # (the strip muted: nothing baked plays)
+    assert ops.baked_clip(obj) is None
