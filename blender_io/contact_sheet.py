@@ -23,8 +23,16 @@ import numpy as np
 from ..pipeline.preview import pick_frames
 from ..outputs import atomic_output
 
-__all__ = ["render_contact_sheet", "render_preview", "object_poses", "write_png", "read_png", "read_png_size",
-           "index_sheet", "pick_frames", "KEYPOINT_LINKS"]
+__all__ = ["render_contact_sheet", "render_preview", "object_poses", "at_frames", "write_png", "read_png",
+           "read_png_size", "index_sheet", "pick_frames", "KEYPOINT_LINKS", "SHEET_FRAMES", "SHEET_COLUMNS",
+           "TILE_SIZE"]
+
+#: Frames of a contact sheet (``bake --preview``, the sidebar's Render Contact Sheet).
+SHEET_FRAMES = 6
+#: Tiles per row of a contact sheet.
+SHEET_COLUMNS = 3
+#: Pixels of one tile (width, height).
+TILE_SIZE = (320, 240)
 
 INPUT_COLOR = (0.95, 0.45, 0.1, 1.0)
 RIG_COLOR = (0.15, 0.4, 0.9, 1.0)
@@ -272,20 +280,25 @@ def _text(name, body, location, size, collection, centred=False):
     return obj
 
 
-def object_poses(obj, scene_frames, source_scene=None):
-    """World (heads, tails) of the evaluated pose bones of ``obj`` at each scene frame (its action playing)."""
+def at_frames(scene_frames, read, scene=None):
+    """``read()`` at each scene frame, in a list; the scene's frame (and subframe) is set back afterwards."""
     import bpy
 
-    src = source_scene or bpy.context.scene
-    saved = src.frame_current
+    src = scene or bpy.context.scene
+    saved = src.frame_current, src.frame_subframe
     try:
         out = []
         for frame in scene_frames:
             src.frame_set(int(frame))
-            out.append(_pose_segments(obj))
+            out.append(read())
         return out
     finally:
-        src.frame_set(saved)
+        src.frame_set(saved[0], subframe=saved[1])
+
+
+def object_poses(obj, scene_frames, source_scene=None):
+    """World (heads, tails) of the evaluated pose bones of ``obj`` at each scene frame (its action playing)."""
+    return at_frames(scene_frames, lambda: _pose_segments(obj), source_scene)
 
 
 def _remove_objects(objects):
@@ -298,15 +311,135 @@ def _remove_objects(objects):
         (bpy.data.meshes if isinstance(data, bpy.types.Mesh) else bpy.data.curves).remove(data)
 
 
-def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), columns=3, label=""):
+class _Added:
+    """The data-blocks a render adds on its own (the "Render Result" image, the text's font): removed after."""
+
+    KINDS = ("images", "fonts")
+
+    def __init__(self):
+        import bpy
+
+        self.before = {kind: set(getattr(bpy.data, kind)) for kind in self.KINDS}
+
+    def remove(self):
+        import bpy
+
+        for kind in self.KINDS:
+            blocks = getattr(bpy.data, kind)
+            for block in [b for b in blocks if b not in self.before[kind]]:
+                blocks.remove(block)
+
+
+def _sheet_scene(width, height, tall):
+    """The temporary scene: Workbench, object colours, a world and an orthographic camera; ``(scene, made)``."""
+    import bpy
+
+    scene = bpy.data.scenes.new("neural_ik_contact_sheet")
+    made = []
+    scene.render.engine = "BLENDER_WORKBENCH"
+    scene.render.resolution_x, scene.render.resolution_y = width, height
+    scene.render.resolution_percentage = 100
+    scene.render.image_settings.file_format = "PNG"
+    scene.render.image_settings.color_mode = "RGB"
+    scene.render.film_transparent = False
+    scene.display.shading.light = "STUDIO"
+    scene.display.shading.color_type = "OBJECT"
+    scene.display.render_aa = "8"
+    world = bpy.data.worlds.new("neural_ik_contact_sheet")
+    world.color = (0.93, 0.93, 0.93)
+    scene.world = world
+    made.append(world)
+    cam_data = bpy.data.cameras.new("neural_ik_contact_sheet")
+    cam_data.type = "ORTHO"
+    # the larger image side spans ortho_scale: show about 1.5 tall vertically and 2 tall across
+    cam_data.ortho_scale = max(2.0 * tall, 1.5 * tall * max(width, height) / min(width, height)) \
+        if width >= height else 2.0 * tall * height / width
+    cam = bpy.data.objects.new("neural_ik_contact_sheet_camera", cam_data)
+    scene.collection.objects.link(cam)
+    made.extend([cam, cam_data])
+    dist = 6.0 * tall
+    elev = math.radians(8.0)
+    target = np.array([0.0, 0.0, 0.5 * tall])
+    cam.location = tuple(target + dist * np.array([0.0, -math.cos(elev), math.sin(elev)]))
+    cam.rotation_euler = (math.radians(90) - elev, 0.0, 0.0)
+    scene.camera = cam
+    return scene, made
+
+
+def _remove_made(scene, made):
+    import bpy
+
+    bpy.data.scenes.remove(scene)
+    for block in made:
+        try:
+            if isinstance(block, bpy.types.Object):
+                bpy.data.objects.remove(block)
+            elif isinstance(block, bpy.types.Camera):
+                bpy.data.cameras.remove(block)
+            elif isinstance(block, bpy.types.World):
+                bpy.data.worlds.remove(block)
+        except ReferenceError:
+            pass
+
+
+def _render_tile(scene, tile_path, width, height):
+    """Render the scene's camera to ``tile_path`` and read it back: (H, W, 3) uint8, top row first."""
+    import bpy
+
+    from .calls import quiet
+
+    scene.render.filepath = tile_path
+    quiet(bpy.ops.render.render, write_still=True, scene=scene.name, _stderr=True)
+    image = bpy.data.images.load(tile_path)
+    try:
+        px = np.empty(width * height * 4, dtype=np.float32)
+        image.pixels.foreach_get(px)
+    finally:
+        bpy.data.images.remove(image)
+    tile = np.flipud(px.reshape(height, width, 4)[..., :3])
+    return np.clip(np.round(tile * 255.0), 0, 255).astype(np.uint8)
+
+
+def _figure_height(keypoints, poses):
+    """The taller of the rig (first pose) and the input, metres (at least 0.1): the sheet's scale."""
+    heads, tails = (np.asarray(a, dtype=np.float64) for a in poses[0])
+    tall = float(max(np.ptp(np.concatenate([heads, tails])[:, 2]), 0.1))
+    if keypoints is not None and np.isfinite(keypoints).any():
+        tall = max(tall, float(max(np.nanmax(keypoints[..., 2]) - min(np.nanmin(keypoints[..., 2]), 0.0), 0.1)))
+    return tall
+
+
+def _tile_figures(points, heads, tails, sep, tall, caption, coll):
+    """The objects of one tile: the input (when given) left, the rig right (centred without an input)."""
+    root_rig = heads.mean(axis=0)   # (a root bone may stay at the origin while the body walks)
+    rig_x = sep if points is not None else 0.0
+    off_rig = np.array([rig_x - root_rig[0], -root_rig[1], 0.0])
+    figures = [
+        _rig_figure(heads, tails, off_rig, tall / 1.8).object("neural_ik_rig", RIG_COLOR, coll),
+        # (above the captions, centred: a batch's tile names its clip)
+        _text("neural_ik_label", caption, (0.0, 0.0, 1.18 * tall), 0.055 * tall, coll, centred=True),
+    ]
+    if points is not None and np.isfinite(points).any():
+        pelvis_in = points[0] if np.isfinite(points[0]).all() else np.nanmean(points, axis=0)
+        off_in = np.array([-sep - pelvis_in[0], -pelvis_in[1], 0.0])
+        figures.append(_keypoint_figure(points, off_in).object("neural_ik_input", INPUT_COLOR, coll))
+    return figures
+
+
+def render_contact_sheet(path, keypoints, poses, labels, *, size=TILE_SIZE, columns=SHEET_COLUMNS, label="",
+                         progress=None):
     """Render the input keypoints and the baked rig side by side at several frames.
+
+    Nothing of the open file changes: the sheet's scene, objects, camera and
+    world, and what a render adds (the "Render Result" image, the captions'
+    font), are removed again.
 
     Parameters
     ----------
     path : str
         Output PNG.
-    keypoints : ndarray, shape (N, 32, 3)
-        Input keypoints (world, metres) at the chosen frames.
+    keypoints : ndarray, shape (N, 32, 3), or None
+        Input keypoints (world, metres) at the chosen frames; ``None``: the rig alone.
     poses : sequence of (heads, tails)
         The baked rig's bones at the same frames, world (B, 3) arrays each
         (:func:`object_poses` of an armature, or a bake's
@@ -319,114 +452,52 @@ def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), col
         Tiles per row of the sheet.
     label : str
         Caption prefix of each tile.
+    progress : callable, optional
+        ``progress(done, total)`` after each tile.
 
     Returns
     -------
     tuple of int
         ``(width, height)`` of the sheet.
     """
-    import bpy
-
     width, height = int(size[0]), int(size[1])
-    kp = np.asarray(keypoints, dtype=np.float64)
+    kp = None if keypoints is None else np.asarray(keypoints, dtype=np.float64)
     n = len(labels)
     columns = max(1, min(int(columns), n))
     rows = int(math.ceil(n / columns))
     sheet = np.full((rows * height, columns * width, 3), 255, dtype=np.uint8)
-
-    scene = bpy.data.scenes.new("neural_ik_contact_sheet")
-    made = []
+    tall = _figure_height(kp, poses)
+    sep = 0.5 * tall
+    added = _Added()
+    scene, made = _sheet_scene(width, height, tall)
     tmpdir = tempfile.mkdtemp(prefix="neural_ik_sheet_")
+    shown = []    # (objects on the sheet's scene now: removed however the render ends)
     try:
-        scene.render.engine = "BLENDER_WORKBENCH"
-        scene.render.resolution_x, scene.render.resolution_y = width, height
-        scene.render.resolution_percentage = 100
-        scene.render.image_settings.file_format = "PNG"
-        scene.render.image_settings.color_mode = "RGB"
-        scene.render.film_transparent = False
-        scene.display.shading.light = "STUDIO"
-        scene.display.shading.color_type = "OBJECT"
-        scene.display.render_aa = "8"
-        world = bpy.data.worlds.new("neural_ik_contact_sheet")
-        world.color = (0.93, 0.93, 0.93)
-        scene.world = world
-        made.append(world)
         coll = scene.collection
-
-        # size of the rig relative to the input, for the rig's bone radii and the framing
-        heads, tails = (np.asarray(a, dtype=np.float64) for a in poses[0])
-        rig_height = float(max(np.ptp(np.concatenate([heads, tails])[:, 2]), 0.1))
-        in_height = float(max(np.nanmax(kp[..., 2]) - min(np.nanmin(kp[..., 2]), 0.0), 0.1))
-        tall = max(rig_height, in_height)
-        sep = 0.5 * tall
-
-        cam_data = bpy.data.cameras.new("neural_ik_contact_sheet")
-        cam_data.type = "ORTHO"
-        # the larger image side spans ortho_scale: show about 1.5 tall vertically and 2 tall across
-        cam_data.ortho_scale = max(2.0 * tall, 1.5 * tall * max(width, height) / min(width, height)) \
-            if width >= height else 2.0 * tall * height / width
-        cam = bpy.data.objects.new("neural_ik_contact_sheet_camera", cam_data)
-        coll.objects.link(cam)
-        made.extend([cam, cam_data])
-        dist = 6.0 * tall
-        elev = math.radians(8.0)
-        target = np.array([0.0, 0.0, 0.5 * tall])
-        cam.location = tuple(target + dist * np.array([0.0, -math.cos(elev), math.sin(elev)]))
-        cam.rotation_euler = (math.radians(90) - elev, 0.0, 0.0)
-        scene.camera = cam
-
         floor = _MeshBuilder()
         floor.verts.append(np.array([[-1.6, -0.8, 0], [1.6, -0.8, 0], [1.6, 0.8, 0], [-1.6, 0.8, 0]]) * tall)
         floor.faces.append((0, 1, 2, 3))
         floor.n = 4
-        made_objs = [floor.object("neural_ik_floor", FLOOR_COLOR, coll)]
-        for cap, x in (("input", -sep), ("baked", sep)):
-            made_objs.append(_text("neural_ik_caption_" + cap, cap, (x - 0.1 * tall, 0.0, 1.1 * tall),
-                                   0.08 * tall, coll))
-
+        shown.append(floor.object("neural_ik_floor", FLOOR_COLOR, coll))
+        captions = (("input", -sep), ("baked", sep)) if kp is not None else (("baked", 0.0),)
+        for cap, x in captions:
+            shown.append(_text("neural_ik_caption_" + cap, cap, (x - 0.1 * tall, 0.0, 1.1 * tall), 0.08 * tall, coll))
         for i, frame in enumerate(labels):
             heads, tails = (np.asarray(a, dtype=np.float64) for a in poses[i])
-            points = kp[i]
-            pelvis_in = points[0] if np.isfinite(points[0]).all() else np.nanmean(points, axis=0)
-            root_rig = heads.mean(axis=0)   # (a root bone may stay at the origin while the body walks)
-            off_in = np.array([-sep - pelvis_in[0], -pelvis_in[1], 0.0])
-            off_rig = np.array([sep - root_rig[0], -root_rig[1], 0.0])
-            figures = [
-                _keypoint_figure(points, off_in).object("neural_ik_input", INPUT_COLOR, coll),
-                _rig_figure(heads, tails, off_rig, tall / 1.8).object("neural_ik_rig", RIG_COLOR, coll),
-                # (above the captions, centred: a batch's tile names its clip)
-                _text("neural_ik_label", "{}frame {}".format(label, int(frame)),
-                      (0.0, 0.0, 1.18 * tall), 0.055 * tall, coll, centred=True),
-            ]
-            tile_path = os.path.join(tmpdir, "tile_{:03d}.png".format(i))
-            scene.render.filepath = tile_path
-            from .calls import quiet
-
-            quiet(bpy.ops.render.render, write_still=True, scene=scene.name, _stderr=True)
-            image = bpy.data.images.load(tile_path)
-            try:
-                px = np.empty(width * height * 4, dtype=np.float32)
-                image.pixels.foreach_get(px)
-            finally:
-                bpy.data.images.remove(image)
-            tile = np.flipud(px.reshape(height, width, 4)[..., :3])
+            figures = _tile_figures(None if kp is None else kp[i], heads, tails, sep, tall,
+                                    "{}frame {}".format(label, int(frame)), coll)
+            shown.extend(figures)
             r, c = divmod(i, columns)
-            sheet[r * height:(r + 1) * height, c * width:(c + 1) * width] = np.clip(
-                np.round(tile * 255.0), 0, 255).astype(np.uint8)
+            sheet[r * height:(r + 1) * height, c * width:(c + 1) * width] = _render_tile(
+                scene, os.path.join(tmpdir, "tile_{:03d}.png".format(i)), width, height)
             _remove_objects(figures)
-        _remove_objects(made_objs)
+            del shown[-len(figures):]
+            if progress is not None:
+                progress(i + 1, n)
     finally:
-        bpy.data.scenes.remove(scene)
-        for block in made:
-            try:
-                if isinstance(block, bpy.types.Object):
-                    bpy.data.objects.remove(block)
-                elif isinstance(block, bpy.types.Camera):
-                    bpy.data.cameras.remove(block)
-                elif isinstance(block, bpy.types.World):
-                    bpy.data.worlds.remove(block)
-            except ReferenceError:
-                pass
+        _remove_objects(shown)
+        _remove_made(scene, made)
+        added.remove()
         for name in os.listdir(tmpdir):
             os.unlink(os.path.join(tmpdir, name))
         os.rmdir(tmpdir)
@@ -434,7 +505,7 @@ def render_contact_sheet(path, keypoints, poses, labels, *, size=(320, 240), col
     return sheet.shape[1], sheet.shape[0]
 
 
-def render_preview(path, preview, frame_start, *, size=(320, 240), columns=3, label=""):
+def render_preview(path, preview, frame_start, *, size=TILE_SIZE, columns=SHEET_COLUMNS, label=""):
     """The contact sheet of a bake's :class:`..pipeline.preview.PreviewPose`; tiles numbered as scene frames
     from ``frame_start``. Returns ``(width, height)``."""
     poses = list(zip(preview.heads, preview.tails))

@@ -318,8 +318,11 @@ def write_outputs(target, result, out=None, exports=()):
     return paths, time.perf_counter() - t0
 
 
-#: Frames of a ``--preview`` contact sheet.
-PREVIEW_FRAMES = 6
+def preview_frames(wanted):
+    """Frames a bake keeps for its contact sheet: the sheet's (the sidebar's too) when ``wanted``, else 0."""
+    from ..blender_io.contact_sheet import SHEET_FRAMES
+
+    return SHEET_FRAMES if wanted else 0
 
 
 def write_preview(path, result, written, label=""):
@@ -420,7 +423,7 @@ def _run(args, term):
         term.check()
         row, result, written = bake_and_write(args.source, target, args, args.export or [], progress=progress,
                                               mapping=mapping, cancel=term,   # (a .blend: Blender's armature)
-                                              preview=PREVIEW_FRAMES if args.preview else 0)
+                                              preview=preview_frames(args.preview))
         term.check()
         paths, t_export = written or write_outputs(target, result, args.out, args.export or [])
         if args.preview:

@@ -69,13 +69,13 @@ def bake_job(job, target, args, solver, mapping, blend, progress, cancel):
     error as it comes; either way nothing of the clip is left behind (its
     temporary files, its action unless a ``.blend`` keeps it).
     """
-    from .bake import PREVIEW_FRAMES, bake_and_write, write_outputs, write_preview
+    from .bake import bake_and_write, preview_frames, write_outputs, write_preview
 
     action_name = None
     try:
         row, result, written = bake_and_write(job.source, target, args, job.exports, solver=solver,
                                               progress=progress, cancel=cancel, action_name=job.action_name,
-                                              mapping=mapping, preview=PREVIEW_FRAMES if job.preview else 0)
+                                              mapping=mapping, preview=preview_frames(job.preview))
         action_name = row.get("action")
         if written is None:
             if cancel():

@@ -14,6 +14,7 @@ MODULE_NAMES = [
     "keypoints",
     "effectors",
     "pose_keys",
+    "contact_sheet",
 ]
 
 modules = [importlib.import_module("." + name, __name__) for name in MODULE_NAMES]

@@ -32,6 +32,8 @@ MODAL_BATCH = 4096
 EFFECTOR_TAG = "neural_ik_effector"
 #: Custom property on the parent empty of the effectors.
 EFFECTOR_ROOT_TAG = "neural_ik_effectors"
+#: Custom property on a baked action: the name of the keypoint object or effectors' parent it was baked from.
+SOURCE_PROP = "neural_ik_source"
 
 
 class InputError(UserError, ValueError):
@@ -287,9 +289,12 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         job = bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene,
                                source_rig=src)
         job.into = s.bake_into
+        self._source = name
         return job
 
     def _finish(self, context, result):
+        if result.action is not None:   # (Render Contact Sheet draws the input it was baked from)
+            result.action[SOURCE_PROP] = getattr(self, "_source", "")
         msg = _summary(result, properties.target_armature(context))
         context.scene.neural_ik.status = msg
         self.report({'INFO'}, msg)

@@ -9,6 +9,7 @@ from .. import preferences
 from ..blender_io import preload
 from ..properties import input_frames, target_armature
 from ..model.skeleton import JOINTS
+from ..operators.contact_sheet import baked_clip
 from ..operators.wording import ui_text
 
 _PARENT = "VIEW3D_PT_neural_ik"
@@ -235,6 +236,8 @@ class VIEW3D_PT_neural_ik_bake(_Sub, bpy.types.Panel):
         layout.use_property_split = False
         layout.operator("neural_ik.bake", icon='REC')
         draw_bake_figures(layout, s, context)
+        if obj is not None and baked_clip(obj) is not None:   # (the CLI's --preview, after a bake)
+            layout.operator("neural_ik.render_contact_sheet", text="Render Contact Sheet...", icon='RENDER_STILL')
 
 
 class VIEW3D_PT_neural_ik_device(_Sub, bpy.types.Panel):
