@@ -198,9 +198,12 @@ def _load_cmu_full(root, fps, holdout, workers, log):
         used.add((subject, trial))
         jobs.append((str(path), f"cmu_full/{subject:02d}_{trial:02d}", float(fps)))
     if workers > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(int(workers)) as ex:
+        # spawned, not forked: a child forked after torch started its threads can hang in its first op
+        with ProcessPoolExecutor(int(workers), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(1,)) as ex:
             results = list(ex.map(_cmu_full_job, jobs, chunksize=4))
     else:
         results = [_cmu_full_job(j) for j in jobs]
