@@ -26,9 +26,10 @@ No ``bpy`` here.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-__all__ = ["HELDOUT_CMU_SUBJECTS", "DUPLICATE_FOLDERS", "is_heldout_subject", "take_of", "find_takes"]
+__all__ = ["HELDOUT_CMU_SUBJECTS", "DUPLICATE_FOLDERS", "is_heldout_subject", "take_of", "find_takes", "load_heldout"]
 
 #: CMU subjects held out of training: the subject numbers that end in 6 (about a tenth of the database).
 HELDOUT_CMU_SUBJECTS = tuple(range(6, 150, 10))
@@ -68,4 +69,24 @@ def find_takes(root) -> list:
         if t is not None:
             out.append((f, t[0], t[1]))
     out.sort(key=lambda r: (r[1], r[2], str(r[0])))
+    return out
+
+
+def load_heldout(root, fps=30.0, max_frames=None, log=None) -> list:
+    """The takes of the held-out subjects below ``root`` as :class:`.foreign.ForeignClip` (folder
+    ``cmu_full``, the leading T-pose left out), for :func:`.evaluate.evaluate_foreign`; a take that cannot
+    be read is skipped with a message."""
+    from .foreign import read_foreign_file
+
+    if log is None:
+        log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    out = []
+    for path, subject, trial in find_takes(root):
+        if not is_heldout_subject(subject):
+            continue
+        try:
+            out.append(read_foreign_file(path, "cmu_full", fps, max_frames, drop_tpose=True,
+                                         name=f"cmu_full/{subject:02d}_{trial:02d}"))
+        except Exception as ex:  # a broken take is skipped, never the run
+            log(f"skipping {path}: {type(ex).__name__}: {ex}")
     return out

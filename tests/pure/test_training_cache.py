@@ -132,3 +132,16 @@ def test_cmu_database_workers_give_the_same_cache(tmp_path):
     a, b = C.load_cache(one), C.load_cache(two)
     assert a["names"] == b["names"] == ["cmu_full/01_01", "cmu_full/02_03"]
     np.testing.assert_array_equal(a["local_rot"], b["local_rot"])
+
+
+def test_held_out_cmu_subjects_are_evaluated_from_the_database(tmp_path, capsys):
+    from training import cmu_full as CF
+    from training import evaluate as E
+
+    db, _, _ = _cmu_database(tmp_path)
+    clips = CF.load_heldout(db, 30.0, log=lambda s: None)
+    assert [c.name for c in clips] == ["cmu_full/06_01", "cmu_full/16_02"] and all(len(c) == 12 for c in clips)
+    assert E.main(["--cmu-full", str(db), "--no-bakes", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Held-out subjects 06, 16 of the CMU database: 2 clips, 24 frames" in out, out
+    assert "| network alone, dense, fitted skeleton |" in out
