@@ -7,10 +7,14 @@ machine that has only the repository (a GPU box), and train from it::
     .venv/bin/python -m training.cache --cmu-full DIR --workers 2   # plus the whole CMU database
     .venv/bin/python -m training.train --cache .cache/training_data.npz ...
 
-Contents (``numpy.savez_compressed``; float16 rotations, float32 the rest):
+Contents (``numpy.savez_compressed``):
 
-- ``rot6`` (N, 22, 6) float16: local rotations as 6D (the first two columns);
-- ``root`` (N, 3) float32: root positions (metres, Z up, floor at 0);
+- ``rotq``, ``rootq``, ``codec``, ``codec_steps``: the local rotations and
+  the root positions (metres, Z up, floor at 0) of every frame, quantised and
+  compressed by :mod:`.cache_codec` (so that a cache of the whole CMU
+  database travels to a GPU machine); a cache of an earlier
+  version holds ``rot6`` (N, 22, 6) float16 and ``root`` (N, 3) float32
+  instead, and is read as well;
 - ``clip`` (N,) int16: the clip of each frame; ``offsets`` (C, 22, 3) and
   ``end_offsets`` (C, 10, 3) float32: each clip's skeleton;
 - ``has_kp`` (C, 32) bool: keypoints the clip's source really has (the others
@@ -49,8 +53,10 @@ import numpy as np
 
 import torch
 
-from neural_ik.model.rotations import matrix_to_rot6d, rot6d_to_matrix
+from neural_ik.model.rotations import rot6d_to_matrix
 from neural_ik.model.skeleton import CANONICAL, END_PARENTS, JOINTS, KEYPOINTS, PARENTS, Skeleton, keypoints_from_fk_np
+
+from .cache_codec import decode, encode, quantise_root, quantise_rotations
 
 __all__ = ["DEFAULT_CACHE", "MAX_RECON_MM", "foreign_to_canonical", "build_cache", "load_cache", "main"]
 
@@ -153,13 +159,9 @@ def foreign_to_canonical(fc):
     return L, root, skel, has, recon
 
 
-def _rot6(L):
-    return matrix_to_rot6d(torch.as_tensor(np.asarray(L, dtype=np.float32))).numpy()
-
-
 def _packed(name, source, L, root, skel, has):
-    """A cache entry: float16 6D rotations straight away (a whole database stays small in memory)."""
-    return (name, source, _rot6(L).astype(np.float16), np.asarray(root, dtype=np.float32), skel, has)
+    """A cache entry, its motion quantised straight away (a whole database stays small in memory)."""
+    return (name, source, quantise_rotations(L), quantise_root(root), skel, has)
 
 
 def _convert(fc, source):
@@ -275,7 +277,7 @@ def build_cache(path=None, cmu_root=None, foreign_root=None, fps=30.0, holdout_s
         log = lambda s: print(s, file=sys.stderr)  # noqa: E731
     path = Path(path) if path is not None else DEFAULT_CACHE
     holdout = {int(s) for s in (HELDOUT_CMU_SUBJECTS if holdout_subjects is None else holdout_subjects)}
-    clips = []  # (name, source, rot6 float16, root, skeleton, has_kp)
+    clips = []  # (name, source, quantised rotations, quantised root, skeleton, has_kp)
     all_kp = np.ones(len(KEYPOINTS), dtype=bool)
     try:
         cmu = load_clips(root=cmu_root, fps=fps, progress=False, skip_bad=True, log=log)
@@ -309,11 +311,11 @@ def build_cache(path=None, cmu_root=None, foreign_root=None, fps=30.0, holdout_s
 def _write(path, clips, n, fps, info):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
+    clip = np.concatenate([np.full(k, i, dtype=np.int16) for i, k in enumerate(n)])
     np.savez_compressed(
         tmp,
-        rot6=np.concatenate([c[2] for c in clips]),
-        root=np.concatenate([c[3] for c in clips]),
-        clip=np.concatenate([np.full(k, i, dtype=np.int16) for i, k in enumerate(n)]),
+        **encode(np.concatenate([c[2] for c in clips]), np.concatenate([c[3] for c in clips]), clip),
+        clip=clip,
         offsets=np.stack([c[4].offsets for c in clips]).astype(np.float32),
         end_offsets=np.stack([c[4].end_offsets for c in clips]).astype(np.float32),
         has_kp=np.stack([c[5] for c in clips]),
@@ -336,8 +338,11 @@ def load_cache(path=None) -> dict:
         raise FileNotFoundError(f"no training cache at {path}: build it with `.venv/bin/python -m training.cache "
                                 f"--out {path}` where ../shared/mocap is")
     z = np.load(path, allow_pickle=False)
-    L = rot6d_to_matrix(torch.from_numpy(z["rot6"].astype(np.float32))).numpy()
-    return {"local_rot": L, "root": z["root"], "clip": z["clip"].astype(np.int64), "offsets": z["offsets"],
+    if "rot6" in z:
+        L, root = rot6d_to_matrix(torch.from_numpy(z["rot6"].astype(np.float32))).numpy(), z["root"]
+    else:
+        L, root = decode(z, z["clip"])
+    return {"local_rot": L, "root": root, "clip": z["clip"].astype(np.int64), "offsets": z["offsets"],
             "end_offsets": z["end_offsets"], "has_kp": z["has_kp"], "names": [str(s) for s in z["names"]],
             "sources": [str(s) for s in z["sources"]], "info": json.loads(str(z["info"]))}
 
