@@ -537,6 +537,8 @@ def main(argv=None):
             from .cmu_full import load_heldout
 
             clips = load_heldout(a.cmu_full, a.fps, a.max_frames, log=log)
+            if not clips:
+                p.error(f"no readable takes of the held-out CMU subjects below {a.cmu_full}")
             folders = ["subjects " + ", ".join(sorted({c.name.split("/")[1].split("_")[0] for c in clips}))]
         res = evaluate_foreign(a.weights, a.device, folders or a.foreign or None, a.fps, a.data, a.max_frames,
                                bakes=not a.no_bakes, log=log, clips=clips)

@@ -145,3 +145,15 @@ def test_held_out_cmu_subjects_are_evaluated_from_the_database(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "Held-out subjects 06, 16 of the CMU database: 2 clips, 24 frames" in out, out
     assert "| network alone, dense, fitted skeleton |" in out
+
+
+def test_a_database_without_held_out_subjects_is_refused_by_name(tmp_path, capsys):
+    import pytest
+
+    from training import evaluate as E
+
+    (tmp_path / "db" / "001").mkdir(parents=True)
+    sf.humanoid_bvh(tmp_path / "db" / "001" / "01_01.bvh", scheme="mixamo", frames=12)
+    with pytest.raises(SystemExit):
+        E.main(["--cmu-full", str(tmp_path / "db"), "--no-bakes"])
+    assert "no readable takes of the held-out CMU subjects below" in capsys.readouterr().err
