@@ -329,7 +329,7 @@ def _bake_own(fc, solver, mode, device, iterations=None):
 
 
 def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_root=None, max_frames=None,
-                     bakes=True, log=print):
+                     bakes=True, log=print, clips=None):
     """Issue 11's figures on held-out folders of ``foreign/`` (whole conventions).
 
     Parameters
@@ -346,6 +346,9 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         At most this many frames per clip.
     bakes : bool
         Also bake onto each clip's own skeleton (dense and six effectors).
+    clips : list of ForeignClip, optional
+        These clips instead of the folders' (``folders`` then only names them):
+        the held-out subjects of the CMU database (:func:`.cmu_full.load_heldout`).
 
     Returns
     -------
@@ -388,7 +391,9 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
     from .foreign import HELDOUT_FOLDERS, load_foreign
 
     folders = tuple(folders or HELDOUT_FOLDERS)
-    clips = load_foreign(folders, data_root, fps, max_frames, log=log)
+    source = "foreign/" if clips is None else "the CMU database"
+    if clips is None:
+        clips = load_foreign(folders, data_root, fps, max_frames, log=log)
     if not clips:
         raise SystemExit(f"no readable clips in {', '.join(folders)}")
     solver = Solver(weights, device=device)
@@ -461,13 +466,13 @@ def evaluate_foreign(weights=None, device="cpu", folders=None, fps=30.0, data_ro
         size = float("nan")
     out.append({"name": "weights file", "mib": size / 2**20, "temporal": int(solver.net.hparams.get("temporal", 0))})
     return {"rows": out, "clips": [fc.name for fc in clips], "frames": int(sum(len(fc) for fc in clips)),
-            "folders": list(folders), "fps": fps}
+            "folders": list(folders), "fps": fps, "source": source}
 
 
 def format_foreign(result) -> str:
     """Markdown tables of :func:`evaluate_foreign`: the figures and the issue's targets."""
     rows = {r["name"]: r for r in result["rows"]}
-    lines = [f"Held-out folders {', '.join(result['folders'])} of foreign/: {len(result['clips'])} clips, "
+    lines = [f"Held-out {', '.join(result['folders'])} of {result.get('source', 'foreign/')}: {len(result['clips'])} clips, "
              f"{result['frames']} frames at {result['fps']:g} fps", "",
              "| configuration | joints (mm) | rotation (deg) | rotation, joints with a child (deg) | rotation less each clip's constant offset (deg) | jitter (mm/frame^2, baked / source) | ms/frame |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -519,12 +524,24 @@ def main(argv=None):
                    help="issue 11's figures on these held-out folders of ../shared/mocap/foreign "
                         "(no folder: fair1 sfu); --data is then the foreign/ folder")
     p.add_argument("--no-bakes", action="store_true", help="with --foreign: the network alone only")
+    p.add_argument("--cmu-full", default=None, metavar="DIR",
+                   help="the --foreign figures on the held-out subjects (numbers ending in 6) of the whole CMU "
+                   "database in this folder of its BVH conversion")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    if a.foreign is not None:
-        res = evaluate_foreign(a.weights, a.device, a.foreign or None, a.fps, a.data, a.max_frames,
-                               bakes=not a.no_bakes, log=lambda s: print(s, file=sys.stderr))
+    if a.foreign is not None or a.cmu_full:
+        log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+        clips = folders = None
+        if a.cmu_full:
+            from .cmu_full import load_heldout
+
+            clips = load_heldout(a.cmu_full, a.fps, a.max_frames, log=log)
+            if not clips:
+                p.error(f"no readable takes of the held-out CMU subjects below {a.cmu_full}")
+            folders = ["subjects " + ", ".join(sorted({c.name.split("/")[1].split("_")[0] for c in clips}))]
+        res = evaluate_foreign(a.weights, a.device, folders or a.foreign or None, a.fps, a.data, a.max_frames,
+                               bakes=not a.no_bakes, log=log, clips=clips)
         print(format_foreign(res))
         if a.json:
             Path(a.json).write_text(json.dumps(res, indent=1))

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ForeignClip", "default_foreign_root", "load_foreign", "HELDOUT_FOLDERS", "TRAIN_FOLDERS"]
+__all__ = ["ForeignClip", "default_foreign_root", "leading_tpose_frames", "read_foreign_file", "load_foreign",
+           "HELDOUT_FOLDERS", "TRAIN_FOLDERS"]
 
 #: Folders of ``foreign/`` held out for validation (whole conventions; never used in training).
 HELDOUT_FOLDERS = ("fair1", "sfu")
@@ -82,7 +83,59 @@ def _cut(clip, n):
                    source_rig=None if clip.source_rig is None else clip.source_rig.frames(0, n))
 
 
-def load_foreign(folders, root=None, fps=30.0, max_frames=None, log=None) -> list:
+def leading_tpose_frames(keypoints, max_frames: int = 3) -> int:
+    """How many leading frames are a calibration T-pose that the conversion prepended.
+
+    The rule of :mod:`.dataset` (hands further apart than
+    :data:`.dataset.TPOSE_HAND_DIST` and a jump larger than
+    :data:`.dataset.TPOSE_JUMP` to the next frame), at most ``max_frames``:
+    read at the source's rate, where no real motion jumps that far.
+    """
+    from neural_ik.model.skeleton import JOINTS
+
+    from .dataset import TPOSE_HAND_DIST, TPOSE_JUMP
+
+    kp = np.asarray(keypoints, dtype=np.float64)[:, :len(JOINTS)]
+    hl, hr = JOINTS.index("hand_l"), JOINTS.index("hand_r")
+    drop = 0
+    while drop < min(max_frames, kp.shape[0] - 2):
+        hands = np.linalg.norm(kp[drop, hl] - kp[drop, hr])
+        jump = np.nanmax(np.abs(kp[drop + 1] - kp[drop]))
+        if not (hands > TPOSE_HAND_DIST and jump > TPOSE_JUMP):
+            break
+        drop += 1
+    return drop
+
+
+def read_foreign_file(path, folder, fps=30.0, max_frames=None, drop_tpose=False, name=None) -> ForeignClip:
+    """One BVH read like a user's file, resampled, with its canonical keypoints and rotations.
+
+    ``drop_tpose`` leaves out a leading calibration T-pose
+    (:func:`leading_tpose_frames`); training wants it out, evaluation reads
+    the file as a user would. Raises on a file that cannot be read or converted.
+    """
+    from neural_ik.pipeline.source import source_world_rotations
+    from neural_ik.readers import read_keypoints, resample, to_canonical
+
+    f = Path(path)
+    c = read_keypoints(str(f))
+    if drop_tpose:
+        n = leading_tpose_frames(to_canonical(c)[0])
+        if n:
+            c = c.frames(n, c.num_frames)
+    c = _cut(resample(c, float(fps)), max_frames)
+    if c.source_rig is None:
+        raise ValueError("no source skeleton")
+    kp, m = to_canonical(c)
+    if len(kp) < 3:
+        raise ValueError(f"only {len(kp)} frames")
+    rot, given, _ = source_world_rotations(c.source_rig)
+    if not np.isfinite(rot).all():
+        raise ValueError("non-finite rotations")
+    return ForeignClip(name or f"{folder}/{f.stem}", folder, c, kp, m, rot, given)
+
+
+def load_foreign(folders, root=None, fps=30.0, max_frames=None, log=None, drop_tpose=False) -> list:
     """Read every BVH of the given folders of ``foreign/``.
 
     Parameters
@@ -97,6 +150,8 @@ def load_foreign(folders, root=None, fps=30.0, max_frames=None, log=None) -> lis
         Keep at most this many frames per clip (after resampling).
     log : callable, optional
         Receives one line per skipped file (default: stderr).
+    drop_tpose : bool
+        Leave out a leading calibration T-pose (:func:`read_foreign_file`).
 
     Returns
     -------
@@ -108,9 +163,6 @@ def load_foreign(folders, root=None, fps=30.0, max_frames=None, log=None) -> lis
     FileNotFoundError
         When a folder does not exist.
     """
-    from neural_ik.pipeline.source import source_world_rotations
-    from neural_ik.readers import read_keypoints, resample, to_canonical
-
     if log is None:
         log = lambda s: print(s, file=sys.stderr)  # noqa: E731
     root = Path(root) if root is not None else default_foreign_root()
@@ -121,18 +173,7 @@ def load_foreign(folders, root=None, fps=30.0, max_frames=None, log=None) -> lis
             raise FileNotFoundError(f"motion folder not found: {d}")
         for f in sorted(d.glob("*.bvh")):
             try:
-                c = resample(read_keypoints(str(f)), float(fps))
-                c = _cut(c, max_frames)
-                if c.source_rig is None:
-                    raise ValueError("no source skeleton")
-                kp, m = to_canonical(c)
-                if len(kp) < 3:
-                    raise ValueError(f"only {len(kp)} frames")
-                rot, given, _ = source_world_rotations(c.source_rig)
-                if not np.isfinite(rot).all():
-                    raise ValueError("non-finite rotations")
+                out.append(read_foreign_file(f, folder, fps, max_frames, drop_tpose))
             except Exception as ex:  # a broken clip is skipped, never the run
                 log(f"skipping {f}: {type(ex).__name__}: {ex}")
-                continue
-            out.append(ForeignClip(f"{folder}/{f.stem}", folder, c, kp, m, rot, given))
     return out
