@@ -194,12 +194,12 @@ class _Refinement:
         Hv = H[:, : 3 * nj, : 3 * nj].reshape(B, nj, 3, nj, 3)  # (B, i, a, i', c), a view (an axis split)
         Hq = ops.permute(Hv, (0, 1, 3, 4, 2))  # (B, i, i', c, a) aliases H
         ops.xp.multiply(m[..., :, None], pb[..., None, :], out=Hq)
-        Hq += pa[..., :, None] * u[..., None, :]
+        ops.addcmul(Hq, pa[..., :, None], u[..., None, :])
         Hq -= M
         trq = ops.diagonal(M).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
-        if pair is not None:
-            trq = trq + pair
         Hv[:, :, st["i3"], :, st["i3"]] += trq[None]
+        if pair is not None:
+            Hv[:, :, st["i3"], :, st["i3"]] += pair[None]
         eye3 = st["eye3"]
         Hrt = ops.skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
         H[:, : 3 * nj, 3 * nj:] = Hrt
@@ -236,7 +236,8 @@ def _run(ops, pose, L, t, targets, weights, kp_active, orient, o_active, orient_
     o = None
     if use_orient:
         oi = ops.index(np.array(st["oi"], dtype=np.int64))
-        o = (orient[0][:, oi], orient[1][:, oi])
+        # (the rows' weights are sqrt(w): the normal equations' are their squares)
+        o = (orient[0][:, oi], ops.xp.sqrt(orient[1][:, oi]) ** 2)
     problem = _Refinement(ops, st, pose, L, t, tgt, weights[:, st["iK"]], o, init_local, init_root, opt)
     damping = lm.Damping(opt["damping"], opt["damping_decay"], opt["damping_min"])
     return lm.levenberg_marquardt(problem, iterations=opt["steps"], damping=damping)[0]
