@@ -203,9 +203,6 @@ class ArrayOps:
     def norm(self, a):
         return _norm_np(a, keepdims=True)
 
-    def addcmul(self, out, a, b):
-        out += a * b
-
     def cross(self, a, b):
         return _cross_np(a, b)
 
@@ -344,9 +341,6 @@ class _TorchOps(ArrayOps):
 
     def norm(self, a):
         return a.norm(dim=-1, keepdim=True)
-
-    def addcmul(self, out, a, b):
-        out.addcmul_(a.expand(out.shape[:-1] + a.shape[-1:]), b)
 
     def cross(self, a, b):
         return self.torch.cross(a, b, dim=-1)

@@ -81,8 +81,7 @@ def _setup(ops, kp_active, o_active, orient_joints, limits):
     st = dict(K=K, J=J, oi=oi, oj=oj, iK=ops.index(np.array(K, dtype=np.int64)), iJ=ops.index(np.array(J, dtype=np.int64)),
               A_t=ops.asarray(_ANC[np.ix_(K, J)].T.copy()), deeper=ops.index(deeper), par=ops.index(_PAR),
               limit_blocks=ops.index(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1)),
-              diag=ops.index(np.arange(n) * (n + 1)), eye3=ops.asarray(np.eye(3)),
-              i3=ops.index(np.arange(3)))
+              diag=ops.index(np.arange(n) * (n + 1)), eye3=ops.asarray(np.eye(3)))
     if oj is not None:
         st["o_A"] = ops.asarray(_ANC_INCL[np.ix_(oj, J)])  # (no, nj)
         st["ioj"] = ops.index(np.array(oj, dtype=np.int64))
@@ -185,21 +184,8 @@ class _Refinement:
         Tg = T0[:, st["deeper"]].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
         S, m, M = Tg[..., 0], Tg[..., 1:4], Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
         pa, pb = pj[:, :, None, :], pj[:, None, :, :]  # p_i, p_i'
-        u = m - S[..., None] * pb
-        # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T and
-        # H_ii' = tr(Q) I - Q^T (+ the orientations' pair terms), laid out as rows (i, a),
-        # columns (i', c). -Q is written straight into H through a permuted view (few
-        # passes over the large (B, nj, nj, 3, 3) arrays, few temporaries)
         H = ops.empty((B, n, n))
-        Hv = H[:, : 3 * nj, : 3 * nj].reshape(B, nj, 3, nj, 3)  # (B, i, a, i', c), a view (an axis split)
-        Hq = ops.permute(Hv, (0, 1, 3, 4, 2))  # (B, i, i', c, a) aliases H
-        ops.xp.multiply(m[..., :, None], pb[..., None, :], out=Hq)
-        ops.addcmul(Hq, pa[..., :, None], u[..., None, :])
-        Hq -= M
-        trq = ops.diagonal(M).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
-        Hv[:, :, st["i3"], :, st["i3"]] += trq[None]
-        if pair is not None:
-            Hv[:, :, st["i3"], :, st["i3"]] += pair[None]
+        _rotation_blocks(ops, st, H, nj, m, M, pa, pb, m - S[..., None] * pb, pair)
         eye3 = st["eye3"]
         Hrt = ops.skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
         H[:, : 3 * nj, 3 * nj:] = Hrt
@@ -224,6 +210,33 @@ class _Refinement:
         # re-orthonormalise (round-off would otherwise accumulate over steps)
         L_new = ops.orthonormalise(ops.T(s["_rpar"]) @ ops.expmap(w) @ s["wr"])
         return self.evaluate(L_new, s["t"] + dtr)
+
+
+def _rotation_blocks(ops, st, H, nj, m, M, pa, pb, u, pair):
+    """Write the rotation blocks of the normal matrix into ``H`` (B, n, n).
+
+    ``Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T`` and
+    ``H_ii' = tr(Q) I - Q^T`` (+ the orientations' pair terms ``pair_ii' I``),
+    laid out as rows (i, a), columns (i', c).
+    """
+    B = H.shape[0]
+    if ops.name == "numpy":   # (numpy: Q in one contiguous array, then one pass of strided writes)
+        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
+        trq = ops.diagonal(Q).sum(-1) if pair is None else ops.diagonal(Q).sum(-1) + pair
+        H[:, : 3 * nj, : 3 * nj] = (trq[:, :, None, :, None] * st["eye3"][None, None, :, None, :]
+                                    - Q.transpose(0, 1, 4, 2, 3)).reshape(B, 3 * nj, 3 * nj)
+        return
+    # torch: -Q written straight into H through a permuted view (few passes over the
+    # large (B, nj, nj, 3, 3) arrays, no temporaries)
+    Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
+    Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
+    torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
+    Hq.addcmul_(pa[..., :, None].expand(B, nj, nj, 3, 1), u[..., None, :])
+    Hq.sub_(M)
+    trq = M.diagonal(dim1=-2, dim2=-1).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
+    Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
+    if pair is not None:
+        Hv.diagonal(dim1=2, dim2=4).add_(pair[..., None])
 
 
 def _run(ops, pose, L, t, targets, weights, kp_active, orient, o_active, orient_joints, init_local, init_root, opt):

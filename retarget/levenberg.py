@@ -209,7 +209,7 @@ class _RigChunk:
         H, g, Wf = self._normal_equations(s, lam)
         s["_Wf"] = Wf
         x, ok = ops.solve_spd(H, g)
-        step = ops.where(ok[:, None], x, 0.0)
+        step = x if ops.synchronous and bool(ok.all()) else ops.where(ok[:, None], x, 0.0)
         if pb.root_slot >= 0 and pb.root_fixed is not None:   # (the spring alone let it creep by micrometres)
             step[:, 3 * pb.nF:] -= step[:, 3 * pb.nF:] @ ops.T(self.c["root_fixed"])
         return step, None
