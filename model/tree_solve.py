@@ -31,6 +31,29 @@ TREE_SOLVE_MIN_BATCH = 128
 _TREE_PLANS: dict = {}
 
 
+def _elimination(J):
+    """Symbolic factorisation: ``(anc, rel, perm, cols)``: the active joints' ancestor-or-self and
+    related-pair tables, the elimination order (deepest joints first) and, per column, the permuted
+    rows below the diagonal that are non-zero (fill-in included, if any)."""
+    nj, n = len(J), 3 * len(J) + 3
+    depth = [0] * NUM_JOINTS
+    for j in range(1, NUM_JOINTS):
+        depth[j] = depth[PARENTS[j]] + 1
+    anc = ANC_INCL[np.ix_(J, J)]
+    rel = anc | anc.T
+    pat = np.ones((n, n), dtype=bool)
+    pat[: 3 * nj, : 3 * nj] = np.kron(rel, np.ones((3, 3), dtype=bool))
+    order = sorted(range(nj), key=lambda i: (-depth[J[i]], i))
+    perm = np.concatenate([np.arange(3 * i, 3 * i + 3) for i in order] + [np.arange(3 * nj, n)])
+    P = pat[np.ix_(perm, perm)].copy()
+    cols = []
+    for c in range(n):
+        rows = c + 1 + np.flatnonzero(P[c + 1:, c])
+        P[np.ix_(rows, rows)] = True
+        cols.append(rows)
+    return anc, rel, perm, cols
+
+
 def _tree_plan(J, dev):
     """Elimination plan of the normal matrix for the active joints ``J``.
 
@@ -45,23 +68,8 @@ def _tree_plan(J, dev):
     plan = _TREE_PLANS.get(key)
     if plan is not None:
         return plan
-    nj = len(J)
-    n = 3 * nj + 3
-    depth = [0] * NUM_JOINTS
-    for j in range(1, NUM_JOINTS):
-        depth[j] = depth[PARENTS[j]] + 1
-    anc = ANC_INCL[np.ix_(J, J)]
-    rel = anc | anc.T
-    pat = np.ones((n, n), dtype=bool)
-    pat[: 3 * nj, : 3 * nj] = np.kron(rel, np.ones((3, 3), dtype=bool))
-    order = sorted(range(nj), key=lambda i: (-depth[J[i]], i))
-    perm = np.concatenate([np.arange(3 * i, 3 * i + 3) for i in order] + [np.arange(3 * nj, n)])
-    P = pat[np.ix_(perm, perm)].copy()
-    cols = []
-    for c in range(n):  # symbolic factorisation (fill-in included, if any)
-        rows = c + 1 + np.flatnonzero(P[c + 1:, c])
-        P[np.ix_(rows, rows)] = True
-        cols.append(rows)
+    nj, n = len(J), 3 * len(J) + 3
+    anc, rel, perm, cols = _elimination(J)
     # compact storage: the structurally non-zero lower triangle, one row of B values per entry.
     # src: its flat index in the dense (n, n) matrix; vsrc: its row in the "virtual" source
     # stack of tree_normal_solve (rotation blocks of related joint pairs, then the
