@@ -42,14 +42,11 @@ from .limits import limit_arrays
 from .skeleton import PARENTS, forward_kinematics_np, keypoints_from_world_np
 from .tree_solve import ANC_INCL as _ANC_INCL, TREE_SOLVE_MIN_BATCH, tree_normal_solve
 
-__all__ = ["refine", "refine_numpy", "DEFAULTS", "SMALL_BATCH"]
+__all__ = ["refine", "refine_numpy", "DEFAULTS"]
 
 #: Default weights of :func:`refine`.
 DEFAULTS = dict(steps=3, prior=1e-5, prior_trans=1e-5, damping=1e-3, damping_decay=0.2, damping_min=1e-5,
                 orient_weight=0.01, limit_weight=1.0)
-
-#: Frames up to which :class:`.inference.Solver` refines on the CPU with :func:`refine_numpy`.
-SMALL_BATCH = 1
 
 _ANC = ancestor_matrix()  # (32, 22)
 _PAR = np.array([max(p, 0) for p in PARENTS])
