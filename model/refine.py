@@ -1,9 +1,9 @@
-"""Batched Gauss-Newton / Levenberg-Marquardt refinement of a pose.
+"""Levenberg-Marquardt refinement of a pose: a problem definition on the one loop (:mod:`.lm`).
 
-Starting from an initial pose (the network's answer), a few (default 3) GN steps pull
-the given keypoints (and optionally effector orientations) onto their
-targets while a prior keeps every local rotation near the initial pose and
-soft joint limits keep it human.
+Starting from an initial pose (the network's answer), a few (default 3)
+steps pull the given keypoints (and optionally effector orientations) onto
+their targets while a prior keeps every local rotation near the initial
+pose and soft joint limits keep it human.
 
 Parameters per frame: one world-frame rotation increment ``w_j`` per joint
 (3 each) and the root translation (3). To first order, rotating joint ``j``
@@ -21,14 +21,14 @@ Residuals (stacked, weighted):
 - joint limits: ``sqrt(limit_weight) * violation`` of :mod:`.limits` boxes.
 
 The normal equations ``(J^T J + prior + damping) dx = -J^T r`` are solved
-with a batched Cholesky factorisation, entirely on the input's device. Only
+per frame by a Cholesky factorisation, on the input's device. Only
 keypoints given in at least one frame and joints that move them are
-included, so sparse problems are cheap. For batches of at least
-``TREE_SOLVE_MIN_BATCH`` frames only the structurally non-zero entries of the
-normal matrix are built (a joint's rotation couples only with its ancestors,
-its descendants and the root translation), batch-last, and factorised in tree
-order (deepest joints first: no fill-in); smaller batches use LAPACK's dense
-batched Cholesky.
+included, so sparse problems are cheap. Batches of at least
+:data:`.tree_solve.TREE_SOLVE_MIN_BATCH` frames build and factorise only the
+structurally non-zero entries (:mod:`.tree_solve`); smaller ones the dense
+matrix. :func:`refine` runs it on torch tensors, :func:`refine_numpy` on
+float64 numpy arrays (a single pose: a torch call's fixed cost outweighs
+the work): the same problem, the same loop.
 """
 
 from __future__ import annotations
@@ -36,218 +36,195 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import lm
 from .fk import NUM_JOINTS, ancestor_matrix, forward_kinematics, keypoints_from_world
 from .limits import limit_arrays
-from .rotations import axis_angle_to_matrix, matrix_to_axis_angle, matrix_to_rot6d, rot6d_to_matrix, skew
-from .rotations_np import axis_angle_to_matrix as axis_angle_to_matrix_np, cross
-from .rotations_np import matrix_to_axis_angle as matrix_to_axis_angle_np, orthonormalise, skew as skew_np, vector_norm
 from .skeleton import PARENTS, forward_kinematics_np, keypoints_from_world_np
+from .tree_solve import ANC_INCL as _ANC_INCL, TREE_SOLVE_MIN_BATCH, tree_normal_solve
 
-__all__ = ["refine", "DEFAULTS"]
+__all__ = ["refine", "refine_numpy", "DEFAULTS"]
 
 #: Default weights of :func:`refine`.
 DEFAULTS = dict(steps=3, prior=1e-5, prior_trans=1e-5, damping=1e-3, damping_decay=0.2, damping_min=1e-5,
                 orient_weight=0.01, limit_weight=1.0)
 
 _ANC = ancestor_matrix()  # (32, 22)
-# joint e and its ancestors (orientation of e depends on them)
-_ANC_INCL = np.zeros((NUM_JOINTS, NUM_JOINTS), dtype=bool)
-for _e in range(NUM_JOINTS):
-    _c = _e
-    while _c >= 0:
-        _ANC_INCL[_e, _c] = True
-        _c = PARENTS[_c]
-_PARENT_IDX = [max(p, 0) for p in PARENTS]
-
-
-def _world_parent(world_rot: torch.Tensor) -> torch.Tensor:
-    wp = world_rot[:, _PARENT_IDX]
-    eye = torch.eye(3, dtype=world_rot.dtype, device=world_rot.device).expand(world_rot.shape[0], 1, 3, 3)
-    return torch.cat([eye, wp[:, 1:]], dim=1)
-
-
-_TREE_PLANS: dict = {}
+_PAR = np.array([max(p, 0) for p in PARENTS])
 _SETUPS: dict = {}
 
 
-def _tree_plan(J, dev):
-    """Elimination plan of the normal matrix for the active joints ``J``.
+def _setup(ops, kp_active, o_active, orient_joints, limits):
+    """Index tables of one mask pattern on the backend (cached: a clip's batches and interactive calls
+    repeat it; copies to a GPU wait for its queue)."""
+    key = (kp_active.tobytes(), None if o_active is None else (o_active.tobytes(), tuple(orient_joints)),
+           bool(limits), ops.name, str(ops.dtype), str(getattr(ops, "device", "")))
+    st = _SETUPS.get(key)
+    if st is not None:
+        return st
+    joint_active = _ANC[kp_active].any(0)
+    oi = oj = None
+    if o_active is not None:
+        oi = [int(i) for i in np.flatnonzero(o_active)]
+        oj = [int(orient_joints[i]) for i in oi]
+        joint_active = joint_active | _ANC_INCL[oj].any(0)
+    K = [int(k) for k in np.flatnonzero(kp_active)]
+    J = [int(j) for j in np.flatnonzero(joint_active)]
+    nj, n = len(J), 3 * len(J) + 3
+    # pair tables: for related joints (one is an ancestor-or-self of the other)
+    # the keypoints moved by both are those moved by the deeper one
+    anc = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
+    deeper = np.where(anc, np.arange(nj)[:, None], np.where(anc.T, np.arange(nj)[None, :], nj)).reshape(-1)
+    jj, aa, cc = np.meshgrid(np.arange(nj), np.arange(3), np.arange(3), indexing="ij")
+    st = dict(K=K, J=J, oi=oi, oj=oj, iK=ops.index(np.array(K, dtype=np.int64)), iJ=ops.index(np.array(J, dtype=np.int64)),
+              A_t=ops.asarray(_ANC[np.ix_(K, J)].T.copy()), deeper=ops.index(deeper), par=ops.index(_PAR),
+              limit_blocks=ops.index(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1)),
+              diag=ops.index(np.arange(n) * (n + 1)), eye3=ops.asarray(np.eye(3)))
+    if oj is not None:
+        st["o_A"] = ops.asarray(_ANC_INCL[np.ix_(oj, J)])  # (no, nj)
+        st["ioj"] = ops.index(np.array(oj, dtype=np.int64))
+    if limits:
+        lo, hi = limit_arrays(torch.float64)
+        st["lo"], st["hi"] = ops.asarray(lo.numpy()[J]), ops.asarray(hi.numpy()[J])
+    if len(_SETUPS) > 64:
+        _SETUPS.clear()
+    _SETUPS[key] = st
+    return st
 
-    A joint's rotation block is coupled only to its ancestors' and
-    descendants' blocks (and to the root translation), so eliminating the
-    deepest joints first produces no fill-in: every column of the Cholesky
-    factor has at most ~20 non-zeros instead of up to 68. Returns the
-    elimination order and, per column, the (permuted) rows below the
-    diagonal that are non-zero, as index tensors.
+
+class _Refinement:
+    """The canonical skeleton's refinement on a batch of frames (:mod:`.lm`'s problem protocol)."""
+
+    def __init__(self, ops, st, pose, L, t, tgt, w_k, orient, init_local, init_root, opt):
+        self.ops, self.st, self.pose, self.opt = ops, st, pose, opt
+        self.L0, self.t0 = L, t
+        self.tgt, self.w_k = tgt, w_k                    # (B, nk, 3), (B, nk)
+        self.o_tgt, self.wo = orient if orient is not None else (None, None)   # (B, no, 3, 3), (B, no)
+        self.init_inv = ops.T(init_local[:, st["iJ"]])
+        self.init_root = init_root
+        self.nj = nj = len(st["J"])
+        self.prior_diag = ops.full(3 * nj + 3, float(opt["prior"]))
+        self.prior_diag[3 * nj:] = float(opt["prior_trans"])
+
+    def start(self):
+        return self.evaluate(self.L0, self.t0)
+
+    def evaluate(self, L, t):
+        """Everything the step needs at pose (L, t), and its cost."""
+        ops, st, opt, nj = self.ops, self.st, self.opt, self.nj
+        wr, wp, kp = self.pose(L, t)
+        pk = kp[:, st["iK"]]
+        rk = pk - self.tgt
+        s = {"L": L, "t": t, "wr": wr, "wp": wp, "kp": kp, "pk": pk, "rk": rk}
+        cost = (self.w_k * (rk * rk).sum(-1)).sum(1)
+        if self.wo is not None:
+            err = ops.logmap(wr[:, st["ioj"]] @ ops.T(self.o_tgt))  # (B, no, 3)
+            s["oerr"] = err
+            cost = cost + (self.wo * (err * err).sum(-1)).sum(1)
+        LJ = L[:, st["iJ"]]
+        if opt["limits"]:  # one axis-angle conversion for the prior and the limits
+            aa = ops.logmap(ops.cat([LJ @ self.init_inv, LJ], 1))
+            dev, v = aa[:, :nj], aa[:, nj:]
+        else:
+            dev = ops.logmap(LJ @ self.init_inv)  # (B, nj, 3), parent frame
+        s["dev"] = dev
+        cost = cost + opt["prior"] * (dev * dev).sum((1, 2)) + opt["prior_trans"] * ((t - self.init_root) ** 2).sum(1)
+        if opt["limits"]:
+            viol = ops.clamp_min(v - st["hi"], 0.0) - ops.clamp_min(st["lo"] - v, 0.0)  # signed
+            s["viol"] = viol
+            cost = cost + opt["limit_weight"] * (viol * viol).sum((1, 2))
+        s["cost"] = cost
+        return s
+
+    def step(self, s, mu):
+        """The damped Gauss-Newton step of every frame, in the trust region; ``(step, solved)``."""
+        ops, st, opt, nj = self.ops, self.st, self.opt, self.nj
+        pk, w_k = s["pk"], self.w_k
+        B, nk = pk.shape[:2]
+        wpk = pk * w_k[..., None]
+        wrk = s["rk"] * w_k[..., None]
+        feats = ops.cat([w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk,
+                         ops.cross(pk, wrk)], -1)  # (B, nk, 19)
+        T = st["A_t"] @ feats  # (B, nj, 19): sums over the keypoints each joint moves
+        pj = s["wp"][:, st["iJ"]]  # (B, nj, 3)
+        rpar_all = s["wr"][:, st["par"]]  # the parents' world rotations (the root's: identity)
+        rpar_all[:, 0] = st["eye3"]
+        s["_rpar"] = rpar_all
+        rpar = rpar_all[:, st["iJ"]]  # (B, nj, 3, 3)
+        g = ops.cat([(T[..., 16:19] - ops.cross(pj, T[..., 13:16])).reshape(B, -1), wrk.sum(1)], 1)
+        gr = g[:, : 3 * nj]
+        pair = Hl = None
+        if self.wo is not None:
+            # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
+            pair = ops.xp.einsum("be,ei,ej->bij", self.wo, st["o_A"], st["o_A"])
+            gr += ops.xp.einsum("be,ei,bec->bic", self.wo, st["o_A"], s["oerr"]).reshape(B, -1)
+        # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
+        gr += ((rpar @ s["dev"][..., None])[..., 0] * opt["prior"]).reshape(B, -1)
+        g[:, 3 * nj:] += (s["t"] - self.init_root) * opt["prior_trans"]
+        if opt["limits"]:
+            # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
+            act = ops.astype(s["viol"] != 0, rpar.dtype)  # (B, nj, 3)
+            Hl = (rpar * act[:, :, None, :]) @ ops.T(rpar) * opt["limit_weight"]
+            gr += (rpar @ (s["viol"] * opt["limit_weight"])[..., None])[..., 0].reshape(B, -1)
+        diag_add = self.prior_diag[None] + mu[:, None]
+        if ops.name != "numpy" and B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
+            x, info = tree_normal_solve(T, pj, w_k.sum(1), g, diag_add, st["J"], pair, Hl)
+            ok = info == 0
+        else:
+            x, ok = ops.solve_spd(self._dense_normal(T, pj, pair, Hl, diag_add), g)
+        return ops.finite_or_zero(x), ok
+
+    def _dense_normal(self, T, pj, pair, Hl, diag_add):
+        """The dense normal matrix (B, n, n) of :meth:`step`'s sums ``T``."""
+        ops, st, nj = self.ops, self.st, self.nj
+        B, n = T.shape[0], 3 * nj + 3
+        T0 = ops.cat([T[..., :13], ops.zeros((B, 1, 13))], 1)
+        Tg = T0[:, st["deeper"]].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
+        S, m, M = Tg[..., 0], Tg[..., 1:4], Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
+        pa, pb = pj[:, :, None, :], pj[:, None, :, :]  # p_i, p_i'
+        H = ops.empty((B, n, n))
+        _rotation_blocks(ops, st, H, nj, m, M, pa, pb, m - S[..., None] * pb, pair)
+        eye3 = st["eye3"]
+        Hrt = ops.skew(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
+        H[:, : 3 * nj, 3 * nj:] = Hrt
+        H[:, 3 * nj:, : 3 * nj] = ops.T(Hrt)
+        H[:, 3 * nj:, 3 * nj:] = self.w_k.sum(1)[:, None, None] * eye3
+        Hf = H.reshape(B, n * n)
+        Hf[:, st["diag"]] += diag_add
+        if Hl is not None:
+            Hf[:, st["limit_blocks"]] += Hl.reshape(B, -1)
+        return H
+
+    def candidate(self, s, step):
+        """The state of the pose ``step`` leads to (at most ``max_rot`` radians per joint, ``max_trans`` m)."""
+        ops, st, opt, nj = self.ops, self.st, self.opt, self.nj
+        B = step.shape[0]
+        wj = step[:, : 3 * nj].reshape(B, nj, 3)
+        wj = wj * (opt["max_rot"] / ops.clamp_min(ops.norm(wj), opt["max_rot"]))
+        dtr = step[:, 3 * nj:]
+        dtr = dtr * (opt["max_trans"] / ops.clamp_min(ops.norm(dtr), opt["max_trans"]))
+        w = ops.zeros((B, NUM_JOINTS, 3))
+        w[:, st["iJ"]] = wj
+        # re-orthonormalise (round-off would otherwise accumulate over steps)
+        L_new = ops.orthonormalise(ops.T(s["_rpar"]) @ ops.expmap(w) @ s["wr"])
+        return self.evaluate(L_new, s["t"] + dtr)
+
+
+def _rotation_blocks(ops, st, H, nj, m, M, pa, pb, u, pair):
+    """Write the rotation blocks of the normal matrix into ``H`` (B, n, n).
+
+    ``Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T`` and
+    ``H_ii' = tr(Q) I - Q^T`` (+ the orientations' pair terms ``pair_ii' I``),
+    laid out as rows (i, a), columns (i', c).
     """
-    key = (tuple(J), str(dev))
-    plan = _TREE_PLANS.get(key)
-    if plan is not None:
-        return plan
-    nj = len(J)
-    n = 3 * nj + 3
-    depth = [0] * NUM_JOINTS
-    for j in range(1, NUM_JOINTS):
-        depth[j] = depth[PARENTS[j]] + 1
-    anc = _ANC_INCL[np.ix_(J, J)]
-    rel = anc | anc.T
-    pat = np.ones((n, n), dtype=bool)
-    pat[: 3 * nj, : 3 * nj] = np.kron(rel, np.ones((3, 3), dtype=bool))
-    order = sorted(range(nj), key=lambda i: (-depth[J[i]], i))
-    perm = np.concatenate([np.arange(3 * i, 3 * i + 3) for i in order] + [np.arange(3 * nj, n)])
-    P = pat[np.ix_(perm, perm)].copy()
-    cols = []
-    for c in range(n):  # symbolic factorisation (fill-in included, if any)
-        rows = c + 1 + np.flatnonzero(P[c + 1:, c])
-        P[np.ix_(rows, rows)] = True
-        cols.append(rows)
-    # compact storage: the structurally non-zero lower triangle, one row of B values per entry.
-    # src: its flat index in the dense (n, n) matrix; vsrc: its row in the "virtual" source
-    # stack of _tree_normal_solve (rotation blocks of related joint pairs, then the
-    # rotation-translation entries, then the translation block)
-    pairs = [(i, k) for i in range(nj) for k in range(nj) if rel[i, k]]
-    pair_of = {pk: q for q, pk in enumerate(pairs)}
-    base_rt, base_tt = 9 * len(pairs), 9 * len(pairs) + 9 * nj
-
-    def virtual(vr, vc):
-        if vr < 3 * nj and vc < 3 * nj:
-            return pair_of[(vr // 3, vc // 3)] * 9 + (vr % 3) * 3 + vc % 3
-        if vr < 3 * nj:
-            return base_rt + vr * 3 + (vc - 3 * nj)
-        if vc < 3 * nj:
-            return base_rt + vc * 3 + (vr - 3 * nj)
-        return base_tt + (vr - 3 * nj) * 3 + (vc - 3 * nj)
-
-    pos = {}
-    src, vsrc = [], []
-    for c in range(n):
-        for i in [c] + list(cols[c]):
-            pos[(int(i), c)] = len(src)
-            src.append(int(perm[i]) * n + int(perm[c]))
-            vsrc.append(virtual(int(perm[i]), int(perm[c])))
-    lt = lambda *a: torch.as_tensor(np.asarray(a[0], dtype=np.int64), device=dev)  # noqa: E731
-    flat = []
-    for c, rows in enumerate(cols):
-        ii, jj = np.tril_indices(len(rows))
-        rr = [pos[(int(rows[i]), int(rows[j]))] for i, j in zip(ii, jj)]
-        flat.append((c, pos[(c, c)], lt(rows), lt([pos[(int(r), c)] for r in rows]), lt(rr), lt(ii), lt(jj)))
-    inv = np.empty(n, dtype=np.int64)
-    inv[perm] = np.arange(n)
-    pi, pk = (lt([q[0] for q in pairs]), lt([q[1] for q in pairs]))
-    dp = lt([int(np.where(anc[i, k], i, k)) for i, k in pairs])  # the deeper joint of each pair
-    diag_pairs = lt([pair_of[(i, i)] for i in range(nj)])
-    diag_pos = lt([pos[(int(inv[v]), int(inv[v]))] for v in range(n)])
-    plan = (lt(perm), lt(src), flat, n, (lt(vsrc), pi, pk, dp, diag_pairs, diag_pos))
-    if len(_TREE_PLANS) > 64:
-        _TREE_PLANS.clear()
-    _TREE_PLANS[key] = plan
-    return plan
-
-
-def _tree_cholesky_solve(H, g, J):
-    """Solve ``H x = -g`` (batched, symmetric positive definite) with the sparse tree factorisation.
-
-    Same role as ``cholesky_ex`` + ``cholesky_solve`` (returns ``(x, info)``,
-    ``info != 0`` where a pivot was not positive or not finite) but touches
-    only the structurally non-zero entries of the lower triangle: for large
-    batches on the CPU this is several times faster than LAPACK's dense
-    per-matrix factorisation.
-    """
-    perm, src, cols, n, _ = _tree_plan(J, H.device)
     B = H.shape[0]
-    # batch last: each matrix entry is a contiguous row of B values, so the
-    # gathers / scatters below move whole rows
-    A = H.reshape(B, n * n).index_select(1, src).t().contiguous()
-    return _tree_factor_solve(A, g, perm, cols, n)
-
-
-def _tree_factor_solve(A, g, perm, cols, n):
-    """Factorise the compact lower triangle ``A`` (nnz, B) in place and solve for ``-g`` (B, n)."""
-    B = A.shape[1]
-    b = (-g.index_select(1, perm)).t().contiguous()
-    diag = torch.empty(n, B, dtype=A.dtype, device=A.device)
-    tiny = torch.finfo(A.dtype).tiny
-    bad = ~torch.isfinite(A).all(0)
-    for c, dc, r, rc, rr, ii, jj in cols:
-        piv = A[dc]
-        bad |= ~(piv > 0)
-        d = piv.clamp_min(tiny).sqrt()
-        diag[c] = d
-        if len(r):
-            col = A.index_select(0, rc) / d
-            A.index_copy_(0, rc, col)
-            A.index_add_(0, rr, col.index_select(0, ii) * col.index_select(0, jj), alpha=-1.0)
-    for c, dc, r, rc, rr, ii, jj in cols:  # forward: L y = b (in place)
-        b[c] /= diag[c]
-        if len(r):
-            b.index_add_(0, r, A.index_select(0, rc) * b[c], alpha=-1.0)
-    for c, dc, r, rc, rr, ii, jj in reversed(cols):  # backward: L^T x = y (in place)
-        if len(r):
-            b[c] -= (A.index_select(0, rc) * b.index_select(0, r)).sum(0)
-        b[c] /= diag[c]
-    out = torch.empty_like(g)
-    out[:, perm] = b.t()
-    return out, bad.to(torch.int32)
-
-
-def _tree_normal_solve(T, pj, w_sum, g, diag_add, J, orient_pair=None, Hl=None):
-    """Build only the structurally non-zero entries of the normal matrix (batch last) and solve.
-
-    Same matrix as the dense construction in :func:`_dense_step`: rotation
-    blocks ``tr(Q) I - Q^T`` of related joint pairs, rotation-translation
-    blocks ``[m_i - S_i p_i]_x``, the translation block ``sum(w) I``; plus
-    the orientation pair terms, the joint-limit blocks and ``diag_add``
-    (prior + damping, (B, n)) on the diagonal.
-    """
-    perm, _, cols, n, (vsrc, pi, pk, dp, diag_pairs, diag_pos) = _tree_plan(J, T.device)
-    B = T.shape[0]
-    Tt = T[..., :13].permute(1, 2, 0).contiguous()  # (nj, 13, B)
-    Pt = pj.permute(1, 2, 0).contiguous()  # (nj, 3, B)
-    Tg = Tt.index_select(0, dp)  # (np, 13, B): sums over the keypoints both joints move
-    S, m, M = Tg[:, 0], Tg[:, 1:4], Tg[:, 4:13].unflatten(1, (3, 3))
-    pa, pb = Pt.index_select(0, pi), Pt.index_select(0, pk)
-    u = m - S[:, None] * pb
-    Q = M - m[:, :, None] * pb[:, None, :] - pa[:, :, None] * u[:, None, :]  # (np, 3, 3, B)
-    blk = -Q.transpose(1, 2)
-    blk.diagonal(dim1=1, dim2=2).add_((Q[:, 0, 0] + Q[:, 1, 1] + Q[:, 2, 2])[..., None])
-    if orient_pair is not None:  # (B, nj, nj)
-        op = orient_pair.permute(1, 2, 0)[pi, pk]  # (np, B)
-        blk.diagonal(dim1=1, dim2=2).add_(op[..., None])
-    if Hl is not None:  # (B, nj, 3, 3) on the diagonal blocks
-        blk.index_add_(0, diag_pairs, Hl.permute(1, 2, 3, 0))
-    v = Tt[:, 1:4] - Tt[:, 0:1] * Pt  # (nj, 3, B)
-    x, y, z = v[:, 0], v[:, 1], v[:, 2]
-    o = torch.zeros_like(x)
-    rt = torch.stack([o, -z, y, z, o, -x, -y, x, o], 1)  # (nj, 9, B): [v]_x
-    tt = torch.zeros(9, B, dtype=T.dtype, device=T.device)
-    tt[0::4] = w_sum
-    src = torch.cat([blk.reshape(-1, B), rt.reshape(-1, B), tt], 0)
-    A = src.index_select(0, vsrc)
-    A.index_add_(0, diag_pos, diag_add.t())
-    return _tree_factor_solve(A, g, perm, cols, n)
-
-
-#: Batches at least this large use :func:`_tree_cholesky_solve` (smaller ones LAPACK).
-TREE_SOLVE_MIN_BATCH = 128
-
-
-def _dense_step(B, n, nj, T, pj, w_k, wrk, deeper_flat, use_orient, o_sw, o_A, cur, prior_diag, mu, wr, J, prior, t,
-                init_root, prior_trans, limits, limit_weight, diag_idx, eye3):
-    """Dense normal equations and LAPACK Cholesky (small batches): ``(step, info, rpar_all)``."""
-    dt, dev = T.dtype, T.device
-    T0 = torch.cat([T[..., :13], torch.zeros(B, 1, 13, dtype=dt, device=dev)], dim=1)
-    Tg = T0[:, deeper_flat].reshape(B, nj, nj, 13)  # unrelated pairs -> zero row
-    S = Tg[..., 0]
-    m = Tg[..., 1:4]
-    M = Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
-    pa = pj[:, :, None, :]  # p_i
-    pb = pj[:, None, :, :]  # p_i'
-    u = m - S[..., None] * pb
-    # Q_ii' = sum_k w (p_k - p_i)(p_k - p_i')^T = M - m pb^T - pa u^T and
-    # H_ii' = tr(Q) I - Q^T, laid out as rows (i, a), columns (i', c).
-    # -Q is written straight into H through a permuted view (few passes
-    # over the large (B, nj, nj, 3, 3) arrays, no temporaries).
-    H = torch.empty(B, n, n, dtype=dt, device=dev)
+    if ops.name == "numpy":   # (numpy: Q in one contiguous array, then one pass of strided writes)
+        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
+        trq = ops.diagonal(Q).sum(-1) if pair is None else ops.diagonal(Q).sum(-1) + pair
+        H[:, : 3 * nj, : 3 * nj] = (trq[:, :, None, :, None] * st["eye3"][None, None, :, None, :]
+                                    - Q.transpose(0, 1, 4, 2, 3)).reshape(B, 3 * nj, 3 * nj)
+        return
+    # torch: -Q written straight into H through a permuted view (few passes over the
+    # large (B, nj, nj, 3, 3) arrays, no temporaries)
     Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
     Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
     torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
@@ -255,39 +232,39 @@ def _dense_step(B, n, nj, T, pj, w_k, wrk, deeper_flat, use_orient, o_sw, o_A, c
     Hq.sub_(M)
     trq = M.diagonal(dim1=-2, dim2=-1).sum(-1) - (m * pb).sum(-1) - (pa * u).sum(-1)  # (B, nj, nj)
     Hv.diagonal(dim1=2, dim2=4).add_(trq[..., None])
-    Sj = T[..., 0]  # (B, nj)
-    mj = T[..., 1:4]  # (B, nj, 3)
-    Hrt = skew(mj - Sj[..., None] * pj).reshape(B, 3 * nj, 3)
-    H[:, : 3 * nj, 3 * nj:] = Hrt
-    H[:, 3 * nj:, : 3 * nj] = Hrt.transpose(1, 2)
-    H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
-    g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
-    g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
+    if pair is not None:
+        Hv.diagonal(dim1=2, dim2=4).add_(pair[..., None])
+
+
+def _run(ops, pose, L, t, targets, weights, kp_active, orient, o_active, orient_joints, init_local, init_root, opt):
+    """The refinement of one batch on the backend ``ops``; the final state, or None (nothing to refine)."""
+    use_orient = o_active is not None and bool(o_active.any())
+    st = _setup(ops, kp_active, o_active if use_orient else None, orient_joints, opt["limits"])
+    if not st["K"] and not use_orient:
+        return None
+    tgt = ops.where(weights[..., None] > 0, targets, 0.0)[:, st["iK"]]
+    o = None
     if use_orient:
-        wo = o_sw ** 2  # (B, no)
-        # H_ii' += sum_e wo_e A_ei A_ei' I ; g_i += sum_e wo_e A_ei err_e
-        pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
-        Ho = (pair[..., None, None] * eye3).permute(0, 1, 3, 2, 4).reshape(B, 3 * nj, 3 * nj)
-        H = H + torch.nn.functional.pad(Ho, (0, 3, 0, 3))
-        go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
-        g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-    H.diagonal(dim1=1, dim2=2).add_(prior_diag[None] + mu[:, None])
-    # prior on local deviation (parent frame) -> world-frame gradient R_parent @ dev
-    rpar_all = _world_parent(wr)
-    rpar = rpar_all[:, J]  # (B, nj, 3, 3)
-    gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
-    g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
-    if limits:
-        viol = cur["viol"]
-        act = (viol != 0).to(dt)  # (B, nj, 3)
-        # residual sl*viol_c, d viol / d w = e_c^T R_parent^T -> H += R diag(act) R^T
-        Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
-        gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
-        H.view(B, n * n)[:, diag_idx] += Hl.reshape(B, -1)
-        g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-    chol, info = torch.linalg.cholesky_ex(H)
-    step = torch.cholesky_solve(-g[..., None], chol)[..., 0]
-    return step, info, rpar_all
+        oi = ops.index(np.array(st["oi"], dtype=np.int64))
+        # (the rows' weights are sqrt(w): the normal equations' are their squares)
+        o = (orient[0][:, oi], ops.xp.sqrt(orient[1][:, oi]) ** 2)
+    problem = _Refinement(ops, st, pose, L, t, tgt, weights[:, st["iK"]], o, init_local, init_root, opt)
+    damping = lm.Damping(opt["damping"], opt["damping_decay"], opt["damping_min"])
+    return lm.levenberg_marquardt(problem, iterations=opt["steps"], damping=damping)[0]
+
+
+def _options(steps, prior, prior_trans, damping, damping_decay, damping_min, limits, limit_weight, max_rot, max_trans):
+    return dict(steps=int(steps), prior=float(prior), prior_trans=float(prior_trans), damping=float(damping),
+                damping_decay=float(damping_decay), damping_min=float(damping_min), limits=bool(limits),
+                limit_weight=float(limit_weight), max_rot=float(max_rot), max_trans=float(max_trans))
+
+
+def _orient_joints(orient_joints):
+    if orient_joints is None:
+        from .network import EFFECTOR_JOINTS
+
+        orient_joints = EFFECTOR_JOINTS
+    return tuple(int(j) for j in orient_joints)
 
 
 @torch.no_grad()
@@ -330,7 +307,7 @@ def refine(
     offsets : Tensor, shape (22, 3) or (B, 22, 3)
     end_offsets : Tensor, shape (10, 3) or (B, 10, 3)
     steps : int
-        Number of Gauss-Newton steps (0 returns the input).
+        Number of Levenberg-Marquardt steps (0 returns the input).
     orient_targets : Tensor, shape (B, E, 3, 3), optional
         Target world orientations of the joints ``orient_joints``.
     orient_weights : Tensor, shape (B, E), optional
@@ -342,9 +319,9 @@ def refine(
         (metres) near the initial pose.
     damping, damping_decay, damping_min : float
         Levenberg-Marquardt damping on the step: ``damping`` at the first
-        step, multiplied by ``damping_decay`` after each, never below
-        ``damping_min``. Damping keeps directions the targets do not
-        determine (e.g. twists) at the initial pose.
+        step, multiplied by ``damping_decay`` after each accepted step,
+        never below ``damping_min``. Damping keeps directions the targets
+        do not determine (e.g. twists) at the initial pose.
     limits : bool
         Add the soft joint-limit residuals.
     limit_weight : float
@@ -369,236 +346,30 @@ def refine(
     dt, dev = local_rot.dtype, local_rot.device
     if steps <= 0 or B == 0:
         return local_rot, root_pos
-    init_local = local_rot if init_local is None else init_local
-    init_root = root_pos if init_root is None else init_root
     weights = weights.to(dt)
-    targets = torch.where(weights[..., None] > 0, targets, torch.zeros((), dtype=dt, device=dev))
-
-    # active keypoints and joints (union over the batch)
     if active is not None and active[0] is not None:
         kp_active = np.asarray(active[0], dtype=bool)
     else:
         kp_active = (weights > 0).any(0).cpu().numpy()
-    use_orient = orient_targets is not None and orient_weights is not None
-    if use_orient:
-        if orient_joints is None:
-            from .network import EFFECTOR_JOINTS
-
-            orient_joints = EFFECTOR_JOINTS
-        orient_joints = list(orient_joints)
+    o_active = orient = None
+    if orient_targets is not None and orient_weights is not None:
+        orient_joints = _orient_joints(orient_joints)
         if active is not None and active[1] is not None:
             o_active = np.asarray(active[1], dtype=bool)
         else:
             o_active = (orient_weights > 0).any(0).cpu().numpy()
-        use_orient = bool(o_active.any())
-    joint_active = _ANC[kp_active].any(0)
-    if use_orient:
-        oj = [orient_joints[i] for i in np.flatnonzero(o_active)]
-        oi = [int(i) for i in np.flatnonzero(o_active)]
-        joint_active |= _ANC_INCL[oj].any(0)
-    K = [int(k) for k in np.flatnonzero(kp_active)]
-    J = [int(j) for j in np.flatnonzero(joint_active)]
-    nk, nj = len(K), len(J)
-    if nk == 0 and not use_orient:
-        return local_rot, root_pos
-    n = 3 * nj + 3
-    # index tables of this mask pattern on the device, made once (copies to a GPU wait for its queue)
-    skey = (tuple(K), tuple(J), tuple(oj) if use_orient else None, bool(limits), dt, str(dev))
-    setup = _SETUPS.get(skey)
-    if setup is None:
-        setup = {"A": torch.as_tensor(_ANC[np.ix_(K, J)], dtype=dt, device=dev)}  # (nk, nj)
-        setup["A_t"] = setup["A"].t().contiguous()
-        if use_orient:
-            setup["o_A"] = torch.as_tensor(_ANC_INCL[np.ix_(oj, J)], dtype=dt, device=dev)  # (no, nj)
-        if limits:
-            lo, hi = limit_arrays(dt, dev)
-            setup["lo"], setup["hi"] = lo[J], hi[J]
-            jj, aa, cc = np.meshgrid(np.arange(nj), np.arange(3), np.arange(3), indexing="ij")
-            setup["diag_idx"] = torch.as_tensor(((3 * jj + aa) * n + 3 * jj + cc).reshape(-1), device=dev)
-        # pair tables: for related joints (one is an ancestor-or-self of the other)
-        # the keypoints moved by both are those moved by the deeper one
-        anc_incl = _ANC_INCL[np.ix_(J, J)]  # [a, b]: b is ancestor-or-self of a
-        deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj))
-        setup["deeper_flat"] = torch.as_tensor(deeper.reshape(-1), device=dev)
-        if len(_SETUPS) > 64:
-            _SETUPS.clear()
-        _SETUPS[skey] = setup
-    A_t, deeper_flat = setup["A_t"], setup["deeper_flat"]
-    tgt = targets[:, K]
-    eye3 = torch.eye(3, dtype=dt, device=dev)
-    prior_diag = torch.full((n,), prior, dtype=dt, device=dev)
-    prior_diag[-3:] = prior_trans
-    if use_orient:
-        o_tgt = orient_targets[:, oi]
-        o_sw = orient_weights[:, oi].to(dt).sqrt()
-        o_A = setup["o_A"]
-    if limits:
-        lo, hi, diag_idx = setup["lo"], setup["hi"], setup["diag_idx"]
-    init_local_inv = init_local[:, J].transpose(-1, -2)
-    w_k = weights[:, K]  # (B, nk)
+        orient = (orient_targets, orient_weights.to(dt))
 
-    def evaluate(L, t):
-        """Everything the step needs at pose (L, t), and its cost."""
+    def pose(L, t):
         wr, wp = forward_kinematics(L, t, offsets)
-        kp = keypoints_from_world(wr, wp, end_offsets)
-        pk = kp[:, K]
-        rk = pk - tgt
-        st = {"L": L, "t": t, "wr": wr, "wp": wp, "pk": pk, "rk": rk}
-        cost = (w_k * (rk * rk).sum(-1)).sum(1)
-        if use_orient:
-            err = matrix_to_axis_angle(wr[:, oj] @ o_tgt.transpose(-1, -2))  # (B, no, 3)
-            st["oerr"] = err
-            cost = cost + ((o_sw ** 2) * (err * err).sum(-1)).sum(1)
-        LJ = L[:, J]
-        if limits:  # one axis-angle conversion for the prior and the limits
-            aa = matrix_to_axis_angle(torch.cat([LJ @ init_local_inv, LJ], dim=1))
-            dev_loc, v = aa[:, :nj], aa[:, nj:]
-        else:
-            dev_loc = matrix_to_axis_angle(LJ @ init_local_inv)  # (B, nj, 3), parent frame
-        st["dev"] = dev_loc
-        cost = cost + prior * (dev_loc * dev_loc).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
-        if limits:
-            viol = torch.relu(v - hi) - torch.relu(lo - v)  # signed
-            st["viol"] = viol
-            cost = cost + limit_weight * (viol * viol).sum((1, 2))
-        st["cost"] = cost
-        return st
+        return wr, wp, keypoints_from_world(wr, wp, end_offsets)
 
-    cur = evaluate(local_rot.clone(), root_pos.clone())
-    mu = torch.full((B,), float(damping), dtype=dt, device=dev)
-    for it in range(steps):
-        L, t, wr, wp, pk, rk = cur["L"], cur["t"], cur["wr"], cur["wp"], cur["pk"], cur["rk"]
-        wpk = pk * w_k[..., None]
-        wrk = rk * w_k[..., None]
-        feats = torch.cat(
-            [w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk, torch.cross(pk, wrk, dim=-1)],
-            dim=-1,
-        )  # (B, nk, 19)
-        T = A_t @ feats  # (B, nj, 19): sums over the keypoints each joint moves
-        pj = wp[:, J]  # (B, nj, 3)
-        if B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
-            g_rot = T[..., 16:19] - torch.cross(pj, T[..., 13:16], dim=-1)
-            g = torch.cat([g_rot.reshape(B, -1), wrk.sum(1)], dim=1)
-            pair = None
-            if use_orient:
-                wo = o_sw ** 2
-                pair = torch.einsum("be,ei,ej->bij", wo, o_A, o_A)
-                go = torch.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
-                g = g + torch.cat([go, torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-            rpar_all = _world_parent(wr)
-            rpar = rpar_all[:, J]
-            gp = (rpar @ cur["dev"][..., None])[..., 0] * prior
-            g = g + torch.cat([gp.reshape(B, -1), (t - init_root) * prior_trans], dim=1)
-            Hl = None
-            if limits:
-                viol = cur["viol"]
-                act = (viol != 0).to(dt)
-                Hl = (rpar * act[:, :, None, :]) @ rpar.transpose(-1, -2) * limit_weight
-                gl = (rpar @ (viol * limit_weight)[..., None])[..., 0]
-                g = g + torch.cat([gl.reshape(B, -1), torch.zeros(B, 3, dtype=dt, device=dev)], dim=1)
-            step, info = _tree_normal_solve(T, pj, w_k.sum(1), g, prior_diag[None] + mu[:, None], J, pair, Hl)
-        else:
-            step, info, rpar_all = _dense_step(B, n, nj, T, pj, w_k, wrk, deeper_flat, use_orient, o_sw if use_orient else None,
-                                               o_A if use_orient else None, cur, prior_diag, mu, wr, J, prior, t, init_root,
-                                               prior_trans, limits, limit_weight, diag_idx if limits else None, eye3)
-        step = torch.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
-        # trust region: at most max_rot radians per joint and max_trans metres per step
-        wj = step[:, : 3 * nj].reshape(B, nj, 3)
-        wj = wj * (max_rot / wj.norm(dim=-1, keepdim=True).clamp_min(max_rot))
-        dtr = step[:, 3 * nj:]
-        dtr = dtr * (max_trans / dtr.norm(dim=-1, keepdim=True).clamp_min(max_trans))
-        w = torch.zeros(B, NUM_JOINTS, 3, dtype=dt, device=dev)
-        w[:, J] = wj
-        E = axis_angle_to_matrix(w)
-        # re-orthonormalise (round-off would otherwise accumulate over steps)
-        L_new = rot6d_to_matrix(matrix_to_rot6d(rpar_all.transpose(-1, -2) @ E @ wr))
-        cand = evaluate(L_new, t + dtr)
-        # Levenberg-Marquardt acceptance, per frame: keep a step only if it lowers the cost
-        ok = (cand["cost"] <= cur["cost"]) & (info == 0)
-        if dev.type == "cpu" and bool(ok.all()):  # (on a GPU the test would stall the stream)
-            cur = cand
-        else:
-            cur = {k: torch.where(ok.view((B,) + (1,) * (v.dim() - 1)), v, cur[k]) for k, v in cand.items()}
-        mu = torch.where(ok, (mu * damping_decay).clamp_min(damping_min), mu * 10.0)
-    L, t = cur["L"], cur["t"]
-    return L, t
-
-
-# ----------------------------------------------------------------------------- numpy path
-# For a handful of frames (an interactive "current pose" solve) the cost of
-# the torch version is the per-operation overhead of hundreds of tiny
-# tensor operations. This float64 numpy twin of :func:`refine` runs the same
-# algorithm (same residuals, Jacobian, LM acceptance and trust region) with
-# far cheaper small-array operations. :class:`.inference.Solver` uses it on
-# the CPU for a single frame (``SMALL_BATCH``); it also accepts batches.
-
-SMALL_BATCH = 1
-
-_LEVELS = []
-_depth = [0] * NUM_JOINTS
-for _j in range(1, NUM_JOINTS):
-    _depth[_j] = _depth[PARENTS[_j]] + 1
-for _d in range(1, max(_depth) + 1):
-    _idx = [j for j in range(NUM_JOINTS) if _depth[j] == _d]
-    _LEVELS.append((np.array(_idx), np.array([PARENTS[j] for j in _idx])))
-
-
-def _np_fk(L, t, off, eo):
-    """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3)."""
-    W, P = forward_kinematics_np(L, t, off)
-    return W, P, keypoints_from_world_np(W, P, eo)
-
-
-def _solve_spd(H, g):
-    """Solve ``H x = -g`` for symmetric positive definite ``H`` (B, n, n); returns (x, ok)."""
-    if H.shape[0] == 1 and _cho is not None:
-        # one frame: LAPACK through scipy is cheapest (numpy's cholesky and
-        # multi-threaded torch have a large fixed cost on tiny matrices)
-        c, info = _cho[0](H[0], lower=1)  # LAPACK dpotrf/dpotrs directly (no wrapper checks)
-        if info != 0:
-            return np.zeros_like(g), np.zeros(1, dtype=bool)
-        x, info = _cho[1](c, g[0], lower=1)
-        x = -x[None]
-        return x, np.isfinite(x).all(1) & (info == 0)
-    chol, info = torch.linalg.cholesky_ex(torch.from_numpy(H))
-    x = torch.cholesky_solve(torch.from_numpy(-g[..., None]), chol)[..., 0].numpy()
-    return x, (info == 0).numpy() & np.isfinite(x).all(1)
-
-
-try:  # optional (not bundled with Blender's Python)
-    from scipy.linalg.lapack import dpotrf as _cf, dpotrs as _cs
-
-    _cho = (_cf, _cs)
-except Exception:  # pragma: no cover
-    _cho = None
-
-
-_NP_SETUP: dict = {}
-_PAR_NP = np.array([max(p, 0) for p in PARENTS])
-
-
-def _np_setup(kp_active, o_active, orient_joints, limits, prior, prior_trans):
-    """Index tables of one mask pattern (cached: interactive calls repeat it)."""
-    joint_active = _ANC[kp_active].any(0)
-    oi = oj = o_A = None
-    if o_active is not None:
-        oi = [int(i) for i in np.flatnonzero(o_active)]
-        oj = [orient_joints[i] for i in oi]
-        joint_active = joint_active | _ANC_INCL[oj].any(0)
-    K = np.flatnonzero(kp_active)
-    J = np.flatnonzero(joint_active)
-    nj = len(J)
-    if o_active is not None:
-        o_A = _ANC_INCL[np.ix_(oj, J)].astype(np.float64)
-    A = _ANC[np.ix_(K, J)].astype(np.float64)
-    anc_incl = _ANC_INCL[np.ix_(J, J)]
-    deeper = np.where(anc_incl, np.arange(nj)[:, None], np.where(anc_incl.T, np.arange(nj)[None, :], nj)).reshape(-1)
-    prior_diag = np.full(3 * nj + 3, float(prior))
-    prior_diag[-3:] = prior_trans
-    lo = hi = None
-    if limits:
-        lo, hi = (x.numpy().astype(np.float64)[J] for x in limit_arrays(torch.float64))
-    return K, J, A, deeper, prior_diag, lo, hi, oi, oj, o_A
+    opt = _options(steps, prior, prior_trans, damping, damping_decay, damping_min, limits, limit_weight, max_rot,
+                   max_trans)
+    s = _run(lm.torch_ops(dt, dev), pose, local_rot.clone(), root_pos.clone(), targets, weights, kp_active, orient,
+             o_active, orient_joints, local_rot if init_local is None else init_local,
+             root_pos if init_root is None else init_root, opt)
+    return (local_rot, root_pos) if s is None else (s["L"], s["t"])
 
 
 def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *, steps=DEFAULTS["steps"],
@@ -606,7 +377,7 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
                  prior_trans=DEFAULTS["prior_trans"], damping=DEFAULTS["damping"], damping_decay=DEFAULTS["damping_decay"],
                  damping_min=DEFAULTS["damping_min"], limits=True, limit_weight=DEFAULTS["limit_weight"],
                  init_local=None, init_root=None, max_rot=0.6, max_trans=0.5, return_keypoints=False):
-    """Float64 numpy twin of :func:`refine` for a few frames (same arguments, numpy arrays).
+    """:func:`refine` on float64 numpy arrays (same arguments; the problem and loop on :data:`.lm.NUMPY`).
 
     ``offsets`` / ``end_offsets`` must be shared by the batch: (22, 3) / (10, 3).
     With ``return_keypoints`` a third value is returned: the (B, 32, 3)
@@ -614,134 +385,30 @@ def refine_numpy(local_rot, root_pos, targets, weights, offsets, end_offsets, *,
     """
     L = np.asarray(local_rot, dtype=np.float64)
     t = np.asarray(root_pos, dtype=np.float64)
-    B = L.shape[0]
-    if steps <= 0 or B == 0:
-        return (L, t, _np_fk(L, t, np.asarray(offsets, dtype=np.float64), np.asarray(end_offsets, dtype=np.float64))[2]) \
-            if return_keypoints else (L, t)
     off = np.asarray(offsets, dtype=np.float64)
     eo = np.asarray(end_offsets, dtype=np.float64)
-    w_all = np.asarray(weights, dtype=np.float64)
-    init_local = L if init_local is None else np.asarray(init_local, dtype=np.float64)
-    init_root = t if init_root is None else np.asarray(init_root, dtype=np.float64)
-    kp_active = (w_all > 0).any(0)
-    use_orient = orient_targets is not None and orient_weights is not None
-    o_active = None
-    if use_orient:
-        if orient_joints is None:
-            from .network import EFFECTOR_JOINTS
-
-            orient_joints = EFFECTOR_JOINTS
-        orient_joints = tuple(orient_joints)
-        o_active = (np.asarray(orient_weights) > 0).any(0)
-        use_orient = bool(o_active.any())
-    key = (kp_active.tobytes(), None if not use_orient else (o_active.tobytes(), orient_joints), bool(limits),
-           float(prior), float(prior_trans))
-    setup = _NP_SETUP.get(key)
-    if setup is None:
-        setup = _np_setup(kp_active, o_active if use_orient else None, orient_joints, limits, prior, prior_trans)
-        if len(_NP_SETUP) > 64:
-            _NP_SETUP.clear()
-        _NP_SETUP[key] = setup
-    K, J, A, deeper, prior_diag, lo, hi, oi, oj, o_A = setup
-    nk, nj = len(K), len(J)
-    if nk == 0 and not use_orient:
-        return (L, t, _np_fk(L, t, off, eo)[2]) if return_keypoints else (L, t)
-    n = 3 * nj + 3
-    if use_orient:
-        o_tgt = np.asarray(orient_targets, dtype=np.float64)[:, oi]
-        wo = np.asarray(orient_weights, dtype=np.float64)[:, oi]
-    tgt = np.where(w_all[..., None] > 0, np.nan_to_num(np.asarray(targets, dtype=np.float64)), 0.0)[:, K]
-    w_k = w_all[:, K]
-    init_inv = np.swapaxes(init_local[:, J], -1, -2)
-    eye3 = np.eye(3)
-    par = _PAR_NP
-
-    def evaluate(L, t):
-        W, P, kp = _np_fk(L, t, off, eo)
-        pk = kp[:, K]
-        rk = pk - tgt
-        cost = (w_k * (rk * rk).sum(-1)).sum(1)
-        st = {"L": L, "t": t, "W": W, "P": P, "pk": pk, "rk": rk, "kp": kp}
-        if use_orient:
-            err = matrix_to_axis_angle_np(W[:, oj] @ np.swapaxes(o_tgt, -1, -2))
-            st["oerr"] = err
-            cost = cost + (wo * (err * err).sum(-1)).sum(1)
-        LJ = L[:, J]
-        aa = matrix_to_axis_angle_np(np.concatenate([LJ @ init_inv, LJ], 1) if limits else LJ @ init_inv)
-        dev = aa[:, :nj]
-        st["dev"] = dev
-        cost = cost + prior * (dev * dev).sum((1, 2)) + prior_trans * ((t - init_root) ** 2).sum(1)
-        if limits:
-            v = aa[:, nj:]
-            viol = np.maximum(v - hi, 0) - np.maximum(lo - v, 0)
-            st["viol"] = viol
-            cost = cost + limit_weight * (viol * viol).sum((1, 2))
-        st["cost"] = cost
-        return st
-
-    cur = evaluate(L, t)
-    mu = np.full(B, float(damping))
-    for _ in range(steps):
-        W, P, pk, rk = cur["W"], cur["P"], cur["pk"], cur["rk"]
-        wpk = pk * w_k[..., None]
-        wrk = rk * w_k[..., None]
-        feats = np.concatenate([w_k[..., None], wpk, (wpk[..., :, None] * pk[..., None, :]).reshape(B, nk, 9), wrk,
-                                cross(pk, wrk)], -1)
-        T = A.T @ feats  # (B, nj, 19)
-        pj = P[:, J]
-        T0 = np.concatenate([T[..., :13], np.zeros((B, 1, 13))], 1)
-        Tg = T0[:, deeper].reshape(B, nj, nj, 13)
-        S, m, M = Tg[..., 0], Tg[..., 1:4], Tg[..., 4:13].reshape(B, nj, nj, 3, 3)
-        pa, pb = pj[:, :, None, :], pj[:, None, :, :]
-        u = m - S[..., None] * pb
-        Q = M - m[..., :, None] * pb[..., None, :] - pa[..., :, None] * u[..., None, :]
-        trq = np.trace(Q, axis1=-2, axis2=-1)
-        H = np.empty((B, n, n))
-        # H_ii' = tr(Q) I - Q^T, rows (i, a), columns (i', c)
-        H[:, : 3 * nj, : 3 * nj] = (trq[:, :, None, :, None] * eye3[None, None, :, None, :]
-                                    - Q.transpose(0, 1, 4, 2, 3)).reshape(B, 3 * nj, 3 * nj)
-        Hrt = skew_np(T[..., 1:4] - T[..., 0:1] * pj).reshape(B, 3 * nj, 3)
-        H[:, : 3 * nj, 3 * nj:] = Hrt
-        H[:, 3 * nj:, : 3 * nj] = np.swapaxes(Hrt, 1, 2)
-        H[:, 3 * nj:, 3 * nj:] = w_k.sum(1)[:, None, None] * eye3
-        g_rot = T[..., 16:19] - cross(pj, T[..., 13:16])
-        g = np.concatenate([g_rot.reshape(B, -1), wrk.sum(1)], 1)
-        if use_orient:
-            pair = np.einsum("be,ei,ej->bij", wo, o_A, o_A)
-            H[:, : 3 * nj, : 3 * nj] += (pair[:, :, None, :, None] * eye3[None, None, :, None, :]).reshape(B, 3 * nj, 3 * nj)
-            g[:, : 3 * nj] += np.einsum("be,ei,bec->bic", wo, o_A, cur["oerr"]).reshape(B, -1)
-        H[:, np.arange(n), np.arange(n)] += prior_diag[None] + mu[:, None]
-        Wpar = W[:, par]
-        Wpar[:, 0] = eye3
-        rpar = Wpar[:, J]
-        g[:, : 3 * nj] += ((rpar @ cur["dev"][..., None])[..., 0] * prior).reshape(B, -1)
-        g[:, 3 * nj:] += (cur["t"] - init_root) * prior_trans
-        if limits:
-            viol = cur["viol"]
-            act = (viol != 0).astype(np.float64)
-            Hl = (rpar * act[:, :, None, :]) @ np.swapaxes(rpar, -1, -2) * limit_weight
-            Hb = H[:, : 3 * nj, : 3 * nj].reshape(B, nj, 3, nj, 3)
-            jj = np.arange(nj)
-            Hb[:, jj, :, jj, :] += Hl.transpose(1, 0, 2, 3)
-            H[:, : 3 * nj, : 3 * nj] = Hb.reshape(B, 3 * nj, 3 * nj)
-            g[:, : 3 * nj] += ((rpar @ (viol * limit_weight)[..., None])[..., 0]).reshape(B, -1)
-        step, ok_solve = _solve_spd(H, g)
-        if not np.isfinite(step).all():
-            step = np.nan_to_num(step)
-        wj = step[:, : 3 * nj].reshape(B, nj, 3)
-        wj = wj * (max_rot / np.maximum(vector_norm(wj, keepdims=True), max_rot))
-        dtr = step[:, 3 * nj:]
-        dtr = dtr * (max_trans / np.maximum(vector_norm(dtr, keepdims=True), max_trans))
-        w = np.zeros((B, NUM_JOINTS, 3))
-        w[:, J] = wj
-        L_new = orthonormalise(np.swapaxes(Wpar, -1, -2) @ axis_angle_to_matrix_np(w) @ W)
-        cand = evaluate(L_new, cur["t"] + dtr)
-        ok = (cand["cost"] <= cur["cost"]) & ok_solve
-        if ok.all():
-            cur = cand
-        else:
-            cur = {k: np.where(ok.reshape((B,) + (1,) * (v.ndim - 1)), v, cur[k]) for k, v in cand.items()}
-        mu = np.where(ok, np.maximum(mu * damping_decay, damping_min), mu * 10.0)
+    w = np.asarray(weights, dtype=np.float64)
+    s = None
+    if steps > 0 and L.shape[0]:
+        o_active = orient = None
+        if orient_targets is not None and orient_weights is not None:
+            orient_joints = _orient_joints(orient_joints)
+            orient = (np.asarray(orient_targets, dtype=np.float64), np.asarray(orient_weights, dtype=np.float64))
+            o_active = (orient[1] > 0).any(0)
+        opt = _options(steps, prior, prior_trans, damping, damping_decay, damping_min, limits, limit_weight, max_rot,
+                       max_trans)
+        s = _run(lm.NUMPY, lambda L, t: _np_fk(L, t, off, eo), L, t, np.asarray(targets, dtype=np.float64), w,
+                 (w > 0).any(0), orient, o_active, orient_joints,
+                 L if init_local is None else np.asarray(init_local, dtype=np.float64),
+                 t if init_root is None else np.asarray(init_root, dtype=np.float64), opt)
+    if s is not None:
+        L, t = s["L"], s["t"]
     if return_keypoints:
-        return cur["L"], cur["t"], cur["kp"]
-    return cur["L"], cur["t"]
+        return L, t, (_np_fk(L, t, off, eo)[2] if s is None else s["kp"])
+    return L, t
+
+
+def _np_fk(L, t, off, eo):
+    """FK: world rotations (B,22,3,3), positions (B,22,3), keypoints (B,32,3)."""
+    W, P = forward_kinematics_np(L, t, off)
+    return W, P, keypoints_from_world_np(W, P, eo)

@@ -854,7 +854,7 @@ def test_unreachable_effector_is_named():
 
 @pytest.mark.parametrize("decay", [0.3, 1.0])
 def test_numpy_solve_of_a_few_frames_matches_the_batched_one(decay):
-    """Chunks of up to SMALL_BATCH frames run the numpy twin of the LM solve: same steps, same pose.
+    """Chunks of up to SMALL_BATCH frames run the LM solve on the numpy backend: same steps, same pose.
 
     Frames are independent problems, so a frame solved alone (numpy) must end
     where the same frame solved in a batch of SMALL_BATCH + 8 (torch) does:

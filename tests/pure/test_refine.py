@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import fk, limits, network as N, refine as RF, rotations as R  # noqa: E402
+from neural_ik.model import fk, limits, network as N, refine as RF, rotations as R, tree_solve as TS  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, joint_index, keypoint_index  # noqa: E402
 
 torch.set_num_threads(2)
@@ -131,21 +131,21 @@ def test_tree_solver_matches_dense_cholesky():
     for J in (list(range(22)), [0, 1, 2, 3, 4, 5, 13, 14, 15, 16, 17]):
         nj = len(J)
         n = 3 * nj + 3
-        anc = RF._ANC_INCL[np.ix_(J, J)]
+        anc = TS.ANC_INCL[np.ix_(J, J)]
         pat = np.ones((n, n), dtype=bool)
         pat[: 3 * nj, : 3 * nj] = np.kron(anc | anc.T, np.ones((3, 3), dtype=bool))
         X = torch.randn(8, n, 2 * n, generator=g, dtype=torch.float64)
         H = (X @ X.mT / n) * torch.as_tensor(pat, dtype=torch.float64) + 0.5 * torch.eye(n, dtype=torch.float64)
         rhs = torch.randn(8, n, generator=g, dtype=torch.float64)
-        x, info = RF._tree_cholesky_solve(H, rhs, J)
+        x, info = TS.tree_cholesky_solve(H, rhs, J)
         ref = torch.linalg.solve(H, -rhs[..., None])[..., 0]
         assert torch.allclose(x, ref, atol=1e-9) and not info.any()
         H[3] = -H[3]  # not positive definite: flagged
-        assert RF._tree_cholesky_solve(H, rhs, J)[1][3] != 0
+        assert TS.tree_cholesky_solve(H, rhs, J)[1][3] != 0
 
 
 def test_large_batch_refinement_matches_small_batches():
-    gt, root, init, r0, target, off, eo = _problem(n=RF.TREE_SOLVE_MIN_BATCH, seed=5)
+    gt, root, init, r0, target, off, eo = _problem(n=TS.TREE_SOLVE_MIN_BATCH, seed=5)
     w = torch.ones(target.shape[:2], dtype=target.dtype)
     L, t = RF.refine(init, r0, target, w, off, eo, steps=4)  # tree solver
     L2, t2 = RF.refine(init[:8], r0[:8], target[:8], w[:8], off, eo, steps=4)  # LAPACK

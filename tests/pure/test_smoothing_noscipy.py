@@ -52,7 +52,7 @@ def test_numpy_butterworth_filtfilt_equals_scipy(T):
 
 
 def test_refine_without_scipy_uses_torch():
-    """model/refine.py's one-frame LAPACK path falls back to torch's Cholesky without scipy."""
+    """The LM loop's one-frame LAPACK path (model/lm.py) falls back to torch's Cholesky without scipy."""
     code = r"""
 import sys
 sys.modules["scipy"] = None
@@ -60,11 +60,12 @@ sys.path.insert(0, sys.argv[1])
 from devpkg import import_package
 import_package()
 import numpy as np
-from neural_ik.model import refine
-assert refine._cho is None
+import torch
+from neural_ik.model import lm
+assert lm._LAPACK is None
 H = np.array([[[4.0, 1.0], [1.0, 3.0]]])
 g = np.array([[1.0, 2.0]])
-x, ok = refine._solve_spd(H, g)
+x, ok = lm.NUMPY.solve_spd(H, g)
 assert ok.all() and np.allclose(H[0] @ x[0], -g[0]), x
 print("ok")
 """
