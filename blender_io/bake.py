@@ -45,7 +45,8 @@ from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..pipeline.preview import preview_pose
 from ..readers.bvh_armature import FileArmature
 from ..retarget.rigify import skeleton_for
-from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
+from ..retarget.channels import quats_to_euler_continuous
+from ..retarget.rigpose import turn_bones_to
 from .rig import NotAnArmatureError, rig_description
 from .rigify import apply_constants, channel_path, rigify_keys
 

@@ -155,7 +155,8 @@ def _reach_reason(job, eff, w):
 
 def _floor_error(job, res):
     """Median height (cm) of the rig's lowest foot point above its floor over the source's contacts."""
-    from ..retarget.solve import frame_chunks, pose_rig
+    from ..retarget.chunks import frame_chunks
+    from ..retarget.rigpose import pose_rig
     from .targets import foot_points
 
     info = job.target_info
