@@ -262,7 +262,8 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
         name says ``thumb``, one joint after another) gives the thumb: its
         End Site, else its last joint.
     """
-    from ..retarget.mapping import parse_name, thumb_end
+    from ..retarget.bone_names import parse_name
+    from ..retarget.mapping import thumb_end
 
     out = {}
     pairs = list(_END_POINTS)

@@ -340,7 +340,7 @@ def _knuckle_twist(rig, b, j, C, K, ha):
     forward...) are then turned palm-down. Skipped when the knuckle line is
     not roughly perpendicular to the hand.
     """
-    from .mapping import parse_name
+    from .bone_names import parse_name
 
     def first(words):
         found = [i for i in rig.descendants(b) if set(parse_name(rig.names[i]).tokens) & words]
