@@ -68,7 +68,7 @@ class RigBake:
     ----------
     rig : RigDescription
     mapping : BoneMapping
-        Validated mapping of the rig (see ``blender_io.bake.resolve_mapping``).
+        Validated mapping of the rig (see ``blender_io.mapping_store.resolve_mapping``).
     keypoints : array_like (T, 32, 3)
         Canonical keypoints, world metres, Z up; NaN = missing.
     mask : array_like of bool (T, 32) or None
