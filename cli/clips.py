@@ -43,7 +43,7 @@ class ClipJob:
         #: the clip's contact sheet (``--previews``), or None
         self.preview = os.path.join(out_dir, name + ".png") if preview else None
         self.row = None
-        self.rebake = None   # why outputs newer than the clip are stale (:func:`_changed`)
+        self.rebake = None   # why outputs newer than the clip are stale (:func:`.batch_plan._changed`)
 
     def exports_fresh(self):
         """Whether every per-clip export exists and is newer than the clip."""
