@@ -4,7 +4,7 @@ What an animator does: Add Effectors on the meta-rig (the operator), then
 
 1. moves the left-hand empty by 0 to 60 cm (forward and up) and solves:
    ``--repeats`` solves per distance, each from the rest pose, through
-   :func:`neural_ik.blender_io.bake.solve_current_frame` (read the rig, the
+   :func:`neural_ik.blender_io.pose_solve.solve_current_frame` (read the rig, the
    pipeline's sparse solve on the rig's own bones, set the pose);
 2. drags with Live Solve on: every effector empty moves a little per timer
    tick (hands across the body, a foot lifted, hips and head lowered, 3 mm
@@ -45,7 +45,7 @@ def main(argv=None):
     pkg = import_package()
     first_solve(pkg, args.threads)
     import torch
-    from neural_ik.blender_io import bake
+    from neural_ik.blender_io import bake, pose_solve
     from neural_ik.blender_io.rig import rig_description
     from neural_ik.model.skeleton import KEYPOINTS, SPARSE_EFFECTORS
 
@@ -77,7 +77,7 @@ def main(argv=None):
                 pb.rotation_euler = (0, 0, 0)
                 pb.location = (0, 0, 0)
             t0 = time.perf_counter()
-            out = bake.solve_current_frame(obj, kp, None, options, mapping=mapping, solver=solver)
+            out = pose_solve.solve_current_frame(obj, kp, None, options, mapping=mapping, solver=solver)
             times.append(time.perf_counter() - t0)
         bpy.context.view_layer.update()
         d = [np.linalg.norm(mw[:3, :3] @ np.array(obj.pose.bones[mapping.entries[e]].head) + mw[:3, 3]

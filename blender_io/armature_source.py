@@ -76,7 +76,7 @@ def read_armature_file(path, *, layout=None, units=None, up_axis=None, fps=None,
     """
     import bpy
 
-    from ..readers.base import KeypointReadError
+    from ..readers.clip import KeypointReadError
     from .calls import operator_error, quiet
 
     path = os.fspath(path)
@@ -195,7 +195,8 @@ def armature_clip(obj, source, *, frames=None, layout=None, units=None, up_axis=
     """
     import bpy
 
-    from ..readers.base import UNITS, KeypointReadError, finish_clip
+    from ..readers.base import UNITS, finish_clip
+    from ..readers.clip import KeypointReadError
     from ..readers.source_rig import (axis_matrix, describe_mapping_problem, layout_from_mapping,
                                       source_rig_from_pose)
     from ..retarget.mapping import auto_map, humanoid_check

@@ -36,18 +36,18 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..model.skeleton import JOINTS, KEYPOINTS, SPARSE_EFFECTORS, SPARSE_HINTS
-from ..errors import setting, template_of
+from ..errors import template_of
 from ..pipeline import BakeCancelled, BakeError, BakeOptions, RigBake, clear_solver_cache, get_solver
-from ..pipeline.keys import axis_angle_continuous, key_channels
+from ..pipeline.keys import key_channels
 from ..pipeline.options import ROTATION_MODES, SMOOTH_METHODS, SMOOTH_TARGETS, SOLVE_MODES
 from ..pipeline.prepare import REQUIRED_KEYPOINTS
 from ..pipeline.preview import preview_pose
 from ..readers.bvh_armature import FileArmature
 from ..retarget.rigify import skeleton_for
-from ..retarget.solve import quats_to_euler_continuous, turn_bones_to
+from .bake_keys import finite_keys, write_action
+from .mapping_store import auto_mapping, resolve_mapping, store_mapping, stored_mapping
 from .rig import NotAnArmatureError, rig_description
-from .rigify import apply_constants, channel_path, rigify_keys
+from .rigify import rigify_keys
 
 __all__ = [
     "BakeOptions",
@@ -56,7 +56,6 @@ __all__ = [
     "BakeCancelled",
     "BakeJob",
     "bake_keypoints",
-    "solve_current_frame",
     "get_solver",
     "clear_solver_cache",
     "auto_mapping",
@@ -69,9 +68,6 @@ __all__ = [
     "ROTATION_MODES",
     "SOLVE_MODES",
 ]
-
-#: Name of the Object collection property holding a stored mapping.
-MAPPING_PROP = "neural_ik_mapping"
 
 
 @dataclass
@@ -145,88 +141,6 @@ class BakeResult:
     keys: dict | None = None
     rotation_modes: list | None = None
     preview: object = None
-
-
-# -----------------------------------------------------------------------------
-# mappings stored on the armature object
-
-def auto_mapping(rig):
-    """:func:`..retarget.rigify.map_target` of a rig description (Auto-Map), computed once per description.
-
-    Live Solve reads the rig on every tick and gets the same description
-    back (:func:`.rig.rig_description`); the mapping is shared: read-only.
-    """
-    from ..retarget.rigify import map_target
-
-    auto = rig.__dict__.get("_auto_mapping")
-    if auto is None:
-        auto = rig.__dict__["_auto_mapping"] = map_target(rig)
-    return auto
-
-
-def stored_mapping(obj):
-    """The mapping stored on an armature object, or ``None`` when there is none.
-
-    Entries come from the object's ``neural_ik_mapping`` collection (joint,
-    bone, confidence); twist and extra spine bones are recomputed with
-    :func:`auto_map` and kept where they do not clash with the entries.
-    """
-    items = getattr(obj, MAPPING_PROP, None)
-    if items is None or len(items) == 0:
-        return None
-    from ..retarget.mapping import BoneMapping
-
-    entries = {it.joint: it.bone for it in items if it.joint in JOINTS and it.bone}
-    confidence = {it.joint: float(it.confidence) for it in items if it.joint in entries}
-    mapping = BoneMapping(entries, confidence)
-    try:
-        auto = auto_mapping(rig_description(obj))
-    except Exception:
-        return mapping
-    used = set(entries.values())
-    mapping.twist = {j: [b for b in bones if b not in used] for j, bones in auto.twist.items() if j in entries}
-    mapping.extra_spine = [b for b in auto.extra_spine if b not in used]
-    return mapping
-
-
-def store_mapping(obj, mapping):
-    """Write ``mapping.entries`` into the armature's ``neural_ik_mapping`` items."""
-    items = getattr(obj, MAPPING_PROP)
-    items.clear()
-    for joint in JOINTS:
-        item = items.add()
-        item.joint = joint
-        item.bone = mapping.entries.get(joint, "")
-        item.confidence = float(mapping.confidence.get(joint, 0.0)) if joint in mapping.entries else 0.0
-
-
-def resolve_mapping(obj, rig, mapping=None):
-    """The mapping to use (given, stored or automatic), validated.
-
-    Raises
-    ------
-    BakeError
-        When the mapping names missing bones or is not a usable humanoid.
-    """
-    from ..retarget.mapping import humanoid_check
-
-    origin = "given"
-    if mapping is None:
-        mapping = stored_mapping(obj)
-        origin = "stored"
-    if mapping is None:
-        mapping = auto_mapping(rig)
-        origin = "automatic"
-    errors = mapping.validate(skeleton_for(rig, mapping))
-    if errors:
-        raise BakeError(f"the {origin} bone mapping of {obj.name!r} does not fit the armature: "
-                        + "; ".join(errors[:4]) + (" ..." if len(errors) > 4 else ""))
-    missing = humanoid_check(mapping)
-    if missing:
-        n = sum(1 for j in JOINTS if j in mapping.entries)
-        raise BakeError(f"{obj.name!r} is not usable as a humanoid rig ({n} of {len(JOINTS)} joints mapped, "
-                        f"{origin} mapping): " + ", ".join(missing))
-    return mapping
 
 
 # -----------------------------------------------------------------------------
@@ -435,57 +349,9 @@ class BakeJob:
             self.seconds["write"] = time.perf_counter() - t0
             return self._result(None, keys=keys, rotation_modes=modes)
         channels, mode_changes = self._channels(release=not keep_pose)
-        import bpy
-
-        from .actions import ActionWriter, push_to_nla
-
         frames = self.frame_start + np.arange(self.n_frames, dtype=np.float64)
-        ad = obj.animation_data
-        previous = ad.action if ad is not None else None
-        previous_slot = getattr(ad, "action_slot", None) if ad is not None else None
-        previous_fake = previous.use_fake_user if previous is not None else None
-        had_ad = ad is not None
-        n_tracks = len(ad.nla_tracks) if ad is not None else 0
-        old_modes = {name: obj.pose.bones[name].rotation_mode for name in mode_changes}
-        writer = None
-        try:
-            writer = ActionWriter(obj, self.action_name)
-            for i, (name, prop, values) in enumerate(channels):
-                path = f'pose.bones["{bpy.utils.escape_identifier(name)}"].{prop}'
-                writer.add_vector(path, frames, _finite_keys(np.asarray(values(), dtype=np.float64), name, prop),
-                                  group=name)
-                if progress is not None:
-                    progress((i + 1) / len(channels), "write")
-            for name, prop, value in self.constant_keys:
-                writer.add_vector(channel_path(name, prop), frames,
-                                  np.broadcast_to(np.asarray(value, dtype=np.float64), (len(frames), len(value))),
-                                  group=name)
-            for name in mode_changes:
-                obj.pose.bones[name].rotation_mode = "QUATERNION"
-            writer.finish(assign=self.into == "ACTION")
-            if self.into == "NLA":
-                push_to_nla(obj, writer.action, writer.slot, self.frame_start)
-        except Exception:
-            # leave nothing half-made behind
-            for name, mode in old_modes.items():
-                obj.pose.bones[name].rotation_mode = mode
-            if writer is not None:
-                tracks = obj.animation_data.nla_tracks if obj.animation_data is not None else ()
-                while len(tracks) > n_tracks:
-                    tracks.remove(tracks[len(tracks) - 1])
-                if had_ad:
-                    obj.animation_data.action = previous
-                    if previous_slot is not None and hasattr(obj.animation_data, "action_slot"):
-                        try:
-                            obj.animation_data.action_slot = previous_slot
-                        except Exception:
-                            pass
-                elif obj.animation_data is not None:
-                    obj.animation_data_clear()
-                if previous is not None:
-                    previous.use_fake_user = previous_fake
-                bpy.data.actions.remove(writer.action)
-            raise
+        action, previous = write_action(obj, self.action_name, frames, channels, self.constant_keys, mode_changes,
+                                        self.into, self.frame_start, progress)
         if mode_changes:
             self.warnings.append(f"rotation mode set to quaternion on {len(mode_changes)} bones")
         if previous is not None and self.into == "NLA":
@@ -493,7 +359,7 @@ class BakeJob:
         elif previous is not None:
             self.warnings.append(f"previous action {previous.name!r} kept (fake user)")
         self.seconds["write"] = time.perf_counter() - t0
-        return self._result(writer.action)
+        return self._result(action)
 
     def _file_keys(self, progress=None, release=False):
         """The keys of the result on a file's armature: ``(keys, rotation_modes)`` (see :meth:`write`)."""
@@ -501,7 +367,7 @@ class BakeJob:
         keys = {}
         for i, (name, prop, values) in enumerate(channels):
             b = self.rig.index(name)
-            v = _finite_keys(np.asarray(values(), dtype=np.float32), name, prop)
+            v = finite_keys(np.asarray(values(), dtype=np.float32), name, prop)
             for k in range(v.shape[1]):
                 keys[(prop, b, k)] = np.ascontiguousarray(v[:, k])
             if progress is not None:
@@ -640,190 +506,4 @@ def bake_keypoints(obj, keypoints, mask, source_fps, options: BakeOptions | None
     return job.run(progress, cancel)
 
 
-def _finite_keys(values, bone, prop):
-    """``values``, or :class:`BakeError` where one is inf/NaN in float32 (as Blender stores keys): no key Blender
-    cannot draw is ever written."""
-    with np.errstate(invalid="ignore"):
-        bad = ~(np.abs(values) <= np.finfo(np.float32).max)   # (NaN compares false)
-    if bad.any():
-        t = int(np.argwhere(bad)[0][0])
-        n = int(bad.reshape(len(values), -1).any(axis=1).sum())
-        raise BakeError(f"the bake gave a non-finite {prop} on bone {bone!r} at frame {t} ({n} frames): check "
-                        f"{setting('scale')}, {setting('units')} and the source's values")
-    return values
 
-
-def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
-    """Set pose-bone rotations (in each bone's mode) and the root location.
-
-    Quaternion bones are written in one ``foreach_set`` (Live Solve sets a
-    pose many times a second), the others one by one in their own mode.
-    """
-    pbs = obj.pose.bones
-    n = len(pbs)
-    buf = np.empty(n * 4, dtype=np.float32)
-    pbs.foreach_get("rotation_quaternion", buf)
-    buf = buf.reshape(n, 4)
-    quat_bones = False
-    for b, name in enumerate(names):
-        if name is None:
-            continue
-        pb = pbs[name]
-        q = quats[b]
-        if rotation_mode == "QUATERNION" and pb.rotation_mode != "QUATERNION":
-            pb.rotation_mode = "QUATERNION"
-        mode = pb.rotation_mode
-        if b == root:
-            pb.location = locations[b]
-        if mode == "QUATERNION":
-            buf[pbs.find(name)] = q
-            quat_bones = True
-        elif mode == "AXIS_ANGLE":
-            pb.rotation_axis_angle = axis_angle_continuous(q[None, None])[0, 0]
-        else:
-            pb.rotation_euler = quats_to_euler_continuous(q[None, None], mode)[0, 0]
-    if quat_bones:
-        pbs.foreach_set("rotation_quaternion", buf.ravel())
-
-
-def solve_current_frame(obj, keypoints, mask, options: BakeOptions | None = None, *, mapping=None,
-                        solver=None, rotations=None) -> dict:
-    """Pose the armature's pose bones from one frame of keypoints (no keys).
-
-    Parameters
-    ----------
-    obj : bpy.types.Object
-        Target armature.
-    keypoints : ndarray, shape (1, 32, 3)
-        World positions (metres, Z up), NaN = missing (sparse effectors are
-        enough in ``"auto"``/``"sparse"`` mode).
-    mask : ndarray of bool (1, 32) or None
-    options : BakeOptions, optional
-        ``mode``, ``refine``, ``scale``, ``in_place``, ``device`` and
-        ``rotation_mode`` apply (smoothing and frames do not).
-    rotations : dict, optional
-        Effector name -> (3, 3) world rotation its bone takes (an effector
-        empty's rotation: hands, feet and head turn as their empties do).
-
-    From effectors (a sparse pose), what the animator did not touch stays:
-    when no effector moved or turned the pose is left as it is, and a hand,
-    foot or head whose effector did not move keeps its turn in the world
-    (a foot stays planted while a hand is dragged).
-
-    Returns
-    -------
-    dict
-        ``effector_reach_mm`` (mean, max), ``unreachable`` (list of str),
-        ``keypoint_error_mm`` (joints at the rig's scale),
-        ``bone_direction_error_deg``, ``seconds``, ``warnings`` and
-        ``unchanged`` (nothing moved: the pose was kept).
-    """
-    options = options or BakeOptions()
-    kp = np.asarray(keypoints, dtype=np.float64)
-    if kp.ndim == 2:
-        kp = kp[None]
-    single = BakeOptions(**{**options.__dict__, "frames": None, "smooth": "none", "fps": None,
-                            "frame_start": None, "foot_lock": False, "ground": False})
-    t0 = time.perf_counter()
-    job = BakeJob(obj, kp[:1], None if mask is None else np.asarray(mask).reshape(1, -1), 1.0, single,
-                  source_name="pose", mapping=mapping, solver=solver)
-    core = job.core
-    core.light = True
-    known = core.mask[0]
-    if not known[[i for i, n in enumerate(KEYPOINTS) if n not in SPARSE_EFFECTORS + SPARSE_HINTS]].any():
-        core.mode = "sparse"
-    now = _effector_bones_now(obj, job.mapping) if core.mode == "sparse" else {}
-    moved = {e: _moved(kp[0, KEYPOINTS.index(e)], now[e], (rotations or {}).get(e)) for e in now
-             if e in SPARSE_EFFECTORS}
-    if now and not any(moved.values()):
-        return _unchanged(kp[0], now, t0, core.warnings)
-    core.solve()
-    res = core.fit()
-    f = core.measure()
-    turns = _end_turns(obj, job.mapping, core.plan.rig, now, moved, rotations or {})
-    turns = {b: r for b, r in turns.items() if not np.asarray(core.locked.get(b, False)).any()}
-    if turns:
-        turn_bones_to(core.plan.rig, res.quaternions[0], res.locations[0], turns)
-    names = [n if (res.driven[b] or b == core.plan.root) else None for b, n in enumerate(res.bone_names)]
-    apply_constants(obj, job.constant_keys)
-    _set_pose(obj, names, res.quaternions[0], res.locations[0], core.plan.root, single.rotation_mode)
-    return {
-        "effector_reach_mm": tuple(float(x) for x in f.effector_reach_mm),
-        "unreachable": list(f.unreachable),
-        "keypoint_error_mm": tuple(float(x) for x in f.joint_error_mm),
-        "bone_direction_error_deg": float(f.bone_direction_error_deg),
-        "seconds": time.perf_counter() - t0,
-        "warnings": list(core.warnings),
-        "unchanged": False,
-    }
-
-
-#: Effectors whose bone takes its empty's turn (the pelvis' turn is the whole body's).
-_END_EFFECTORS = ("head", "hand_l", "hand_r", "foot_l", "foot_r")
-#: An effector within this of its bone (metres, world) and turned less than this (degrees) is untouched.
-UNTOUCHED_M = 1e-4
-UNTOUCHED_DEG = 0.1
-
-
-#: A foot's toe keeps its turn relative to the foot when the foot takes its empty's turn.
-_END_CHILDREN = {"foot_l": "toe_l", "foot_r": "toe_r"}
-
-
-def _end_turns(obj, mapping, rig, now, moved, rotations) -> dict:
-    """Bone index -> armature-space rotation for the hands, feet (their toes with them) and head:
-    the empty's turn where given, the bone's turn now where the effector did not move."""
-    out = {}
-    for e in _END_EFFECTORS:
-        if e not in now or (moved[e] and e not in rotations):
-            continue
-        world = _orthonormal(rotations[e]) if e in rotations else now[e][1]
-        out[rig.index(mapping.entries[e])] = _armature_rotation(obj, world)
-        child = _END_CHILDREN.get(e)
-        if child in now:
-            out[rig.index(mapping.entries[child])] = _armature_rotation(obj, world @ now[e][1].T @ now[child][1])
-    return out
-
-
-def _effector_bones_now(obj, mapping) -> dict:
-    """Effector (and toe) name -> (world head, world rotation) of its mapped pose bone as posed now."""
-    mw = np.array(obj.matrix_world)
-    out = {}
-    for e in SPARSE_EFFECTORS + tuple(_END_CHILDREN.values()):
-        pb = obj.pose.bones.get(mapping.entries.get(e, ""))
-        if pb is None:
-            continue
-        m = mw @ np.array(pb.matrix)
-        out[e] = (m[:3, 3].copy(), _orthonormal(m[:3, :3]))
-    return out
-
-
-def _orthonormal(m):
-    u, _, vt = np.linalg.svd(np.asarray(m, dtype=np.float64))
-    return u @ vt
-
-
-def _moved(target, now, rotation=None) -> bool:
-    """Whether an effector's target (position, and rotation if given) differs from its bone now."""
-    if not np.isfinite(target).all():
-        return False
-    if np.linalg.norm(target - now[0]) > UNTOUCHED_M:
-        return True
-    if rotation is None:
-        return False
-    cos = (np.trace(now[1].T @ _orthonormal(rotation)) - 1.0) / 2.0
-    return bool(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) > UNTOUCHED_DEG)
-
-
-def _armature_rotation(obj, world):
-    """A world rotation in the armature's space (its object rotation taken out, scale ignored)."""
-    return _orthonormal(np.array(obj.matrix_world)[:3, :3]).T @ _orthonormal(world)
-
-
-def _unchanged(kp, now, t0, warnings) -> dict:
-    """The answer of a solve in which no effector moved: the pose as it is."""
-    d = [np.linalg.norm(kp[KEYPOINTS.index(e)] - now[e][0]) * 1000.0 for e in now
-         if e in SPARSE_EFFECTORS and np.isfinite(kp[KEYPOINTS.index(e)]).all()]
-    nan = float("nan")
-    return {"effector_reach_mm": (float(np.mean(d)) if d else nan, float(np.max(d)) if d else nan),
-            "unreachable": [], "keypoint_error_mm": (nan, nan), "bone_direction_error_deg": nan,
-            "seconds": time.perf_counter() - t0, "warnings": list(warnings), "unchanged": True}

@@ -88,7 +88,7 @@ class PoseChannels:
 
         Euler and axis-angle channels straight to matrices (no quaternion on the way)."""
         from ..model.rotations_np import axis_angle_to_matrix, quat_to_matrix
-        from ..retarget.solve import euler_to_matrix_blender
+        from ..retarget.channels import euler_to_matrix_blender
 
         bones = np.asarray(bones, dtype=np.int64)
         modes = np.array(self.rotation_modes)[bones]
@@ -208,7 +208,7 @@ def bvh_motion_chunks(pose: PoseChannels, hierarchy, chunk_frames=BVH_CHUNK_FRAM
     ------
     ndarray, shape (t, C), float64
     """
-    from ..retarget.solve import continue_eulers
+    from ..retarget.channels import continue_eulers
 
     rig = pose.rig
     n = len(rig.names)

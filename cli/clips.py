@@ -43,7 +43,7 @@ class ClipJob:
         #: the clip's contact sheet (``--previews``), or None
         self.preview = os.path.join(out_dir, name + ".png") if preview else None
         self.row = None
-        self.rebake = None   # why outputs newer than the clip are stale (:func:`_changed`)
+        self.rebake = None   # why outputs newer than the clip are stale (:func:`.batch_plan._changed`)
 
     def exports_fresh(self):
         """Whether every per-clip export exists and is newer than the clip."""
@@ -122,6 +122,7 @@ def limit_threads(allowed):
     """Threads of a worker process that shares the cores with others: ``allowed()`` for the rig solve, one
     for numpy and torch (a worker of ``--jobs`` or of a Dask cluster)."""
     from ..retarget import rigsolve
+    from ..retarget.threads import openblas
 
     rigsolve.MAX_THREADS = max(cores(), 1)
     rigsolve.THREADS_ALLOWED = allowed
@@ -129,7 +130,7 @@ def limit_threads(allowed):
         os.environ[var] = "1"     # (torch, if a clip needs the network, is imported in the worker)
     # numpy's OpenBLAS may be loaded already (before a fork), out of the variables' reach: one thread,
     # told directly (a worker's products on two threads take the core another worker bakes on)
-    lib = rigsolve._openblas()
+    lib = openblas()
     if lib is not None:
         lib[1](1)
     torch = sys.modules.get("torch")

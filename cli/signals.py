@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 
-__all__ = ["Terminated", "STOP_SIGNALS", "exit_code", "signal_name", "TermFlag", "sigterm_stops"]
+__all__ = ["Terminated", "STOP_SIGNALS", "exit_code", "signal_name", "TermFlag", "sigterm_stops", "Interrupt"]
 
 #: The signals a run stops cleanly on.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -68,3 +68,37 @@ def sigterm_stops():
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+class Interrupt:
+    """SIGINT and SIGTERM handler: the first asks to stop cleanly, a second aborts at once."""
+
+    def __init__(self, progress):
+        self.requested = False
+        self.signum = None
+        self.progress = progress
+        self.previous = {}
+
+    def __call__(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.signum = signum
+        try:
+            self.progress.message("{}: stopping after cleaning up (Ctrl-C again to abort now)".format(
+                "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"))
+        except RuntimeError:   # stderr was being written when the signal came (a reentrant write)
+            pass
+
+    def install(self):
+        for signum in STOP_SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def restore(self):
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        self.previous = {}

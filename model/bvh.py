@@ -17,13 +17,13 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rotations_np import euler_to_matrix, matrix_to_euler
+from .bvh_write import frames_from_rotations, write_bvh
+from .rotations_np import euler_to_matrix
 
 __all__ = ["BVHError", "BVHData", "read_bvh", "write_bvh", "frames_from_rotations", "CHANNEL_NAMES"]
 
@@ -178,106 +178,118 @@ def _tokenize(lines, start, stop):
 
 
 def _parse_hierarchy(path, toks, end_line):
-    names, parents, offsets, channels, end_sites = [], [], [], [], []
-    pos = 0
-    n = len(toks)
+    """``(names, parents, offsets, channels, end_sites)`` of the HIERARCHY tokens ``toks``."""
+    return _HierarchyParser(path, toks, end_line).parse()
 
-    def peek():
-        return toks[pos] if pos < n else (None, end_line)
 
-    def take(what=None, desc=None):
-        nonlocal pos
-        if pos >= n:
-            raise BVHError(path, end_line, f"unexpected end of hierarchy (expected {what or desc or 'more'})")
-        tok = toks[pos]
-        pos += 1
+class _HierarchyParser:
+    """A recursive-descent reader of HIERARCHY tokens ``(text, line)``; errors name the line."""
+
+    def __init__(self, path, toks, end_line):
+        self.path, self.toks, self.end_line = path, toks, end_line
+        self.pos = 0
+        self.names, self.parents, self.offsets, self.channels, self.end_sites = [], [], [], [], []
+
+    def peek(self):
+        return self.toks[self.pos] if self.pos < len(self.toks) else (None, self.end_line)
+
+    def take(self, what=None, desc=None):
+        if self.pos >= len(self.toks):
+            raise BVHError(self.path, self.end_line, f"unexpected end of hierarchy (expected {what or desc or 'more'})")
+        tok = self.toks[self.pos]
+        self.pos += 1
         if what is not None and tok[0].upper() != what.upper():
-            raise BVHError(path, tok[1], f"expected {what!r}, found {tok[0]!r}")
+            raise BVHError(self.path, tok[1], f"expected {what!r}, found {tok[0]!r}")
         return tok
 
-    def number(what):
-        tok = take(desc=what)
+    def number(self, what):
+        tok = self.take(desc=what)
         try:
             v = float(tok[0])
         except ValueError:
-            raise BVHError(path, tok[1], f"expected a number for {what}, found {tok[0]!r}") from None
+            raise BVHError(self.path, tok[1], f"expected a number for {what}, found {tok[0]!r}") from None
         if not np.isfinite(v):
-            raise BVHError(path, tok[1], f"non-finite number {tok[0]!r} for {what}")
+            raise BVHError(self.path, tok[1], f"non-finite number {tok[0]!r} for {what}")
         return v
 
-    def joint(parent):
-        # name already consumed by caller -> here we read the body
-        take("{")
-        take("OFFSET")
-        off = [number("OFFSET") for _ in range(3)]
-        idx = len(offsets)
-        offsets.append(off)
+    def joint_channels(self):
+        """The CHANNELS line of a joint, if it has one (canonical spellings)."""
         chans = []
-        if peek()[0] is not None and peek()[0].upper() == "CHANNELS":
-            take("CHANNELS")
-            t = take(desc="channel count")
+        if self.peek()[0] is not None and self.peek()[0].upper() == "CHANNELS":
+            self.take("CHANNELS")
+            t = self.take(desc="channel count")
             try:
                 cnt = int(t[0])
             except ValueError:
-                raise BVHError(path, t[1], f"bad channel count {t[0]!r}") from None
+                raise BVHError(self.path, t[1], f"bad channel count {t[0]!r}") from None
             if not 0 <= cnt <= 6:
-                raise BVHError(path, t[1], f"bad channel count {cnt}")
+                raise BVHError(self.path, t[1], f"bad channel count {cnt}")
             for _ in range(cnt):
-                c = take(desc="channel name")
+                c = self.take(desc="channel name")
                 canon = _CHANNEL_LOOKUP.get(c[0].lower())
                 if canon is None:
-                    raise BVHError(path, c[1], f"bad channel name {c[0]!r}")
+                    raise BVHError(self.path, c[1], f"bad channel name {c[0]!r}")
                 if canon in chans:
-                    raise BVHError(path, c[1], f"duplicate channel {canon!r}")
+                    raise BVHError(self.path, c[1], f"duplicate channel {canon!r}")
                 chans.append(canon)
-        channels.append(tuple(chans))
-        parents.append(parent)
+        return tuple(chans)
+
+    def joint(self, parent):
+        # name already consumed by caller -> here we read the body
+        self.take("{")
+        self.take("OFFSET")
+        off = [self.number("OFFSET") for _ in range(3)]
+        idx = len(self.offsets)
+        self.offsets.append(off)
+        self.channels.append(self.joint_channels())
+        self.parents.append(parent)
         while True:
-            t = peek()
+            t = self.peek()
             key = (t[0] or "").upper()
             if key == "JOINT":
-                take()
-                nt = take(desc="joint name")
+                self.take()
+                nt = self.take(desc="joint name")
                 if nt[0] in "{}":
-                    raise BVHError(path, nt[1], "JOINT without a name")
-                names.append(nt[0])
-                joint(idx)
+                    raise BVHError(self.path, nt[1], "JOINT without a name")
+                self.names.append(nt[0])
+                self.joint(idx)
             elif key == "END":
-                take()
-                take("Site")
-                take("{")
-                take("OFFSET")
-                eo = [number("End Site OFFSET") for _ in range(3)]
-                take("}")
-                end_sites.append((idx, np.array(eo)))
+                self.take()
+                self.take("Site")
+                self.take("{")
+                self.take("OFFSET")
+                eo = [self.number("End Site OFFSET") for _ in range(3)]
+                self.take("}")
+                self.end_sites.append((idx, np.array(eo)))
             elif key == "}":
-                take()
+                self.take()
                 return
             elif t[0] is None:
-                raise BVHError(path, end_line, f"missing '}}' closing joint {names[idx]!r}")
+                raise BVHError(self.path, self.end_line, f"missing '}}' closing joint {self.names[idx]!r}")
             else:
-                raise BVHError(path, t[1], f"unexpected {t[0]!r} in joint {names[idx]!r}")
+                raise BVHError(self.path, t[1], f"unexpected {t[0]!r} in joint {self.names[idx]!r}")
 
-    first = take("HIERARCHY")
-    del first
-    roots = 0
-    while pos < n:
-        t = take()
-        if t[0].upper() != "ROOT":
-            raise BVHError(path, t[1], f"expected ROOT, found {t[0]!r}")
-        nt = take(desc="root name")
-        if nt[0] in "{}":
-            raise BVHError(path, nt[1], "ROOT without a name")
-        names.append(nt[0])
-        joint(-1)
-        roots += 1
-    if roots == 0:
-        raise BVHError(path, end_line, "no ROOT in hierarchy")
-    if len(set(names)) != len(names):
-        dup = next(nm for nm in names if names.count(nm) > 1)
-        raise BVHError(path, end_line, f"duplicate joint name {dup!r}")
-    return names, np.array(parents, dtype=np.int64), np.array(offsets, dtype=np.float64), channels, end_sites
-
+    def parse(self):
+        self.take("HIERARCHY")
+        roots = 0
+        names = self.names
+        while self.pos < len(self.toks):
+            t = self.take()
+            if t[0].upper() != "ROOT":
+                raise BVHError(self.path, t[1], f"expected ROOT, found {t[0]!r}")
+            nt = self.take(desc="root name")
+            if nt[0] in "{}":
+                raise BVHError(self.path, nt[1], "ROOT without a name")
+            names.append(nt[0])
+            self.joint(-1)
+            roots += 1
+        if roots == 0:
+            raise BVHError(self.path, self.end_line, "no ROOT in hierarchy")
+        if len(set(names)) != len(names):
+            dup = next(nm for nm in names if names.count(nm) > 1)
+            raise BVHError(self.path, self.end_line, f"duplicate joint name {dup!r}")
+        return (names, np.array(self.parents, dtype=np.int64), np.array(self.offsets, dtype=np.float64),
+                self.channels, self.end_sites)
 
 def _compose(path, motion, names, offsets, channels, position_mode):
     T = motion.shape[0]
@@ -376,16 +388,7 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
         except OSError as exc:
             raise BVHError(path, 0, f"cannot read: {exc}") from exc
     lines = text.removeprefix("\ufeff").splitlines()
-    # locate MOTION
-    motion_line = None
-    for i, ln in enumerate(lines):
-        s = ln.strip()
-        if s.upper() == "MOTION":
-            motion_line = i
-            break
-        if s.upper().startswith("MOTION") and not s[6:7].isalnum():
-            motion_line = i
-            break
+    motion_line = _motion_line(lines)
     hier_end = motion_line if motion_line is not None else len(lines)
     toks = _tokenize(lines, 0, hier_end)
     if not toks:
@@ -394,8 +397,31 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
     if motion_line is None:
         raise BVHError(path, len(lines), "missing MOTION section")
     nchan = sum(len(c) for c in channels)
+    frames, frame_time, data_start = _motion_header(path, lines, motion_line)
+    del text    # (the file's text: as large as the motion again)
+    motion = _motion_values(path, lines, data_start, frames, nchan, names, channels)
+    del lines
+    rot, trans = _compose(path, motion, names, offsets, channels, position_mode)
+    return BVHData(
+        path=path, names=names, parents=parents, offsets=offsets, channels=channels, end_sites=end_sites,
+        rotations=rot, translations=trans, frame_time=frame_time, motion=motion, position_mode=position_mode,
+    )
 
-    # header: Frames: N / Frame Time: dt
+
+def _motion_line(lines):
+    """Index of the MOTION line, or None."""
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if s.upper() == "MOTION":
+            return i
+        if s.upper().startswith("MOTION") and not s[6:7].isalnum():
+            return i
+    return None
+
+
+def _motion_header(path, lines, motion_line):
+    """``(frames, frame time, index of the first motion line)`` read from the ``Frames:`` and
+    ``Frame Time:`` lines after MOTION."""
     i = motion_line + 1
 
     def next_nonblank(i):
@@ -427,8 +453,11 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
         raise BVHError(path, i + 1, f"bad frame time {parts[3]!r}") from None
     if not np.isfinite(frame_time) or frame_time <= 0:
         raise BVHError(path, i + 1, f"frame time must be positive, got {parts[3]!r}")
-    data_start = i + 1
+    return frames, frame_time, i + 1
 
+
+def _motion_values(path, lines, data_start, frames, nchan, names, channels):
+    """The motion (frames, nchan) parsed from ``lines[data_start:]``, every count and value checked."""
     # numbers: fast path, with a per-line count for error positions
     body = lines[data_start:]
     counts = np.fromiter((len(ln.split()) for ln in body), dtype=np.int64, count=len(body))
@@ -451,286 +480,31 @@ def read_bvh(path, position_mode: str = "replace", text: str | None = None) -> B
             path, data_start + k + 1,
             f"Frames mismatch: more motion data than Frames: {frames} x {nchan} channels ({total} numbers)",
         )
-    if nchan and frames:
-        # lines must hold whole frames (catches a short line followed by a long one)
-        bad_lines = np.nonzero((counts != 0) & (counts != nchan))[0]
-        if len(bad_lines) and len(np.nonzero(counts)[0]) == frames:
-            ln = int(bad_lines[0])
-            raise BVHError(path, data_start + ln + 1, f"expected {nchan} numbers on this frame line, found {counts[ln]}")
-        joined = " ".join(body)
-        del body
-        try:
-            # parsed in C without a list of strings (a 100,000-frame file would need a GB);
-            # it stops at a bad token: then the count is short and the slow path names it
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                values = np.fromstring(joined, dtype=np.float64, sep=" ")
-            if values.size != expected:
-                raise ValueError("not every motion value is a number")
-        except ValueError:
-            _check_numbers(path, lines[data_start:], data_start)
-            raise
-        if not np.all(np.isfinite(values)):
-            k = int(np.nonzero(~np.isfinite(values))[0][0])
-            li = int(np.searchsorted(cum, k, side="right"))
-            raise BVHError(path, data_start + li + 1, "non-finite motion value")
-        motion = values.reshape(frames, nchan)
-        del joined, values
-        _check_rotation_range(path, motion, names, channels, data_start, cum)
-    else:
-        motion = np.zeros((frames, nchan))
-    del text, lines    # (the file's text: as large as the motion again, twice)
-    rot, trans = _compose(path, motion, names, offsets, channels, position_mode)
-    return BVHData(
-        path=path, names=names, parents=parents, offsets=offsets, channels=channels, end_sites=end_sites,
-        rotations=rot, translations=trans, frame_time=frame_time, motion=motion, position_mode=position_mode,
-    )
-
-
-def frames_from_rotations(channels, rotations, translations=None, offsets=None, position_mode="replace"):
-    """Channel values (T, C) for given local rotations/translations.
-
-    Parameters
-    ----------
-    channels : sequence of tuple of str
-        Channels per joint. Rotation channels must be three distinct axes (or none).
-    rotations : ndarray, shape (T, J, 3, 3)
-    translations : ndarray, shape (T, J, 3), optional
-        Local translations for joints with position channels (defaults to ``offsets``).
-    offsets : ndarray, shape (J, 3), optional
-        Needed for ``position_mode="add"`` (values written are translation - offset).
-    position_mode : {"replace", "add"}
-
-    Returns
-    -------
-    ndarray, shape (T, C)
-    """
-    rotations = np.asarray(rotations, dtype=np.float64)
-    T, J = rotations.shape[:2]
-    if translations is None:
-        translations = np.zeros((T, J, 3)) if offsets is None else np.broadcast_to(offsets, (T, J, 3))
-    cols = []
-    for j, chans in enumerate(channels):
-        rot_order = "".join(c[0] for c in chans if c.endswith("rotation"))
-        eul = None
-        if rot_order:
-            if len(rot_order) != 3:
-                raise ValueError(f"joint {j}: writing needs 0 or 3 rotation channels, got {rot_order!r}")
-            eul = matrix_to_euler(rotations[:, j], rot_order, degrees=True)
-        k = 0
-        for c in chans:
-            ax = "XYZ".index(c[0])
-            if c.endswith("position"):
-                v = translations[:, j, ax]
-                if position_mode == "add":
-                    v = v - (0.0 if offsets is None else offsets[j][ax])
-                cols.append(np.asarray(v, dtype=np.float64))
-            else:
-                cols.append(eul[:, k])
-                k += 1
-    return np.stack(cols, axis=1) if cols else np.zeros((T, 0))
-
-
-def _fixed_point(x, precision):
-    """Integer and fraction parts of ``|x|`` rounded to ``precision`` decimals, sign, widest integer part."""
-    p10 = 10 ** int(precision)
-    I = np.rint(np.abs(x) * float(p10)).astype(np.int64)
-    ip, fp = np.divmod(I, p10)
-    neg = (x < 0) & (I > 0)  # a value rounding to zero has no sign
-    kmax = len(str(int(ip.max()))) if ip.size else 1
-    if kmax <= 9:
-        ip = ip.astype(np.int32)
-    return ip, fp.astype(np.int32) if precision <= 9 else fp, neg, kmax
-
-
-def _fields(parts, W, precision):
-    """Fields of width ``W`` (right aligned) plus a separating space, shape (n, C, W + 1), uint8."""
-    ip, fp, neg, kmax = parts
-    out = np.full(ip.shape + (W + 1,), 32, np.uint8)
-    frac = precision + 1 if precision > 0 else 0
-    f = fp
-    for k in range(precision):
-        f, d = np.divmod(f, 10)
-        out[..., W - 1 - k] = d
-        out[..., W - 1 - k] += 48
-    if precision:
-        out[..., W - 1 - precision] = 46  # "."
-    units = W - 1 - frac
-    q = ip
-    nd = np.ones(ip.shape, np.int8)  # integer digits
-    for k in range(kmax):
-        q, d = np.divmod(q, 10)
-        if k == 0:
-            out[..., units] = d
-            out[..., units] += 48
-        else:
-            has = ip >= 10 ** k
-            nd += has
-            out[..., units - k] = np.where(has, d + 48, 32)
-    if neg.any():
-        r, c = np.nonzero(neg)
-        out[r, c, units - nd[r, c]] = 45  # "-"
-    return out
-
-
-def _format_rows(block, precision):
-    """Rows of ``block`` (n, C) as ``%.{precision}f`` numbers, one line per row, or None.
-
-    Vectorised fixed-point formatting (several times faster than ``%``
-    formatting): every value of the block gets the same field width, right
-    aligned after a space, so numbers are separated by one or more spaces
-    (any BVH reader splits on whitespace). The digits are those of the value
-    rounded to ``precision`` decimals. Columns constant over the block are
-    formatted once. Returns None for non-finite or huge values (the caller
-    formats those with ``%``).
-    """
-    n, C = block.shape
-    if not np.isfinite(block).all() or (block.size and float(np.abs(block).max()) >= 2.0 ** 62 / 10 ** precision):
-        return None
-    const = (block[1:] == block[:1]).all(0) if n > 1 else np.zeros(C, dtype=bool)
-    vary = _fixed_point(block[:, ~const], precision) if not const.all() else None
-    fixed = _fixed_point(block[:1, const], precision) if const.any() else None
-    frac = precision + 1 if precision > 0 else 0
-    W = max(p[3] + int(p[2].any()) for p in (vary, fixed) if p is not None) + frac  # widest number
-    if fixed is None:
-        out = _fields(vary, W, precision)
-    else:
-        out = np.empty((n, C, W + 1), np.uint8)
-        out[:, const] = _fields(fixed, W, precision)
-        if vary is not None:
-            out[:, ~const] = _fields(vary, W, precision)
-    out[:, -1, W] = 10  # "\n"
-    return out.tobytes()
-
-
-def write_bvh(
-    path,
-    names,
-    parents,
-    offsets,
-    channels,
-    motion,
-    frame_time: float = 1.0 / 30.0,
-    end_sites=None,
-    newline: str = "\n",
-    indent: str = "\t",
-    precision: int = 6,
-    num_frames: int | None = None,
-) -> None:
-    """Write a BVH file.
-
-    The motion is formatted with one ``%`` operation per block of frames (no
-    Python loop over frames or values) and written as it comes, so a motion
-    given as chunks is never held whole.
-
-    Parameters
-    ----------
-    path : str or Path
-    names : sequence of str
-        Joint names, parents before children (depth-first order is produced
-        from ``parents``; several roots give several ``ROOT`` blocks).
-    parents : sequence of int
-        Parent index per joint (-1 for roots).
-    offsets : array-like, shape (J, 3)
-    channels : sequence of sequence of str
-        Channel names per joint, any order, e.g.
-        ``("Xposition", "Yposition", "Zposition", "Zrotation", "Xrotation", "Yrotation")``.
-    motion : array-like, shape (T, C), or an iterator of arrays (t, C)
-        Channel values in input joint order (reordered here to the written
-        depth-first order, which equals the input order when it already is
-        depth-first). :func:`frames_from_rotations` builds it from matrices.
-        An iterator (a generator of chunks of frames) needs ``num_frames``.
-    frame_time : float
-    end_sites : sequence of (int, offset), optional
-        End Sites; by default one zero-offset End Site is written under
-        every joint without children (as most exporters do). Pass ``[]`` for none.
-    newline, indent : str
-        Line ending and indentation (to produce tricky files in tests).
-    precision : int
-        Decimals written.
-    num_frames : int, optional
-        Frame count of an iterator ``motion`` (the header comes first);
-        a different number of frames raises ``ValueError``.
-    """
-    names = list(names)
-    parents = [int(p) for p in parents]
-    offsets = np.asarray(offsets, dtype=np.float64).reshape(len(names), 3)
-    chunked = hasattr(motion, "__next__")
-    if chunked:
-        if num_frames is None:
-            raise ValueError("write_bvh: num_frames is needed when motion is an iterator")
-        chunks = motion
-    else:
-        motion = np.asarray(motion, dtype=np.float64)
-        if motion.ndim == 1:
-            motion = motion[None]
-        num_frames = motion.shape[0]
-        chunks = iter((motion,))
-    children = {j: [c for c, p in enumerate(parents) if p == j] for j in range(len(names))}
-    if end_sites is None:
-        end_sites = [(j, np.zeros(3)) for j in range(len(names)) if not children[j]]
-    ends = {}
-    for p, o in end_sites:
-        ends.setdefault(int(p), []).append(np.asarray(o, dtype=np.float64))
-    order = []
-    fmt = f"{{:.{precision}f}}"
-    out = ["HIERARCHY"]
-
-    def emit(j, depth):
-        order.append(j)
-        pad = indent * depth
-        kw = "ROOT" if parents[j] < 0 else "JOINT"
-        out.append(f"{pad}{kw} {names[j]}")
-        out.append(pad + "{")
-        out.append(f"{pad}{indent}OFFSET " + " ".join(fmt.format(v) for v in offsets[j]))
-        ch = list(channels[j])
-        out.append(f"{pad}{indent}CHANNELS {len(ch)}" + "".join(" " + c for c in ch))
-        for c in children[j]:
-            emit(c, depth + 1)
-        for o in ends.get(j, []):
-            out.append(f"{pad}{indent}End Site")
-            out.append(pad + indent + "{")
-            out.append(f"{pad}{indent}{indent}OFFSET " + " ".join(fmt.format(v) for v in o))
-            out.append(pad + indent + "}")
-        out.append(pad + "}")
-
-    for j in range(len(names)):
-        if parents[j] < 0:
-            emit(j, 0)
-    # motion columns are given in input joint order; reorder to the written order
-    starts = np.cumsum([0] + [len(c) for c in channels])
-    colidx = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in order]) if order else np.zeros(0, int)
-    nchan = int(starts[-1])
-    if not chunked and motion.shape[1] != nchan:
-        raise ValueError(f"motion has {motion.shape[1]} columns, channels need {nchan}")
-    if colidx.size and np.array_equal(colidx, np.arange(nchan)):
-        colidx = None  # already in written order: no copy
-    out.append("MOTION")
-    out.append(f"Frames: {int(num_frames)}")
-    out.append(f"Frame Time: {frame_time:.8f}")
-    row = " ".join([f"%.{precision}f"] * nchan) + newline
-    written = 0
-    with open(os.fspath(path), "w", encoding="utf-8", newline="") as fh:
-        fh.write(newline.join(out) + newline)
-        for chunk in chunks:
-            chunk = np.asarray(chunk, dtype=np.float64)
-            if chunk.ndim == 1:
-                chunk = chunk[None]
-            if chunk.shape[1] != nchan:
-                raise ValueError(f"motion has {chunk.shape[1]} columns, channels need {nchan}")
-            if colidx is not None:
-                chunk = chunk[:, colidx]
-            written += chunk.shape[0]
-            if written > num_frames:
-                raise ValueError(f"motion has more than the {num_frames} frames announced")
-            # blocks of frames (bounded text size), each formatted without a loop over values
-            step = max(1, (1 << 20) // max(nchan, 1))
-            for a in range(0, chunk.shape[0], step):
-                block = chunk[a:a + step]
-                text = _format_rows(block, precision) if newline == "\n" and nchan else None
-                if text is None:
-                    fh.write((row * block.shape[0]) % tuple(block.ravel().tolist()))
-                else:
-                    fh.write(text.decode("ascii"))
-    if written != num_frames:
-        raise ValueError(f"motion has {written} frames, {num_frames} announced")
+    if not (nchan and frames):
+        return np.zeros((frames, nchan))
+    # lines must hold whole frames (catches a short line followed by a long one)
+    bad_lines = np.nonzero((counts != 0) & (counts != nchan))[0]
+    if len(bad_lines) and len(np.nonzero(counts)[0]) == frames:
+        ln = int(bad_lines[0])
+        raise BVHError(path, data_start + ln + 1, f"expected {nchan} numbers on this frame line, found {counts[ln]}")
+    joined = " ".join(body)
+    del body
+    try:
+        # parsed in C without a list of strings (a 100,000-frame file would need a GB);
+        # it stops at a bad token: then the count is short and the slow path names it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            values = np.fromstring(joined, dtype=np.float64, sep=" ")
+        if values.size != expected:
+            raise ValueError("not every motion value is a number")
+    except ValueError:
+        _check_numbers(path, lines[data_start:], data_start)
+        raise
+    if not np.all(np.isfinite(values)):
+        k = int(np.nonzero(~np.isfinite(values))[0][0])
+        li = int(np.searchsorted(cum, k, side="right"))
+        raise BVHError(path, data_start + li + 1, "non-finite motion value")
+    motion = values.reshape(frames, nchan)
+    del joined, values
+    _check_rotation_range(path, motion, names, channels, data_start, cum)
+    return motion

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import preferences
 from ..blender_io import bake as bake_mod
+from ..blender_io import pose_solve
 from ..blender_io import preload
 from ..blender_io.rig import rig_description
 from ..model.skeleton import SPARSE_EFFECTORS
@@ -126,7 +127,7 @@ def live_tick(context) -> dict:
     """What Live Solve does on a timer tick once an empty moved: solve the pose, set it, say how close.
 
     Reads the empties and the settings, poses the target armature through
-    :func:`..blender_io.bake.solve_current_frame` and writes the status
+    :func:`..blender_io.pose_solve.solve_current_frame` and writes the status
     line. ``benchmarks/bench_live.py`` times this call.
 
     Raises
@@ -134,7 +135,7 @@ def live_tick(context) -> dict:
     BakeError
     """
     s = context.scene.neural_ik
-    out = bake_mod.solve_current_frame(target_armature(context), effector_keypoints(s.effector_root), None,
+    out = pose_solve.solve_current_frame(target_armature(context), effector_keypoints(s.effector_root), None,
                                        _options(context), rotations=effector_rotation_targets(context))
     s.status = "Live: " + _pose_summary(out)
     return out

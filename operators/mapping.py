@@ -2,7 +2,7 @@
 
 The mapping lives on the armature object (``Object.neural_ik_mapping``, see
 :mod:`..properties`); the bake reads it through
-:func:`..blender_io.bake.stored_mapping`.
+:func:`..blender_io.mapping_store.stored_mapping`.
 """
 
 import bpy

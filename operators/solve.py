@@ -20,6 +20,7 @@ import numpy as np
 from .. import preferences, properties
 from ..errors import UserError, template_of
 from ..blender_io import bake as bake_mod
+from ..blender_io import pose_solve
 from ..blender_io.keypoint_objects import is_keypoint_root, read_keypoint_object, read_keypoint_pose
 from ..model.skeleton import KEYPOINTS
 from .pose_keys import keep_solved_pose
@@ -245,7 +246,7 @@ class NEURAL_IK_OT_solve_frame(bpy.types.Operator):
         obj = properties.target_armature(context)
         try:
             kp, mask, _fps, _name = scene_input(context, current_frame=True)
-            out = bake_mod.solve_current_frame(obj, kp, mask, _options(context),
+            out = pose_solve.solve_current_frame(obj, kp, mask, _options(context),
                                                rotations=effector_rotation_targets(context))
         except (InputError, bake_mod.BakeError) as ex:
             self.report({'ERROR'}, ui_text(ex))

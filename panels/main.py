@@ -34,7 +34,7 @@ _ready_cache = {}
 def bake_readiness(obj):
     """Whether a bake can run on ``obj``'s mapping: ``(ok, problem)``.
 
-    The same check the bake makes (:func:`..blender_io.bake.resolve_mapping`:
+    The same check the bake makes (:func:`..blender_io.mapping_store.resolve_mapping`:
     the stored mapping, or the automatic one when none is stored), cached per
     armature, bone count and mapping so a redraw costs nothing.
     """

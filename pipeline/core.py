@@ -14,7 +14,7 @@ Stages
 1. **Prepare** (constructor, cheap): options, keypoints and the frame slice
    are checked (:mod:`.prepare`), the source is grounded when asked and
    resampled to the bake's rate, the rig is planned
-   (:func:`..retarget.solve.plan_retarget`). Any problem raises
+   (:func:`..retarget.plan.plan_retarget`). Any problem raises
    :class:`BakeError` before the long work.
 2. **Solve** (:meth:`RigBake.solve`, :mod:`.start`): the start pose. A
    source with a skeleton (``source_rig``: BVH, FBX, an armature) gives its
@@ -68,7 +68,7 @@ class RigBake:
     ----------
     rig : RigDescription
     mapping : BoneMapping
-        Validated mapping of the rig (see ``blender_io.bake.resolve_mapping``).
+        Validated mapping of the rig (see ``blender_io.mapping_store.resolve_mapping``).
     keypoints : array_like (T, 32, 3)
         Canonical keypoints, world metres, Z up; NaN = missing.
     mask : array_like of bool (T, 32) or None
@@ -88,13 +88,13 @@ class RigBake:
         Frames of the per-frame stages (the source's pose, the carry onto
         the rig, the figures' poses) computed at a time: whole-clip results,
         temporaries of one chunk (default
-        :data:`..retarget.solve.CHUNK_FRAMES`). Results do not depend on it.
+        :data:`..retarget.chunks.CHUNK_FRAMES`). Results do not depend on it.
     """
 
     def __init__(self, rig, mapping, keypoints, mask, source_fps, options: BakeOptions | None = None, *,
                  object_matrix=None, fps=None, source_rig=None, locked=None, solver=None, source_name="",
                  chunk_frames=None):
-        from ..retarget.solve import CHUNK_FRAMES
+        from ..retarget.chunks import CHUNK_FRAMES
 
         options = options or BakeOptions()
         check_options(options)
@@ -123,7 +123,7 @@ class RigBake:
         self._declare_results()
 
     def _plan_rig(self, rig, mapping):
-        """The rig's plan (:func:`..retarget.solve.plan_retarget`); a rig that cannot be baked raises :class:`BakeError`."""
+        """The rig's plan (:func:`..retarget.plan.plan_retarget`); a rig that cannot be baked raises :class:`BakeError`."""
         if len(rig) == 0:
             raise BakeError("the armature has no bones")
         self.rig = rig

@@ -164,11 +164,11 @@ def _floor_error(job, res):
     A rig standing on its floor at rest (a character modelled on the
     ground): its lowest foot point above that floor. A rig whose rest says
     nothing about its floor (a skeleton hanging from its hips, a rest that is
-    no standing pose): its ankles
-    and balls of the feet against the source's, scaled (``floor_reference``
-    says which).
+    no standing pose): its ankles and balls of the feet against the
+    source's, scaled (``floor_reference`` says which).
     """
-    from ..retarget.solve import frame_chunks, pose_rig
+    from ..retarget.chunks import frame_chunks
+    from ..retarget.rigpose import pose_rig
     from .source import rest_is_human
     from .targets import foot_points, rest_floor_gap, stands_at_rest
 

@@ -122,7 +122,7 @@ class FitStage:
 
     def _solve(self, init, scale):
         """``(quats, locs, heads, targets, info, iterations)``: the rig-space solve of the path's targets."""
-        from ..retarget.solve import pose_rig
+        from ..retarget.rigpose import pose_rig
         from .targets import floor_normal
 
         job = self.job
@@ -152,7 +152,8 @@ class FitStage:
 
     def _smooth_rotations(self, quats, locs, driven):
         """The driven bones' rotations and the root's place low-passed over time (the Smoothing option)."""
-        from ..retarget.solve import pose_rig, quat_continuity
+        from ..retarget.channels import quat_continuity
+        from ..retarget.rigpose import pose_rig
 
         job, o = self.job, self.job.options
         own = job.initial is None     # the fit's arrays (not the start pose's): smoothed in place

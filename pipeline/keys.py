@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..retarget.solve import quats_to_euler_continuous
+from ..retarget.channels import quats_to_euler_continuous
 
 __all__ = ["key_channels", "axis_angle_continuous"]
 

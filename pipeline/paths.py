@@ -137,7 +137,7 @@ class DensePath(BakePath):
         return fit, targets, info
 
     def settle(self, quats, locs, heads, iterations):
-        from ..retarget.solve import quat_continuity
+        from ..retarget.channels import quat_continuity
         from .targets import settle_clavicles, settle_hinges
 
         job = self.job
@@ -205,7 +205,7 @@ def ease_start_jumps(job, init):
     the start pose into its low-pass over :data:`.tuning.START_JUMP_SECONDS`
     either side. Modifies ``init`` in place.
     """
-    from ..retarget.solve import quat_continuity
+    from ..retarget.channels import quat_continuity
 
     q = init.quaternions           # (read; the clip's whole array is copied only where it jumps)
     jump = pose_jumps(job, q)

@@ -68,12 +68,12 @@ def _plan_key(rig, mapping, spine) -> str:
 
 
 def cached_plan(rig, mapping, spine="segments"):
-    """:func:`..retarget.solve.plan_retarget`, remembered for the last few (rig, mapping) pairs.
+    """:func:`..retarget.plan.plan_retarget`, remembered for the last few (rig, mapping) pairs.
 
-    ``spine``: as :func:`..retarget.solve.plan_retarget`'s (``"rest"`` for
+    ``spine``: as :func:`..retarget.plan.plan_retarget`'s (``"rest"`` for
     solves from a few effectors).
     """
-    from ..retarget.solve import plan_retarget
+    from ..retarget.plan import plan_retarget
 
     key = _plan_key(rig, mapping, spine)
     plan = _PLANS.get(key)

@@ -115,7 +115,7 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
                         "the source's left and right of the arms or of the legs may be swapped there, and no body "
                         "turns so; the bake follows the points")
     # a body that is not there: every point at one place
-    from ..readers.base import frame_sides
+    from ..readers.measure import frame_sides
 
     spread = frame_sides(kp)
     if np.isfinite(spread).any() and np.nanmax(spread) < 1e-3:
@@ -151,7 +151,7 @@ def facing_apart(kp, valid) -> np.ndarray:
 
 
 def ground_keypoints(kp, valid):
-    """Shift ``kp`` vertically so its lowest foot point is on the floor (:func:`..readers.base.floor_height`).
+    """Shift ``kp`` vertically so its lowest foot point is on the floor (:func:`..readers.measure.floor_height`).
 
     Returns
     -------
@@ -159,7 +159,7 @@ def ground_keypoints(kp, valid):
     shift : float or None
         Metres added to every z (``None`` when the source has no foot points).
     """
-    from ..readers.base import floor_height
+    from ..readers.measure import floor_height
 
     floor = floor_height(kp, valid)
     if floor is None:

@@ -48,7 +48,7 @@ def pick_frames(n_frames, count=6):
 def preview_pose(job, count=6) -> PreviewPose:
     """:class:`PreviewPose` of ``count`` frames of a fitted ``job`` (its result and source still held)."""
     from ..retarget.rigify import is_generated_rigify
-    from ..retarget.solve import pose_rig
+    from ..retarget.rigpose import pose_rig
 
     frames = pick_frames(job.n_frames, count)
     res, rig = job.result, job.full_rig     # (every bone drawn, those the bake left at rest too)

@@ -2,7 +2,7 @@
 
 A source with a hierarchy (BVH, FBX, an armature) says how each of its bones
 turns, twist included, which keypoints cannot. Its skeleton is planned like a
-target rig (:func:`..retarget.solve.plan_retarget`: the alignment ``A_b`` of
+target rig (:func:`..retarget.plan.plan_retarget`: the alignment ``A_b`` of
 each mapped bone with the canonical T-pose), so a posed bone's armature
 rotation ``G_b`` gives the world rotation of that body part away from the
 T-pose::
@@ -37,7 +37,7 @@ def source_world_rotations(source_rig, W=None, plan=None) -> tuple:
     source_rig : readers.source_rig.SourceRig
     W : ndarray (T, B, 3, 3), optional
         The source's posed rotations when already computed
-        (:func:`..retarget.solve.pose_rig`): of all frames, or of a chunk
+        (:func:`..retarget.rigpose.pose_rig`): of all frames, or of a chunk
         of frames (the rotations are per frame).
     plan : RetargetPlan, optional
         The source skeleton's plan when already made.
@@ -50,7 +50,7 @@ def source_world_rotations(source_rig, W=None, plan=None) -> tuple:
     plan : RetargetPlan
         The source skeleton's plan.
     """
-    from ..retarget.solve import pose_rig
+    from ..retarget.rigpose import pose_rig
 
     if plan is None:
         plan = cached_plan(source_rig.rig, source_rig.mapping)
@@ -73,13 +73,13 @@ def source_world_rotations(source_rig, W=None, plan=None) -> tuple:
 
 
 def source_pose(src, a, b):
-    """``(W, X)``: the source skeleton posed at frames ``a:b`` (every bone; :func:`..retarget.solve.pose_rig`).
+    """``(W, X)``: the source skeleton posed at frames ``a:b`` (every bone; :func:`..retarget.rigpose.pose_rig`).
 
     The last chunk posed is kept on the source: a clip of one chunk (most
     clips) is posed once, not three times (its joints, its canonical
     rotations, the bones whose turn the rig copies).
     """
-    from ..retarget.solve import pose_rig
+    from ..retarget.rigpose import pose_rig
 
     key = (a, b, id(src.quaternions), id(src.locations))
     cached = src.__dict__.get("_pose_cache")
@@ -99,7 +99,8 @@ def joints_from_source_rig(kp, source_rig, chunk):
     itself would be pulled away from where it is. The source is posed
     ``chunk`` frames at a time, only the mapped bones and their ancestors.
     """
-    from ..retarget.solve import frame_chunks, pose_rig
+    from ..retarget.chunks import frame_chunks
+    from ..retarget.rigpose import pose_rig
 
     out = kp.copy()
     rig = source_rig.rig

@@ -108,7 +108,8 @@ class SparsePath(BakePath):
 
     def prepare(self, init):
         """The network's frame-by-frame guess smoothed (the start pose and prior); the effectors are met anyway."""
-        from ..retarget.solve import pose_rig, quat_continuity
+        from ..retarget.channels import quat_continuity
+        from ..retarget.rigpose import pose_rig
 
         job = self.job
         if not self._clip():
@@ -156,7 +157,8 @@ class SparsePath(BakePath):
         return fit, targets, info
 
     def settle(self, quats, locs, heads, iterations):
-        from ..retarget.solve import pose_rig, quat_continuity
+        from ..retarget.channels import quat_continuity
+        from ..retarget.rigpose import pose_rig
         from .targets import settle_clavicles, unbend_backwards
 
         job = self.job
@@ -269,7 +271,7 @@ def settle_in_time(job, fit, targets, free, kw, span):
     new fit.
     """
     from ..retarget.rigsolve import solve_rig
-    from ..retarget.solve import quat_continuity
+    from ..retarget.channels import quat_continuity
 
     r = job.plan.root
     kw = dict(kw, iterations=tuning.SPARSE_SETTLE_ITERATIONS)

@@ -72,7 +72,7 @@ def _canonical_rotations(job, src, splan):
     A chunk of frames at a time: a whole clip's pose (T, B, 3, 3) would take gigabytes.
     """
     from ..model.rotations_np import change_basis
-    from ..retarget.solve import frame_chunks
+    from ..retarget.chunks import frame_chunks
 
     M = job.plan.K.T @ (job.minv[:3, :3] * job.unit)    # world -> the body frame the network would have used
     T = src.num_frames

@@ -27,23 +27,10 @@ from __future__ import annotations
 import importlib
 import os
 
-from .base import (
-    DEFAULT_FPS,
-    MAX_GAP,
-    UNITS,
-    UP_AXES,
-    KeypointClip,
-    KeypointReadError,
-    body_height,
-    body_size,
-    convert_up_axis,
-    detect_up_axis,
-    floor_height,
-    upright_share,
-    fill_gaps,
-    resample,
-    to_canonical,
-)
+from .base import DEFAULT_FPS, UNITS, UP_AXES, convert_up_axis, to_canonical
+from .clip import KeypointClip, KeypointReadError
+from .frames import MAX_GAP, fill_gaps, resample
+from .measure import body_height, body_size, detect_up_axis, floor_height, upright_share
 from .source_rig import SourceRig
 from .layouts import LAYOUTS, Layout, detect_layout, get_layout, layout_table, load_mapping
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..model.bvh import BVHData
 from ..model.rotations_np import axis_angle_to_matrix
-from .base import KeypointReadError
+from .clip import KeypointReadError
 
 __all__ = ["SMPL_JOINTS", "SMPL_PARENTS", "REST_OFFSETS", "is_body_model", "load_body_model", "read_amass",
            "rest_positions"]

@@ -23,7 +23,8 @@ import dataclasses
 import numpy as np
 
 from ..model.bvh import BVHError, read_bvh as _read_bvh_file
-from .base import UNITS, KeypointReadError, finish_clip
+from .base import UNITS, finish_clip
+from .clip import KeypointReadError
 from .source_rig import bvh_motion, describe_mapping_problem, layout_from_mapping, source_rig_from_bvh
 
 __all__ = ["read_bvh_keypoints"]

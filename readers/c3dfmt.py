@@ -25,7 +25,8 @@ import warnings
 import numpy as np
 
 from ..errors import setting
-from .base import KeypointReadError, finish_clip
+from .base import finish_clip
+from .clip import KeypointReadError
 
 __all__ = ["read_c3d"]
 

@@ -27,7 +27,8 @@ import warnings
 import numpy as np
 
 from ..errors import setting
-from .base import KeypointReadError, finish_clip
+from .base import finish_clip
+from .clip import KeypointReadError
 from .layouts import LAYOUTS
 
 __all__ = ["read_csv", "parse_numeric_table"]

@@ -30,7 +30,8 @@ import os
 import numpy as np
 
 from ..errors import message, setting
-from .base import KeypointReadError, _canonical_points, _looks_image_normalised, body_height
+from .clip import KeypointReadError
+from .measure import body_height, canonical_points, looks_image_normalised
 from .layouts import detect_layout, get_layout
 
 __all__ = ["ASSUMED_HEIGHT", "IMAGE_FRAME_KEYS", "image_landmarks", "describe_2d", "refuse_2d", "read_folder",
@@ -139,7 +140,7 @@ def _height(pos, names, layout):
         if name is None or score < 0.3:
             return float("nan")
         lay = get_layout(name)
-    kp, mask = _canonical_points(pos, lay, names)
+    kp, mask = canonical_points(pos, lay, names)
     return body_height(kp, mask)
 
 
@@ -167,7 +168,7 @@ def image_landmarks(path, pos, names, *, layout=None, explicit=False, units=None
         Image landmarks without ``image_size``; ``image_size`` for points
         that are not image-normalised.
     """
-    normalised = _looks_image_normalised(pos)
+    normalised = looks_image_normalised(pos)
     height = _height(pos, names, layout) if normalised else float("nan")
     looks = normalised and (explicit or not math.isfinite(height) or height < 1.0)
     if image_size is None:

@@ -37,7 +37,8 @@ import json
 import numpy as np
 
 from ..errors import setting
-from .base import KeypointReadError, finish_clip
+from .base import finish_clip
+from .clip import KeypointReadError
 from .image2d import IMAGE_FRAME_KEYS, describe_2d, image_landmarks, refuse_2d
 from .layouts import get_layout, recognise_nameless
 

@@ -76,7 +76,7 @@ def effector_layout(names):
     and the feet (and elbow and knee hints): each name's first role and side.
     """
     from ..model.skeleton import SPARSE_EFFECTORS, SPARSE_HINTS
-    from ..retarget.mapping import parse_name
+    from ..retarget.bone_names import parse_name
     from .layouts import Layout
 
     wanted = set(SPARSE_EFFECTORS) | set(SPARSE_HINTS)
@@ -103,7 +103,7 @@ def infer_parents(points, names=()):
     the distance, which prefers the nearer of two rigid pairs), rooted at the
     point named as the pelvis/hips, else at the tree's centre.
     """
-    from ..retarget.mapping import parse_name
+    from ..retarget.bone_names import parse_name
 
     p = np.asarray(points, dtype=np.float64)
     T, J = p.shape[:2]

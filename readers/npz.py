@@ -54,7 +54,8 @@ import numpy as np
 
 from .amass import is_body_model, load_body_model, read_amass
 from ..errors import message, setting
-from .base import KeypointReadError, finish_clip
+from .base import finish_clip
+from .clip import KeypointReadError
 from .layouts import get_layout, recognise_nameless
 
 __all__ = ["read_npz", "read_npy", "check_declared_arrays", "MAX_ARRAY_BYTES", "MAX_POINTS"]

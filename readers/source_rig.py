@@ -6,7 +6,7 @@ orientations and each bone's rotation per frame. :class:`SourceRig` keeps
 them next to the keypoints (``KeypointClip.source_rig``) in the clip's output
 space (metres, Z up, Blender's axes; the source rig's armature space is the
 clip's world space), with the same semantics as Blender's pose bones, so
-that :func:`..retarget.solve.pose_rig` reproduces the source's joint world
+that :func:`..retarget.rigpose.pose_rig` reproduces the source's joint world
 positions::
 
     rot, heads = pose_rig(src.rig, src.quaternions, src.locations)
@@ -262,7 +262,8 @@ def end_point_names(rig: RigDescription, mapping: BoneMapping, end_of: dict) -> 
         name says ``thumb``, one joint after another) gives the thumb: its
         End Site, else its last joint.
     """
-    from ..retarget.mapping import parse_name, thumb_end
+    from ..retarget.bone_names import parse_name
+    from ..retarget.mapping import thumb_end
 
     out = {}
     pairs = list(_END_POINTS)

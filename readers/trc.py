@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-from .base import KeypointReadError, finish_clip
+from .base import finish_clip
+from .clip import KeypointReadError
 from .csvfmt import _read_text, parse_numeric_table
 
 __all__ = ["read_trc"]

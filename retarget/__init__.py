@@ -4,7 +4,8 @@ Typical use by the Blender layer::
 
     from .retarget.rig import RigDescription
     from .retarget.mapping import auto_map, humanoid_check
-    from .retarget.solve import plan_retarget, retarget
+    from .retarget.plan import plan_retarget
+    from .retarget.solve import retarget
 
     rig = RigDescription.from_foreach(...)          # foreach_get buffers
     mapping = auto_map(rig)                         # or presets.load_preset(...)

@@ -1,6 +1,6 @@
 """Bone-name conventions as data (used by :mod:`.mapping`).
 
-Names are normalised in this order (see :func:`.mapping.parse_name`):
+Names are normalised in this order (see :func:`.bone_names.parse_name`):
 
 1. the namespace is dropped (``mixamorig:LeftArm`` -> ``LeftArm``; also
    FBX paths ``a|b``);

@@ -1,7 +1,7 @@
 """The rig solve as a problem of the one Levenberg-Marquardt loop (:mod:`..model.lm`; no ``bpy``).
 
 :func:`levenberg_marquardt` runs :func:`.lm.levenberg_marquardt` on a chunk
-of frames of a :class:`.rigsolve._Problem` (the posed bones, the target
+of frames of a :class:`.rigproblem.Problem` (the posed bones, the target
 rows, the prior, the locks) with an :class:`~.lm.ArrayOps` backend:
 
 - :data:`NUMPY` (float64; the normal equations in float32 where the prior
@@ -56,7 +56,7 @@ def jacobian(pb, wproj, pts, X, ops, out=None):
     ``sum_p C[r,p] A[p,k] d_k x (p - X_k) = -[v_rk]_x d_k`` with
     ``v_rk = q_rk - M_rk X_k``, weighted by the row's projection ``a_r``:
     column ``j`` of ``a_r (-[v]_x)`` is ``a_r (e_j x v)``, written out.
-    Only the blocks of :attr:`_Problem.pair_r` / ``pair_k`` (the bones a
+    Only the blocks of :attr:`.rigproblem.Problem.pair_r` / ``pair_k`` (the bones a
     row can move with) are computed, in a ``(pairs, n, ...)`` layout, and
     written into a zeroed matrix; ``out``, a matrix this function returned
     before for the same problem and frame count, is written again in place

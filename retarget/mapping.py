@@ -39,13 +39,12 @@ hierarchy (BVH, FBX, glTF, ``.blend`` and scene armatures) alike.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from ..model.skeleton import JOINTS, PARENTS
-from . import conventions as C
+from .anchors import geometric_anchors
+from .bone_names import NUMBERED, ParsedName, parse_name
 
 __all__ = ["BoneMapping", "ParsedName", "parse_name", "auto_map", "humanoid_check", "thumb_end",
            "REQUIRED_JOINTS", "LIMB_JOINTS"]
@@ -56,108 +55,6 @@ REQUIRED_JOINTS: tuple = ("pelvis", "head", "upperarm_l", "forearm_l", "hand_l",
                           "calf_r", "foot_r")
 #: Limb joints (twist bones attach to these).
 LIMB_JOINTS: tuple = tuple(j for j in JOINTS if j.endswith(("_l", "_r")))
-
-#: A numbered segment of a chain (Rigify's ``spine.004``, ``spine_05``).
-_NUMBERED = re.compile(r"[._]\d{2,3}$")
-_TOKEN_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_SEGMENT_RE = re.compile(r"^(.*?)[._](\d{3})$")
-
-
-@dataclass
-class ParsedName:
-    """Result of :func:`parse_name`."""
-
-    name: str
-    base: str             # name without a Blender ``.001`` suffix
-    segment: int          # that suffix's number, 0 if none
-    side: str             # "L", "R", "C" or ""
-    tokens: tuple         # lowercase tokens without side tokens
-    core: str             # letters of the tokens joined ("upperarm")
-    number: int           # first number in the tokens (spine_02 -> 2), -1 if none
-    roles: tuple          # role hints from ROLE_ALIASES
-    kind: str             # "body", "twist", "helper" or "ignore"
-    preferred: bool       # DEF- prefix
-
-
-def parse_name(name: str) -> ParsedName:
-    """Normalise a bone name (see :mod:`.conventions` for the steps).
-
-    Examples
-    --------
-    >>> parse_name("mixamorig:LeftForeArm").core, parse_name("mixamorig:LeftForeArm").side
-    ('forearm', 'L')
-    >>> parse_name("DEF-upper_arm.L.001").segment
-    1
-    """
-    s = re.split(r"[:|]", name)[-1]
-    helper = False
-    preferred = False
-    changed = True
-    while changed:
-        changed = False
-        low = s.lower()
-        for p in sorted(C.STRIP_PREFIXES, key=len, reverse=True):
-            if low.startswith(p) and len(s) > len(p):
-                helper |= p in C.HELPER_PREFIXES
-                preferred |= p in C.PREFERRED_PREFIXES
-                s = s[len(p):].lstrip(" _.-")
-                changed = True
-                break
-    segment = 0
-    base = name
-    m = _SEGMENT_RE.match(s)
-    if m:
-        s, segment = m.group(1), int(m.group(2))
-        base = name[: len(name) - 4]
-    toks = [t.lower() for t in _TOKEN_RE.findall(s)]
-    side = ""
-
-    def _side(tok):
-        if tok in C.LEFT_TOKENS:
-            return "L"
-        if tok in C.RIGHT_TOKENS:
-            return "R"
-        if tok in C.CENTER_TOKENS:
-            return "C"
-        return ""
-
-    words = [t for t in toks if not t.isdigit()]
-    if len(words) > 1:
-        # a side marker at the start or the end (digits may trail: hand_l_01)
-        first = next(i for i, t in enumerate(toks) if not t.isdigit())
-        last = max(i for i, t in enumerate(toks) if not t.isdigit())
-        for i in (first, last):
-            sd = _side(toks[i])
-            if sd:
-                side = sd
-                toks.pop(i)
-                break
-        if not side:  # "Bip01 L UpperArm" style markers in the middle
-            for i, t in enumerate(toks):
-                if t in ("left", "right"):
-                    side = _side(t)
-                    toks.pop(i)
-                    break
-    nums = [int(t) for t in toks if t.isdigit()]
-    core = "".join(t for t in toks if not t.isdigit())
-    roles = C.ROLE_ALIASES.get(core, ())
-    if not roles and core.startswith(("left", "right")):
-        # camelCase split may miss e.g. "leftupperarm"
-        rest = core[4:] if core.startswith("left") else core[5:]
-        if rest in C.ROLE_ALIASES:
-            side = "L" if core.startswith("left") else "R"
-            core, roles = rest, C.ROLE_ALIASES[rest]
-    tokset = set(toks)
-    if core in C.IGNORE_CORES or tokset & C.IGNORE_TOKENS:
-        kind = "ignore"
-    elif tokset & C.TWIST_TOKENS:
-        kind = "twist"
-    elif helper or tokset & C.HELPER_TOKENS:
-        kind = "helper"
-    else:
-        kind = "body"
-    return ParsedName(name, base, segment, side, tuple(toks), core, nums[0] if nums else -1,
-                      tuple(roles), kind, preferred)
 
 
 @dataclass
@@ -349,7 +246,7 @@ class _Mapper:
             conf, why = 1.0, "name and hierarchy"
         elif role in roles:
             conf, why = 0.85, "ambiguous name resolved by hierarchy"
-        elif role in ("neck", "head") and roles and roles[0] == "spine" and _NUMBERED.search(self.rig.names[i]):
+        elif role in ("neck", "head") and roles and roles[0] == "spine" and NUMBERED.search(self.rig.names[i]):
             # Rigify's numbered spine (spine.004 the neck, spine.006 the head): one chain, its
             # segments named by number, so the position is the convention, not a guess
             conf, why = 0.85, "segment of a numbered spine chain, placed by hierarchy"
@@ -446,118 +343,9 @@ class _Mapper:
         return [i for i in cands if i != picked and self.rig.depth[i] == depth
                 and not self.rig.is_ancestor(i, picked) and not self.rig.is_ancestor(picked, i)]
 
-    # -- geometry: skeletons whose names say nothing --------------------------
-    def _chain_down(self, b):
-        """``b`` and its descendants along the child with the longest reach (a limb's main chain)."""
-        out = [b]
-        while True:
-            kids = [c for c in self.rig.children(out[-1]) if self.p[c].kind != "ignore"]
-            if not kids:
-                return out
-            out.append(max(kids, key=lambda c: (self._reach(c), -c)))
-
-    def _reach(self, b):
-        if b not in self._reach_cache:
-            h = self.rig.head
-            kids = self.rig.children(b)
-            self._reach_cache[b] = max((float(np.linalg.norm(h[c] - h[b])) + self._reach(c) for c in kids),
-                                       default=float(np.linalg.norm(self.rig.tail[b] - h[b])))
-        return self._reach_cache[b]
-
-    def _branches(self, b, min_reach):
-        """Children of ``b`` whose subtree reaches further than ``min_reach``."""
-        h = self.rig.head
-        return [c for c in self.rig.children(b)
-                if float(np.linalg.norm(h[c] - h[b])) + self._reach(c) > min_reach]
-
     def geometric_anchors(self):
-        """Hands, feet and toes of a skeleton from its rest geometry alone (no usable names).
-
-        The pelvis is the first bone from the root where three long branches
-        meet (two legs and the spine); the chest the first bone up the spine
-        where three meet again (two arms and the neck). On each limb the two
-        longest consecutive segments are the upper and lower limb, so the
-        joint after them is the hand (foot). Left and right come from the
-        rest pose: up is pelvis to chest, forward is the feet's direction
-        to the toes, left = up x forward. ``None`` when the skeleton does not
-        branch like a human or has no toes to tell its front.
-        """
-        rig = self.rig
-        self._reach_cache = {}
-        roots = [i for i in range(len(rig)) if rig.parents[i] < 0]
-        if not roots:
-            return None
-        root = max(roots, key=self._reach)
-        size = self._reach(root)
-        if not size > 0:
-            return None
-        min_reach = 0.2 * size
-
-        def fork(b, want):
-            while True:
-                br = self._branches(b, min_reach)
-                if len(br) >= want:
-                    return b, br
-                if len(br) != 1:
-                    return None, []
-                b = br[0]
-
-        pelvis, br = fork(root, 3)
-        if pelvis is None:
-            return None
-        # the spine branch forks again (arms + neck); the legs do not
-        spine = None
-        for c in br:
-            chest, arms_br = fork(c, 3)
-            if chest is not None:
-                spine, chest_br = c, arms_br
-                break
-        if spine is None:
-            return None
-        legs = [c for c in br if c != spine][:2]
-        if len(legs) != 2:
-            return None
-        h = rig.head
-        # arms: the two chest branches whose reaches match best; the rest is the neck
-        pairs = [(abs(self._reach(a) - self._reach(b)), a, b) for i, a in enumerate(chest_br)
-                 for b in chest_br[i + 1:]]
-        _, a1, a2 = min(pairs)
-
-        def anchor(first):
-            chain = self._chain_down(first)
-            seg = [float(np.linalg.norm(h[chain[k + 1]] - h[chain[k]])) for k in range(len(chain) - 1)]
-            if len(seg) < 2:
-                return None, None
-            k = max(range(len(seg) - 1), key=lambda k: seg[k] + seg[k + 1])
-            end = chain[k + 2] if k + 2 < len(chain) else None
-            after = chain[k + 3] if k + 3 < len(chain) else None
-            return end, after
-
-        feet = [anchor(c) for c in legs]
-        hands = [anchor(c)[0] for c in (a1, a2)]
-        if any(f is None for f, _ in feet) or any(x is None for x in hands):
-            return None
-        toes = [t for _, t in feet]
-        if any(t is None for t in toes):
-            return None
-        up = h[chest] - h[pelvis]
-        forward = np.mean([h[t] - h[f] for (f, _), t in zip(feet, toes)], axis=0)
-        left = np.cross(up, forward)
-        if not np.linalg.norm(left) > 0:
-            return None
-
-        def side(b):
-            return "L" if float(np.dot(h[b] - h[pelvis], left)) > 0 else "R"
-
-        out = {"hand": {}, "foot": {}, "toe": {}}
-        for (f, t), c in zip(feet, legs):
-            out["foot"][side(c)] = f
-            out["toe"][side(c)] = t
-        for hd, c in zip(hands, (a1, a2)):
-            out["hand"][side(c)] = hd
-        if set(out["hand"]) != {"L", "R"} or set(out["foot"]) != {"L", "R"}:
-            return None
-        return out
+        """Hands, feet and toes from the rest geometry alone (:func:`.anchors.geometric_anchors`)."""
+        return geometric_anchors(self.rig, self.p)
 
     def limb_chain(self, anchors, side):
         """Usable ancestors of a hand/foot up to where the other side's limb joins."""

@@ -3,7 +3,7 @@
 A production rig carries many bones no keypoint drives (Rigify's meta-rig:
 face, fingers, heels; 159 bones of which about thirty move). A bake's
 whole-clip arrays hold a column per bone, so :func:`posed_plan` gives the
-:class:`.solve.RetargetPlan` of the posed bones only: the same plan, its
+:class:`.plan.RetargetPlan` of the posed bones only: the same plan, its
 rig the posed bones and their ancestors (so forward kinematics is exact for
 every kept bone), its indices renumbered. Bones left out stay at rest, as
 they would in the whole rig's result, and are not keyed either way.

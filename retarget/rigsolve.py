@@ -55,12 +55,14 @@ from dataclasses import dataclass, field
 
 import contextlib
 import os
-import sys
 
 import numpy as np
 
 from ..model.rotations_np import vector_norm
 from .levenberg import NUMPY, levenberg_marquardt, torch_ops
+from .rigfk import RestFK, posed_points
+from .rigproblem import cached_problem
+from .threads import blas_threads, torch_threads
 
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
@@ -155,7 +157,7 @@ class RigSolveResult:
     def take_frames(self, sub, other, keep=None) -> "RigSolveResult":
         """Frames ``sub`` replaced, in place, by ``other``'s (a solve of those frames; ``keep``: of its
         frames, those to take, one per entry of ``sub``); rotations kept sign-continuous. Returns self."""
-        from .solve import quat_continuity
+        from .channels import quat_continuity
 
         keep = slice(None) if keep is None else keep
         self.quaternions[sub] = other.quaternions[keep]
@@ -204,339 +206,6 @@ MAX_THREADS = 2
 #: A batch's worker processes share the cores: one left alone at the end of a batch takes
 #: the cores the others freed (``cli.batch``).
 THREADS_ALLOWED = None
-
-
-def _torch_dtype(dtype):
-    """The torch path's precision: ``dtype``, float32 when not given."""
-    import torch
-
-    return torch.float32 if dtype is None else dtype
-
-
-class _RigFK:
-    """Forward kinematics of the posed subset of a rig, batched over frames (torch, or numpy for a few frames)."""
-
-    def __init__(self, rig, posed, dtype):
-        self.posed = list(posed)                      # parents before children
-        self.slot = {b: i for i, b in enumerate(self.posed)}
-        Q = rig.rest_rotation()
-        h = rig.head
-        n = len(self.posed)
-        rel_rot = np.empty((n, 3, 3))
-        rel_pos = np.empty((n, 3))
-        par = np.full(n, -1)
-        for i, b in enumerate(self.posed):
-            p = int(rig.parents[b])
-            if p < 0:
-                rel_rot[i], rel_pos[i] = Q[b], h[b]
-            else:
-                if p not in self.slot:
-                    raise ValueError("posed bones must be closed under parents")
-                par[i] = self.slot[p]
-                rel_rot[i] = Q[p].T @ Q[b]
-                rel_pos[i] = Q[p].T @ (h[b] - h[p])
-        self.dtype = dtype
-        self.rel_rot_np, self.rel_pos_np = rel_rot, rel_pos
-        self.par = [int(x) for x in par]
-        self._torch = None
-        self._levels_np = None
-
-    def _levels(self):
-        """``(slice, parent slots or None, rest rotations, rest offsets)`` per depth level (numpy)."""
-        if self._levels_np is None:
-            # posed bones are sorted by depth: every level is a contiguous slice
-            depth = np.zeros(len(self.par), dtype=np.int64)
-            for i, p in enumerate(self.par):
-                depth[i] = 0 if p < 0 else depth[p] + 1
-            self._levels_np = []
-            for d in range(int(depth.max()) + 1 if depth.size else 0):
-                idx = np.flatnonzero(depth == d)
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                assert idx[-1] - idx[0] + 1 == len(idx)
-                par = None if d == 0 else np.array([self.par[i] for i in idx])
-                self._levels_np.append((sl, par, self.rel_rot_np[sl], self.rel_pos_np[sl][..., None]))
-        return self._levels_np
-
-    def __call__(self, basis, loc):
-        """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
-        import torch
-
-        if self._torch is None:
-            dt = _torch_dtype(self.dtype)
-            self._torch = [(sl, None if par is None else torch.as_tensor(par), torch.as_tensor(rr, dtype=dt),
-                            torch.as_tensor(rp, dtype=dt)) for sl, par, rr, rp in self._levels()]
-        return _level_fk(basis, loc, self._torch, lambda shape: torch.empty(shape, dtype=basis.dtype))
-
-    def numpy(self, basis, loc):
-        """The same forward kinematics on float64 numpy arrays."""
-        return _level_fk(basis, loc, self._levels(), np.empty)
-
-
-def _level_fk(basis, loc, levels, empty):
-    """Forward kinematics one depth level at a time (numpy or torch arrays alike): ``(W, X, B)``.
-
-    ``W`` the bones' armature-space rotations, ``X`` their heads, ``B`` their
-    rotations before their own pose (the parent's with the rest offset).
-    """
-    T, n = basis.shape[:2]
-    W = empty((T, n, 3, 3))
-    X = empty((T, n, 3))
-    B = empty((T, n, 3, 3))
-    for sl, par, rr, rp in levels:
-        if par is None:
-            br = rr
-            bp = rp[..., 0]
-        else:
-            Wp = W[:, par]
-            br = Wp @ rr
-            bp = X[:, par] + (Wp @ rp)[..., 0]
-        B[:, sl] = br
-        W[:, sl] = br @ basis[:, sl]
-        X[:, sl] = bp + (br @ loc[:, sl, :, None])[..., 0]
-    return W, X, B
-
-
-class _RestFK:
-    """The heads of the bones a solve does not pose (hand ends, fingers), from their posed parents.
-
-    Posing the whole rig again after the solve for them costs more than
-    needed: their posed ancestors' rotations and
-    heads are at hand in each chunk, so only these bones are posed, parents
-    first, and only those with an unposed child get a rotation.
-    """
-
-    def __init__(self, rig, posed_slot, unposed):
-        Q, h = rig.rest_rotation(), rig.head
-        order = sorted((int(b) for b in unposed), key=lambda b: (rig.depth[b], b))
-        own = {b: i for i, b in enumerate(order)}
-        parents = {int(rig.parents[b]) for b in order}
-        self.bones = order
-        self.steps = []
-        for b in order:
-            p = int(rig.parents[b])
-            if p < 0:
-                src, rel_rot, rel_pos = None, Q[b], h[b]
-            else:
-                src = ("posed", posed_slot[p]) if p in posed_slot else ("rest", own[p])
-                rel_rot, rel_pos = Q[p].T @ Q[b], Q[p].T @ (h[b] - h[p])
-            self.steps.append((b, src, rel_rot, rel_pos, b in parents))
-
-    def numpy(self, W, X, quats, locs):
-        """Heads ``(n, len(bones), 3)`` of the unposed bones; ``W``, ``X``: the posed subset's pose,
-        ``quats``, ``locs``: the chunk's values of every bone."""
-        from ..model.rotations_np import quat_to_matrix
-
-        n = X.shape[0]
-        out = np.empty((n, len(self.bones), 3))
-        Wr = {}
-        for i, (b, src, rel_rot, rel_pos, needed) in enumerate(self.steps):
-            if src is None:
-                base_rot = np.broadcast_to(rel_rot, (n, 3, 3))
-                base_pos = np.broadcast_to(rel_pos, (n, 3))
-            else:
-                kind, j = src
-                Wp, Xp = (W[:, j], X[:, j]) if kind == "posed" else (Wr[j], out[:, j])
-                base_rot = Wp @ rel_rot
-                base_pos = Xp + Wp @ rel_pos
-            out[:, i] = base_pos + (base_rot @ locs[:, b, :, None])[..., 0]
-            if needed:
-                Wr[i] = base_rot @ quat_to_matrix(quats[:, b])
-        return out
-
-
-def posed_points(W, X, points_bone_slot, points_offset):
-    """Positions (T, P, 3) of points attached to posed bones."""
-    return X[:, points_bone_slot] + (W[:, points_bone_slot] @ points_offset[None, :, :, None])[..., 0]
-
-
-class _Problem:
-    """What every chunk of frames shares: the posed subset, the targets' structure, the prior, the locks.
-
-    All arrays are float64 numpy; :meth:`torch` gives them as tensors for
-    the batched path.
-    """
-
-    def __init__(self, rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype):
-        free = [int(b) for b in free]
-        point_bones = [b for b, _ in targets.points]
-        # the bones that move each point when they turn: its bone's ancestors, and its bone
-        # unless the point is that bone's head (a bone turns about its head)
-        movers = [set(rig.ancestors(b)) | ({b} if np.any(o) else set()) for b, o in targets.points]
-        # a free bone that moves no target point never moves (no row pulls it, its prior holds
-        # it where it starts: its step is zero): it is left out of the unknowns (a dense bake's
-        # problem: 5 of 23 bones, a third of the normal equations' work)
-        moving = set().union(*movers)
-        keep = [i for i, b in enumerate(free) if b in moving]
-        pr = np.broadcast_to(np.asarray(prior_rotation, dtype=np.float64), (len(free),))[keep]
-        free = [free[i] for i in keep]
-        need = set(free) | set(point_bones) | ({root} if root >= 0 else set())
-        posed = set()
-        for b in need:
-            posed.add(b)
-            posed.update(rig.ancestors(b))
-        self.posed = sorted(posed, key=lambda i: (rig.depth[i], i))
-        #: bones the solve leaves as they are (their heads come from full forward kinematics)
-        self.unposed = np.setdiff1d(np.arange(len(rig)), self.posed)
-        self.fk = _RigFK(rig, self.posed, dtype)
-        slot = self.fk.slot
-        self.nF = nF = len(free)
-        self.fslot = np.array([slot[b] for b in free], dtype=np.int64)
-        self.root_slot = slot[root] if root >= 0 else -1
-        P = len(targets.points)
-        R = len(targets.rows)
-        self.R = R
-        self.pslot = np.array([slot[b] for b in point_bones], dtype=np.int64)
-        self.poff = np.array([o for _, o in targets.points], dtype=np.float64).reshape(P, 3)
-        # which free bones move each point: A[p, f] = 1 if free[f] is bone(p)'s ancestor, or bone(p)
-        # itself where p is not its head
-        A = np.array([[1.0 if f in m else 0.0 for f in free] for m in movers]).reshape(P, nF)
-        moved_by_root = np.array([1.0 if (root >= 0 and (b == root or rig.is_ancestor(root, b))) else 0.0
-                                  for b in point_bones])
-        C = np.zeros((R, P))
-        for r_i, row in enumerate(targets.rows):
-            for p_i, c in row["coef"].items():
-                C[r_i, p_i] += c
-        # CA[r, p, k] = C[r, p] A[p, k]; M = C A (per pair below); Mroot = C moved_by_root
-        CA = C[:, :, None] * A[None]
-        self.C, self.Mroot = C, C @ moved_by_root
-        # the Jacobian's (row, free bone) blocks that can be non-zero: a row moves with a bone
-        # when one of its points hangs below it (most rows reach a few bones: a fifth of the
-        # blocks of a dense bake's problem); the Jacobian is computed for these pairs only
-        pair_r, pair_k = np.nonzero(np.abs(CA).sum(1) > 0)
-        self.pair_r, self.pair_k = pair_r, pair_k
-        self.pair_fslot = self.fslot[pair_k]
-        self.pair_CA = np.ascontiguousarray(CA[pair_r, :, pair_k]).reshape(len(pair_r), P)   # (S, P)
-        self.pair_M = self.pair_CA.sum(1)                                                     # M = C A, (S,)
-        self.per_frame = any(row["proj"].ndim == 3 for row in targets.rows)
-        if self.per_frame:   # stacked per chunk (a (T, R, 3, 3) array is large for long clips)
-            self.diag_only = False
-            self.proj = None
-        else:
-            self.proj = np.array([row["proj"] for row in targets.rows]).reshape(R, 3, 3)
-            self.diag_only = bool(np.allclose(self.proj, self.proj * np.eye(3)))
-        prior = np.repeat(pr, 3)
-        if root >= 0:
-            prior = np.concatenate([prior, np.full(3, float(prior_translation))])
-        self.prior = prior
-        self.root_fixed = None if root_fixed is None else np.asarray(root_fixed, dtype=np.float64)
-        lf, le = [], []
-        for f_i, b in enumerate(free):
-            for ax in np.flatnonzero(np.asarray((locked or {}).get(b, (False,) * 3), dtype=bool)):
-                lf.append(f_i)
-                le.append(np.eye(3)[ax])
-        self.lock_f = lf
-        self.lock_e = np.array(le).reshape(-1, 3)
-        self.dtype = dtype
-        self._t = None
-
-    def projections(self, targets, c0, c1, T):
-        """(n, R, 3, 3) per-frame projections of frames ``c0:c1``, or (R, 3, 3)."""
-        if not self.per_frame:
-            return self.proj
-        return np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1] for row in targets.rows], 1)
-
-    def torch(self):
-        import torch
-
-        if self._t is None:
-            t = lambda a: torch.as_tensor(a, dtype=_torch_dtype(self.dtype))  # noqa: E731
-            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C),
-                           pair_CA=t(self.pair_CA), pair_M=t(self.pair_M), Mroot=t(self.Mroot), prior=t(self.prior),
-                           pair_r=torch.as_tensor(self.pair_r), pair_k=torch.as_tensor(self.pair_k),
-                           pair_fslot=torch.as_tensor(self.pair_fslot),
-                           root_fixed=None if self.root_fixed is None else t(self.root_fixed),
-                           lock_f=torch.as_tensor(self.lock_f, dtype=torch.long), lock_e=t(self.lock_e))
-        return self._t
-
-
-def _problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype) -> _Problem:
-    """:class:`_Problem`, remembered on the rig for the last few structures.
-
-    Solve Frame and Live Solve pose the same rig with the same targets (only
-    their values change) many times a second; the key is everything the
-    problem is built from except the target values and weights.
-    """
-    key = (tuple(int(b) for b in free), int(root), float(prior_translation), str(dtype),
-           np.asarray(prior_rotation, dtype=np.float64).tobytes(),
-           tuple((b, o.tobytes()) for b, o in targets.points),
-           tuple((tuple(r["coef"].items()), r["proj"].shape, r["proj"].tobytes() if r["proj"].ndim == 2 else b"")
-                 for r in targets.rows),
-           tuple((int(b), tuple(bool(x) for x in np.asarray(v).reshape(-1))) for b, v in sorted((locked or {}).items())),
-           None if root_fixed is None else np.asarray(root_fixed, dtype=np.float64).tobytes())
-    cache = rig.__dict__.setdefault("_rigsolve_problems", {})
-    pb = cache.get(key)
-    arrays = (rig.matrix_local, rig.head, rig.parents)
-    if pb is None or any(a is not b for a, b in zip(pb.rig_arrays, arrays)):
-        pb = _Problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
-        pb.rig_arrays = arrays
-        if len(cache) >= 8:
-            cache.pop(next(iter(cache)))
-        cache[key] = pb
-    return pb
-
-
-_OPENBLAS = None
-
-
-def _openblas():
-    """``(get, set)`` thread-count functions of numpy's bundled OpenBLAS, or None (another BLAS)."""
-    global _OPENBLAS
-    if _OPENBLAS is None:
-        found = ()
-        try:
-            import ctypes
-            import glob
-
-            libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-            for path in sorted(glob.glob(os.path.join(libs, "*openblas*"))):
-                lib = ctypes.CDLL(path)
-                for name in ("openblas_{}_num_threads64_", "scipy_openblas_{}_num_threads64_",
-                             "openblas_{}_num_threads"):
-                    get, put = (getattr(lib, name.format(x), None) for x in ("get", "set"))
-                    if get is not None and put is not None:
-                        found = (get, put)
-                        break
-                if found:
-                    break
-        except (OSError, AttributeError):
-            pass
-        _OPENBLAS = found
-    return _OPENBLAS or None
-
-
-class _blas_threads:
-    """Context: numpy's OpenBLAS runs on ``n`` threads inside (where it can be told), as before outside."""
-
-    def __init__(self, n):
-        self.n = int(n)
-        self.lib = _openblas()
-
-    def __enter__(self):
-        if self.lib is not None:
-            self.old = int(self.lib[0]())
-            self.lib[1](self.n)
-
-    def __exit__(self, *exc):
-        if self.lib is not None:
-            self.lib[1](self.old)
-
-
-class _threads:
-    """Context: torch (where it is loaded) runs on ``n`` threads inside, as before outside."""
-
-    def __init__(self, n):
-        self.n = int(n)
-
-    def __enter__(self):
-        self.torch = sys.modules.get("torch")
-        if self.torch is not None:
-            self.old = self.torch.get_num_threads()
-            if self.n != self.old:
-                self.torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        if self.torch is not None and self.n != self.old:
-            self.torch.set_num_threads(self.old)
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
@@ -610,55 +279,117 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     -------
     RigSolveResult
     """
-    from ..model.rotations_np import matrix_to_quat, quat_to_matrix
-
     quats = np.asarray(quats, dtype=np.float64)
     locations = np.asarray(locations, dtype=np.float64)
-    T, nb = quats.shape[:2]
-    pb = _problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
-    R = pb.R
-
-    def stacked(key, c0, c1):
-        """The rows' targets (t, R, 3) or weights (t, R) of frames c0:c1 (per chunk: a long clip's
-        whole (T, R, 3) would be a copy of every target)."""
-        if not R:
-            return np.zeros((c1 - c0, 0, 3) if key == "target" else (c1 - c0, 0))
-        return np.stack([row[key][c0:c1] for row in targets.rows], 1)
-
-    out_quats = quats if overwrite else quats.copy()      # (a chunk reads its frames before it stores them)
-    out_locs = locations if overwrite else locations.copy()
-    heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
-    resid = np.zeros((T, R))
-    posed_idx = np.array(pb.posed, dtype=np.int64)
-    rest_fk = None
-    if pb.unposed.size and all_heads:   # (once per problem: problems are cached)
-        rest_fk = pb.__dict__.get("rest_fk")
-        if rest_fk is None:
-            rest_fk = pb.rest_fk = _RestFK(rig, {int(b): i for i, b in enumerate(pb.posed)}, pb.unposed)
-
-    done_iterations = 0
+    T = quats.shape[0]
+    pb = cached_problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
+    run = _ChunkSolve(rig, quats, locations, targets, pb, overwrite=overwrite, all_heads=all_heads,
+                      progress=progress)
     # while the prior fades, keep iterating until it is nearly gone
     min_iterations = int(np.ceil(np.log(prior_floor) / np.log(prior_decay))) if 0 < prior_decay < 1 else 0
     min_iterations = min(min_iterations, int(iterations))
     if backend not in ("auto", "numpy", "torch"):
         raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
     use_torch = int(iterations) > 0 and T > SMALL_BATCH and backend == "torch"
+    run.use_torch = use_torch
+    run.lm = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
+                  min_iterations=min_iterations, tol=tol, rtol=rtol)
+    workers = 1 if use_torch or int(iterations) <= 0 else max(min(MAX_THREADS, os.cpu_count() or 1), 1)
+    # (the residuals alone, no step: no Jacobian to keep in cache, so the caller's chunks)
+    step = int(chunk) if use_torch or int(iterations) <= 0 else min(int(chunk), NUMPY_CHUNK)
+    # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
+    # more, and two chunks at once each starting BLAS threads crawl
+    # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
+    # pooled chunk: two threads setting torch's thread count at once race)
+    with blas_threads(1), (contextlib.nullcontext() if use_torch else torch_threads(1)):
+        # (with the cores shared, a short clip's two or three unequal chunks gain less than they cost)
+        if workers < 2 or T <= step or (THREADS_ALLOWED is not None and T < 4 * step):
+            done_iterations = 0
+            for c0 in range(0, T, step):
+                c1 = min(T, c0 + step)
+                tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
+                done_iterations = max(done_iterations, run.store(*run.solve(c0, c1, tick)))
+        else:
+            done_iterations = _solve_on_threads(run, T, step, workers)
+    from .channels import quat_continuity
+    return RigSolveResult(quat_continuity(run.out_quats, out=run.out_quats), run.out_locs, run.heads, run.resid,
+                          done_iterations)
 
-    def solve_chunk(c0, c1, tick):
+
+def _solve_on_threads(run, T, step, workers) -> int:
+    """Chunks of ``step`` frames solved on up to ``workers`` threads; the most iterations a chunk took.
+
+    numpy on one core per chunk (its arrays release the GIL): several chunks at once
+    (as many as THREADS_ALLOWED says, asked again as each finishes); progress (and
+    with it a cancel) in this thread as chunks finish.
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    done_iterations = 0
+    pool = ThreadPoolExecutor(max_workers=workers)
+    starts = list(range(0, T, step))[::-1]
+    running = set()
+    try:
+        while starts or running:
+            limit = workers if THREADS_ALLOWED is None else max(1, min(workers, int(THREADS_ALLOWED())))
+            while starts and len(running) < limit:
+                c0 = starts.pop()
+                running.add(pool.submit(run.solve, c0, min(T, c0 + step), None))
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:   # stored, not kept (a long clip's results would add up)
+                done_iterations = max(done_iterations, run.store(*fut.result()))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return done_iterations
+
+
+class _ChunkSolve:
+    """One :func:`solve_rig` call's chunks of frames: each solved (:meth:`solve`, on any thread), then
+    stored into the whole clip's outputs (:meth:`store`, on the calling thread)."""
+
+    def __init__(self, rig, quats, locations, targets, pb, *, overwrite, all_heads, progress):
+        T, nb = quats.shape[:2]
+        self.quats, self.locations, self.targets, self.pb, self.progress = quats, locations, targets, pb, progress
+        self.T = T
+        self.use_torch = False
+        self.lm = {}
+        self.out_quats = quats if overwrite else quats.copy()      # (a chunk reads its frames before it stores them)
+        self.out_locs = locations if overwrite else locations.copy()
+        self.heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
+        self.resid = np.zeros((T, pb.R))
+        self.posed_idx = np.array(pb.posed, dtype=np.int64)
+        self.rest_fk = None
+        if pb.unposed.size and all_heads:   # (once per problem: problems are cached)
+            self.rest_fk = pb.__dict__.get("rest_fk")
+            if self.rest_fk is None:
+                self.rest_fk = pb.rest_fk = RestFK(rig, {int(b): i for i, b in enumerate(pb.posed)}, pb.unposed)
+
+    def stacked(self, key, c0, c1):
+        """The rows' targets (t, R, 3) or weights (t, R) of frames c0:c1 (per chunk: a long clip's
+        whole (T, R, 3) would be a copy of every target)."""
+        if not self.pb.R:
+            return np.zeros((c1 - c0, 0, 3) if key == "target" else (c1 - c0, 0))
+        return np.stack([row[key][c0:c1] for row in self.targets.rows], 1)
+
+    def solve(self, c0, c1, tick):
+        """Frames ``c0:c1`` solved: ``(c0, c1, quaternions, locations, heads, unposed heads, residuals,
+        iterations)`` of the posed bones."""
+        from ..model.rotations_np import matrix_to_quat, quat_to_matrix
+
+        pb, quats, posed_idx = self.pb, self.quats, self.posed_idx
         n = c1 - c0
         basis = quat_to_matrix(quats[c0:c1][:, posed_idx])
-        loc = locations[c0:c1][:, posed_idx]
-        proj = pb.projections(targets, c0, c1, T)
-        tgt, w = stacked("target", c0, c1), stacked("weight", c0, c1)
-        kw = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
-                  min_iterations=min_iterations, tol=tol, rtol=rtol, progress=tick)
+        loc = self.locations[c0:c1][:, posed_idx]
+        proj = pb.projections(self.targets, c0, c1, self.T)
+        tgt, w = self.stacked("target", c0, c1), self.stacked("weight", c0, c1)
+        kw = dict(self.lm, progress=tick)
         posed = None
-        if int(iterations) <= 0:   # only the residuals of the start pose
+        if int(self.lm["iterations"]) <= 0:   # only the residuals of the start pose
             it = 0
-        elif use_torch and n > SMALL_BATCH:
+        elif self.use_torch and n > SMALL_BATCH:
             basis, loc, it, posed = levenberg_marquardt(pb, torch_ops(pb.dtype), basis, loc, tgt, w, proj, **kw)
         else:
-            with _threads(1):
+            with torch_threads(1):
                 basis, loc, it, posed = levenberg_marquardt(pb, NUMPY, basis, loc, tgt, w, proj, **kw)
         if it:   # rotations through unit quaternions
             q = matrix_to_quat(basis)
@@ -675,53 +406,18 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
         # unweighted residual lengths
         comb = np.einsum("rp,tpi->tri", pb.C, pts)
         res = vector_norm((proj @ (comb - tgt)[..., None])[..., 0])
-        X_rest = rest_fk.numpy(W, X, quats[c0:c1], locations[c0:c1]) if rest_fk is not None else None
+        X_rest = self.rest_fk.numpy(W, X, quats[c0:c1], self.locations[c0:c1]) if self.rest_fk is not None else None
         return c0, c1, q, loc, X, X_rest, res, it
 
-    def store(c0, c1, q, loc, X, X_rest, res, it):
-        out_quats[c0:c1, posed_idx] = q
-        out_locs[c0:c1, posed_idx] = loc
-        heads[c0:c1, posed_idx] = X
+    def store(self, c0, c1, q, loc, X, X_rest, res, it):
+        """A solved chunk written into the outputs (progress reported); its iterations."""
+        posed_idx = self.posed_idx
+        self.out_quats[c0:c1, posed_idx] = q
+        self.out_locs[c0:c1, posed_idx] = loc
+        self.heads[c0:c1, posed_idx] = X
         if X_rest is not None:
-            heads[c0:c1, rest_fk.bones] = X_rest
-        resid[c0:c1] = res
-        if progress is not None:
-            progress(c1, T)
+            self.heads[c0:c1, self.rest_fk.bones] = X_rest
+        self.resid[c0:c1] = res
+        if self.progress is not None:
+            self.progress(c1, self.T)
         return it
-
-    workers = 1 if use_torch or int(iterations) <= 0 else max(min(MAX_THREADS, os.cpu_count() or 1), 1)
-    # (the residuals alone, no step: no Jacobian to keep in cache, so the caller's chunks)
-    step = int(chunk) if use_torch or int(iterations) <= 0 else min(int(chunk), NUMPY_CHUNK)
-    # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
-    # more, and two chunks at once each starting BLAS threads crawl
-    # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
-    # pooled chunk: two threads setting torch's thread count at once race)
-    with _blas_threads(1), (contextlib.nullcontext() if use_torch else _threads(1)):
-        # (with the cores shared, a short clip's two or three unequal chunks gain less than they cost)
-        if workers < 2 or T <= step or (THREADS_ALLOWED is not None and T < 4 * step):
-            for c0 in range(0, T, step):
-                c1 = min(T, c0 + step)
-                tick = None if progress is None else (lambda: progress(c0 + (c1 - c0) * 0.999, T))
-                done_iterations = max(done_iterations, store(*solve_chunk(c0, c1, tick)))
-        else:
-            # numpy on one core per chunk (its arrays release the GIL): several chunks at once
-            # (as many as THREADS_ALLOWED says, asked again as each finishes); progress (and
-            # with it a cancel) in this thread as chunks finish
-            from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-            pool = ThreadPoolExecutor(max_workers=workers)
-            starts = list(range(0, T, step))[::-1]
-            running = set()
-            try:
-                while starts or running:
-                    limit = workers if THREADS_ALLOWED is None else max(1, min(workers, int(THREADS_ALLOWED())))
-                    while starts and len(running) < limit:
-                        c0 = starts.pop()
-                        running.add(pool.submit(solve_chunk, c0, min(T, c0 + step), None))
-                    done, running = wait(running, return_when=FIRST_COMPLETED)
-                    for fut in done:   # stored, not kept (a long clip's results would add up)
-                        done_iterations = max(done_iterations, store(*fut.result()))
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
-    from .solve import quat_continuity
-    return RigSolveResult(quat_continuity(out_quats, out=out_quats), out_locs, heads, resid, done_iterations)

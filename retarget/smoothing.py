@@ -34,7 +34,7 @@ import sys
 
 import numpy as np
 
-from .solve import quat_continuity
+from .channels import quat_continuity
 
 __all__ = ["METHODS", "filter_params", "smooth_keypoints", "smooth_rotations", "one_euro", "savgol_numpy",
            "butter_numpy", "filtfilt_numpy"]

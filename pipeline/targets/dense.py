@@ -159,7 +159,7 @@ class DenseRows:
         offset carried by the hand's alignment (as target_keypoints places
         it), the thumb the tip of the rig's own thumb where it has one.
         """
-        from ...retarget.solve import end_offset_on_rig
+        from ...retarget.plan import end_offset_on_rig
 
         plan, src, mask, tg, w = self.plan, self.src, self.mask, self.tg, self.w
         b, jh = _bone(plan, f"hand_{s}"), _J[f"hand_{s}"]
@@ -184,7 +184,7 @@ class DenseRows:
 
     def _thumb(self, s, b, jh, kb, t_ax, h, h_ok):
         """The hand turned about its line ``h`` until its thumb is on the source's side of it."""
-        from ...retarget.solve import end_offset_on_rig
+        from ...retarget.plan import end_offset_on_rig
 
         plan, src, mask, tg = self.plan, self.src, self.mask, self.tg
         o = _rig_thumb(plan, b)

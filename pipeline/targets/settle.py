@@ -91,7 +91,8 @@ def settle_hinges(plan, quats, locations, chunk=None, locked=None) -> None:
     of its three bones (``locked``: bone -> (3,) bool, as the rig-space
     solve's) is left as the solve made it.
     """
-    from ...retarget.solve import frame_chunks, pose_rig
+    from ...retarget.chunks import frame_chunks
+    from ...retarget.rigpose import pose_rig
 
     rig = plan.rig
     limbs = [lb for lb in hinge_axes(plan) if _free_of_locks(lb[:3], locked)]
@@ -208,7 +209,8 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
     rotation axis (``locked``) is left alone. Returns the frames (T,) bool
     in which a limb turned.
     """
-    from ...retarget.solve import frame_chunks, pose_rig
+    from ...retarget.chunks import frame_chunks
+    from ...retarget.rigpose import pose_rig
 
     rig = plan.rig
     turned = np.zeros(len(quats), dtype=bool)
@@ -241,7 +243,7 @@ def unbend_backwards(plan, quats, locations=None, chunk=None, locked=None) -> np
 
 def _signed_bends(quats, posed, chunk, limbs, flex, thighs, toe_of):
     """The signed bend of every limb on every frame: lower bone -> (T,) degrees, backwards negative."""
-    from ...retarget.solve import frame_chunks
+    from ...retarget.chunks import frame_chunks
 
     T = len(quats)
     bend = {c: np.zeros(T) for _t, c, _f, _a in limbs}
@@ -329,7 +331,9 @@ def settle_clavicles(plan, quats, locations=None, chunk=None, locked=None) -> No
     left alone.
     """
     from ...model.rotations_np import axis_angle_to_matrix, matrix_to_quat, quat_to_matrix
-    from ...retarget.solve import frame_chunks, pose_rig, twist_angle
+    from ...retarget.chunks import frame_chunks
+    from ...retarget.rigpose import pose_rig
+    from ...retarget.solve import twist_angle
 
     rig = plan.rig
     Q = rig.rest_rotation()

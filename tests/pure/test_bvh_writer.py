@@ -6,7 +6,7 @@ import pytest
 from _pkg import pkg
 
 pkg()
-from neural_ik.model import bvh  # noqa: E402
+from neural_ik.model import bvh, number_rows  # noqa: E402
 
 RNG = np.random.default_rng(11)
 
@@ -20,7 +20,7 @@ def test_format_rows_reads_back_like_percent_formatting(precision):
         np.zeros((50, 1)),
         -np.full((50, 1), 1e-12),
     ], axis=1)
-    text = bvh._format_rows(block, precision).decode("ascii")
+    text = number_rows.format_rows(block, precision).decode("ascii")
     lines = text.split("\n")
     assert lines[-1] == "" and len(lines) == 51
     ours = np.array([ln.split() for ln in lines[:-1]], dtype=np.float64)
@@ -38,17 +38,17 @@ def test_format_rows_reads_back_like_percent_formatting(precision):
 def test_format_rows_constant_columns(rows):
     block = np.tile([[-123.4567891, 0.5, 1e-9, -7.25, 31415.9]], (rows, 1))
     block[:, 1] += np.arange(rows)  # one varying column among constant ones
-    text = bvh._format_rows(block, 6).decode("ascii")
+    text = number_rows.format_rows(block, 6).decode("ascii")
     ours = np.array([ln.split() for ln in text.splitlines()], dtype=np.float64)
     np.testing.assert_allclose(ours, np.round(block, 6), atol=1e-9)
     const = np.tile([[-9.5, 2.0]], (3, 1))
-    ours = np.array([ln.split() for ln in bvh._format_rows(const, 2).decode().splitlines()], dtype=np.float64)
+    ours = np.array([ln.split() for ln in number_rows.format_rows(const, 2).decode().splitlines()], dtype=np.float64)
     np.testing.assert_array_equal(ours, const)
 
 
 def test_format_rows_declines_non_finite():
-    assert bvh._format_rows(np.array([[1.0, np.nan]]), 6) is None
-    assert bvh._format_rows(np.array([[1.0, np.inf]]), 6) is None
+    assert number_rows.format_rows(np.array([[1.0, np.nan]]), 6) is None
+    assert number_rows.format_rows(np.array([[1.0, np.inf]]), 6) is None
 
 
 def _skeleton():

@@ -502,7 +502,7 @@ def test_rig_solve_heads_of_bones_it_does_not_pose(backend, iterations):
     fingers, three deep, with rolls and locations of their own) is the solved pose's, as posing the
     whole rig gives it."""
     from neural_ik.model.rotations_np import axis_angle_to_matrix, matrix_to_quat
-    from neural_ik.retarget import rigsolve
+    from neural_ik.retarget import rigproblem
 
     rig, mapping, plan, rng, T, B = _metarig_batch(5)
     q0 = matrix_to_quat(axis_angle_to_matrix(rng.normal(scale=0.3, size=(T, B, 3))))
@@ -514,7 +514,7 @@ def test_rig_solve_heads_of_bones_it_does_not_pose(backend, iterations):
         tg.add({tg.point(b): 1.0}, X[:, b], 1.0)
     free = free_bones(rig, ent, plan.root)
     res = solve_rig(rig, q0, loc, tg, free, plan.root, iterations=iterations, backend=backend)
-    pb = rigsolve._problem(rig, tg, free, plan.root, 0.01, 0.0, None, None, None)
+    pb = rigproblem.cached_problem(rig, tg, free, plan.root, 0.01, 0.0, None, None, None)
     deep = [b for b in pb.unposed if rig.parents[b] in pb.unposed]
     assert len(pb.unposed) > 20 and deep    # fingers: chains of bones the solve does not pose
     _, heads = pose_rig(rig, res.quaternions, res.locations)
@@ -534,7 +534,7 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
     import torch
 
     from neural_ik.model.rotations_np import axis_angle_to_matrix, quat_to_matrix
-    from neural_ik.retarget import levenberg, rigsolve
+    from neural_ik.retarget import levenberg, rigproblem, rigsolve
 
     T = 6
     rig, mapping, plan, rng, q = _random_poses(5, T, 0.4)
@@ -553,7 +553,7 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
     tg.add({tg.point(idx["pelvis"]): 1.0}, rng.normal(size=(T, 3)), 2.0)
     free = free_bones(rig, [idx[j] for j in idx], plan.root)
     assert idx["hand_l"] in free
-    pb = rigsolve._problem(rig, tg, free, plan.root, 0.02, 0.02, None, None, torch.float64)
+    pb = rigproblem.cached_problem(rig, tg, free, plan.root, 0.02, 0.02, None, None, torch.float64)
     kept = [int(b) for b in np.asarray(pb.posed)[pb.fslot]]
     # a bone moves a point below it, or one along itself (the foot's); not its own head (hand, head)
     point_bones = [b for b, _ in tg.points]

@@ -652,7 +652,7 @@ def test_frame_extents_are_numpys_nan_ignoring_bounding_boxes():
     frame without any, inf where the values overflow."""
     import warnings
 
-    from neural_ik.readers.base import frame_extents
+    from neural_ik.readers.measure import frame_extents
 
     rng = np.random.default_rng(0)
     p = rng.normal(size=(400, 27, 3)) * 100.0

@@ -21,8 +21,8 @@ import standalone                    # (sets the default before numpy loads)
 from _pkg import pkg
 pkg()
 import numpy
-from neural_ik.retarget.rigsolve import _openblas
-lib = _openblas()
+from neural_ik.retarget.threads import openblas
+lib = openblas()
 print(-1 if lib is None else lib[0]())
 """
 
