@@ -46,6 +46,7 @@ from .errors import exit_code as error_exit_code
 from .progress import Progress
 from .report import emit_report, headline, summary
 from .signals import Interrupt, exit_code, signal_name
+from .sources import SOURCE_EXTENSIONS
 
 __all__ = ["add_parser", "run", "find_clips"]
 
@@ -145,15 +146,15 @@ def _run(args, held):
     started = time.perf_counter()
     mapping, root, out_dir, blend, exports, report_path = _checked_arguments(args)
     problems = []
-    sources = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
-    if not sources:
+    found = find_clips(root, args.pattern, exclude=out_dir, problems=problems)
+    if not found:
         what = "matching {!r}".format(args.pattern) if args.pattern else "({})".format(
-            ", ".join(sources.SOURCE_EXTENSIONS))
+            ", ".join(SOURCE_EXTENSIONS))
         unread = "; not read: {}".format("; ".join("{}: {}".format(p, why) for p, why, _s in problems)) \
             if problems else ""
         raise CliError("{}: no keypoint files {}{}".format(args.input_dir, what, unread))
     jobs = [ClipJob(s, root, out_dir, exports, name, note, preview=bool(getattr(args, "previews", False)))
-            for s, (name, note) in zip(sources, output_names(sources, root))]
+            for s, (name, note) in zip(found, output_names(found, root))]
     pathcheck.check_output_paths([("--out", blend), ("--report", report_path)]
                               + [("export of " + job.rel, p) for job in jobs for p in job.exports]
                               + [("preview of " + job.rel, job.preview) for job in jobs if job.preview]

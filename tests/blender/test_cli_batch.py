@@ -195,3 +195,14 @@ def test_scheduler_without_dask_says_how_to_install_it(tmp_path):
     assert "--scheduler needs Dask's distributed package" in r.stderr
     assert "pip install dask==" in r.stderr and "distributed==" in r.stderr
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_batch_of_an_empty_folder_names_what_it_looked_for(run_cli, tmp_path):
+    """A folder with no clip in it: the message lists the file types read (before: a traceback,
+    a local list shadowing the module that holds them)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("batch", empty, "--target", "rigify", "--out-dir", tmp_path / "out")
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "no keypoint files" in result.stderr and ".bvh" in result.stderr and ".npz" in result.stderr
