@@ -158,9 +158,10 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
       ankles are taken to stand as high above it as the source's, at the
       rig's scale, where the source's foot is seen planted flat
       (:func:`planted_height`; the mean of the two sides), never with the
-      lowest rest point under the floor (a source with lower ankles than
-      the rig: that point on the floor, as before) nor more than a tenth of
-      the leg above it;
+      lowest rest point more than the reader's
+      :data:`...readers.base.FLOOR_KEPT` under the floor (a file whose feet
+      stand below its z = 0 keeps its heights: the rig's go with them) nor
+      more than a tenth of the leg above it;
     - 0 when neither applies.
     """
     leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
@@ -176,7 +177,7 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
             out.append(scale * h_src - pts[0][3])       # (pts[0]: the ankle)
     if not out:
         return 0.0
-    return float(np.clip(np.mean(out), 0.0, 0.1 * leg))
+    return float(np.clip(np.mean(out), -FLOOR_KEPT, 0.1 * leg))
 
 
 def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:

@@ -718,9 +718,10 @@ def test_floor_on_a_rig_with_other_feet():
     assert on.figures.bone_direction_error_deg < 2.0, on.figures
 
 
-@pytest.mark.parametrize("sole", [0.01, 0.03])
+@pytest.mark.parametrize("sole", [-0.03, 0.01, 0.03])
 def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
-    """Mocap joints stand a sole above the floor they were captured on. Baked back as keypoints onto
+    """Mocap joints stand a sole above the floor they were captured on (or, a file whose floor lies
+    above its feet, below it: the reader keeps such a file's heights). Baked back as keypoints onto
     their own skeleton:
 
     - hanging from its hips (a BVH import: where its floor is, its rest does not say), the joints
