@@ -185,15 +185,13 @@ def _floor_error(job, res):
     feet = {p[1] for _s, p in points}
     bones = sorted(feet | {a for b in feet for a in rig.ancestors(b)})
     up_w = job.object_matrix[2, :3]
+    src_k = [_K[f"{_SOURCE_POINT[nm]}_{s}"] for s, (nm, *_r) in points] if not standing else None
     low = np.empty(job.n_frames)
     for a, b in frame_chunks(job.n_frames, job.chunk):
         W, X = pose_rig(rig, res.quaternions[a:b], res.locations[a:b], bones=bones, chunk=b - a)
         pts = np.stack([X[:, k] + W[:, k] @ off for _s, (_n, k, off, _h) in points], 1)
         if not standing:
-            src = job.src_m[a:b, [_K[f"{_SOURCE_POINT[nm]}_{s}"] for s, (nm, *_r) in points]]
-            pts = pts - job.scale * src
-            pts = np.where(job.mask[a:b, [_K[f"{_SOURCE_POINT[nm]}_{s}"] for s, (nm, *_r) in points], None],
-                           pts, np.nan)
+            pts = np.where(job.mask[a:b, src_k, None], pts - job.scale * job.src_m[a:b, src_k], np.nan)
         # (world units above the object's floor, the plane through its origin: where the targets
         # put the rig's floor; a rig placed above the world's origin stands on its own)
         low[a:b] = (pts @ up_w).min(axis=1) if standing else _mean_height_difference(pts, up_w)

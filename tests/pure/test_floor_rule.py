@@ -7,6 +7,7 @@ import pytest
 
 import rigs
 from _pkg import pkg
+from walks import walk_on as _walk_on
 
 pkg()
 from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
@@ -17,7 +18,7 @@ from neural_ik.readers import read_keypoints  # noqa: E402
 from neural_ik.readers.base import FLOOR_KEPT, contact_floor  # noqa: E402
 from neural_ik.readers.source_rig import SourceRig  # noqa: E402
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
-from neural_ik.retarget.solve import plan_retarget, pose_rig, retarget, target_keypoints  # noqa: E402
+from neural_ik.retarget.solve import plan_retarget, target_keypoints  # noqa: E402
 
 FPS = 30.0
 UP = np.array([0.0, 0.0, 1.0])
@@ -68,24 +69,6 @@ def test_a_hips_origin_or_floating_clip_is_put_on_the_floor(tmp_path, offset):
     assert abs(contact_floor(clip.positions, None, FPS)) < 0.005
     msg = next(w for w in clip.warnings if "grounded" in w)
     assert "floating or hips-origin" in msg and f"moved {clip.floor_shift * 100:+.1f} cm" in msg, msg
-
-
-def _walk_on(rig, seconds=3.0):
-    """The demo walk carried onto ``rig``, its ankles at their rest heights where its feet are planted."""
-    from neural_ik.cli.demo_motion import walk_rotations
-    from neural_ik.model.skeleton import CANONICAL
-    from neural_ik.pipeline.targets import planted_height
-
-    mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    truth = retarget(plan, walk_rotations(seconds, FPS), walk_keypoints(seconds, FPS)[:, 0], CANONICAL)
-    kp = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
-    fp = foot_points(plan, UP)
-    shift = np.mean([fp[s][0][3] - planted_height(kp, np.isfinite(kp).all(-1), s, UP, FPS,
-                                                  KEYPOINTS.index(f"foot_{s}")) for s in "lr"])
-    truth.locations[:, plan.root] += np.linalg.inv(rig.rest_rotation()[plan.root]) @ (UP * shift)
-    _, truth.heads = pose_rig(rig, truth.quaternions, truth.locations)
-    return plan, mapping, truth
 
 
 def test_a_standing_rig_puts_the_sources_contacts_at_its_rest_clearance():

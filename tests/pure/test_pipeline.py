@@ -15,16 +15,17 @@ import pytest
 
 import rigs
 from _pkg import pkg
+from walks import walk_on as _walk_on
 
 pkg()
-from neural_ik.cli.demo_motion import walk_keypoints, walk_rotations  # noqa: E402
+from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, KEYPOINTS  # noqa: E402
 from neural_ik.pipeline import BakeError, BakeOptions, RigBake  # noqa: E402
 from neural_ik.pipeline.targets import foot_corrections, foot_points, planted_height  # noqa: E402
 from neural_ik.readers.source_rig import SourceRig  # noqa: E402
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.rigsolve import Targets, free_bones, solve_rig  # noqa: E402
-from neural_ik.retarget.solve import plan_retarget, pose_rig, retarget, target_keypoints  # noqa: E402
+from neural_ik.retarget.solve import plan_retarget, pose_rig, target_keypoints  # noqa: E402
 
 UP = np.array([0.0, 0.0, 1.0])
 
@@ -35,22 +36,6 @@ RIG_SHAPES = {
     "two_spine_no_clavicles": dict(convention="mixamo", pose="A", spine=2, clavicles=False),
     "four_spine_long_limbs": dict(convention="rigify_deform", pose="A", spine=4, proportions=1.15),
 }
-
-
-def _walk_on(rig, seconds=3.0, fps=30.0):
-    """The demo walk carried onto ``rig`` and stood on its floor: (plan, mapping, truth RetargetResult)."""
-    mapping = auto_map(rig)
-    plan = plan_retarget(rig, mapping)
-    local = walk_rotations(seconds, fps)
-    root = walk_keypoints(seconds, fps)[:, 0]
-    truth = retarget(plan, local, root, CANONICAL)
-    kp0 = target_keypoints(plan, truth.quaternions, truth.locations) @ plan.K.T
-    fp = foot_points(plan, UP)
-    shift = np.mean([fp[s][0][3] - planted_height(kp0, np.isfinite(kp0).all(-1), s, UP, fps,
-                                                  KEYPOINTS.index(f"foot_{s}")) for s in "lr"])
-    truth.locations[:, plan.root] += np.linalg.inv(rig.rest_rotation()[plan.root]) @ (UP * shift)
-    _, truth.heads = pose_rig(rig, truth.quaternions, truth.locations)
-    return plan, mapping, truth
 
 
 def _rig(shape):
