@@ -248,6 +248,8 @@ class RigBake:
         self.start_pose.solved = None    # (the job holds it: one reference to let go of)
         # nor the source's motion: the fit reads the skeleton's rest only
         self.source_rig = motionless(self.source_rig)
+        # the fit and the figures read the source in float32 (see docs/tuning.md#source_float32)
+        self.src_m = self.src_m.astype(np.float32)
         return_free_memory(self.n_frames)
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved

@@ -80,11 +80,13 @@ def measure(job) -> BakeFigures:
     # joints at the rig's scale (world metres)
     ent = {j: plan.rig.index(b) for j, b in plan.mapping.entries.items() if j in _J and plan.rig.has(b)}
     js = [_J[j] for j in ent]
-    rig_j = res.heads[:, list(ent.values())] * u
-    src_j = job.src_m[:, js] * job.scale * u
+    bs, s = list(ent.values()), job.scale * u
     from ..retarget import metrics
 
-    f.joint_error_mm = metrics.keypoint_error(rig_j, src_j, job.mask[:, js])
+    # a chunk at a time: a long clip's columns would be copies of the heads and the source
+    f.joint_error_mm = metrics.mean_and_max(
+        metrics.distance_sums(res.heads[a:a + 8192, bs] * u, job.src_m[a:a + 8192, js] * s, job.mask[a:a + 8192, js])
+        for a in range(0, job.n_frames, 8192))
     _effector_figures(job, f)
     # floor, upright, knees (world heights)
     f.floor_error_cm, f.floor_reference = _floor_error(job, res)
@@ -110,15 +112,26 @@ def _motion_figures(job, f):
     if not (job.n_frames >= 3 or pairs.any()):
         return
     plan, res = job.plan, job.result
-    tk = target_keypoints(plan, res.quaternions, res.locations, unit_scale=job.unit, chunk=job.chunk)   # metres
-    body = (job.kp_body.astype(np.float64) if job.kp_body is not None
-            else job.src_m @ plan.K)   # the source as read
+    # both sides in float32 (the figures sum a chunk at a time in float64): a long clip's
+    # whole-clip arrays are the bake's peak
+    tk = target_keypoints(plan, res.quaternions, res.locations, unit_scale=job.unit, chunk=job.chunk,
+                          dtype=np.float32)   # metres
+    body = job.kp_body if job.kp_body is not None else _source_body(job)   # the source as read
     f.bone_direction_error_deg = metrics.bone_direction_error(tk, body, job.mask)
     f.jitter = metrics.jitter(tk[:, :J], job.fps)
     # (at the rig's size: a body a quarter taller moves a quarter further in the same motion)
     f.source_jitter = metrics.jitter(body[:, :J], job.fps) * job.scale * job.unit
     del body
     f.foot_sliding_mm = metrics.foot_sliding(tk, job.fps)
+
+
+def _source_body(job, chunk=8192):
+    """The source keypoints in the body frame (T, 32, 3) as float32, made a chunk at a time from :attr:`src_m`."""
+    src, K = job.src_m, job.plan.K
+    out = np.empty(src.shape, dtype=np.float32)
+    for a in range(0, len(src), chunk):
+        np.matmul(src[a:a + chunk], K, out=out[a:a + chunk], casting="same_kind")
+    return out
 
 
 def _effector_figures(job, f):

@@ -74,7 +74,7 @@ class FitStage:
 
     def _carry(self):
         """The start pose carried onto the rig (:func:`..retarget.solve.retarget`), made ready by the path."""
-        from ..retarget.solve import retarget
+        from ..retarget.solve import POSE_DTYPE, retarget
 
         job = self.job
         skel = job.solved.skeleton or Skeleton()
@@ -85,11 +85,12 @@ class FitStage:
         self._let_go("keypoints")   # (the solved keypoints are not read from here on)
         sol, start = job.solved, job.start_pose
         init = retarget(job.plan, sol.local_rot, sol.root_pos, src_skel, scale=scale,
-                        in_place=bool(job.options.in_place), world_rotations=start.world_rotations, chunk=job.chunk)
+                        in_place=bool(job.options.in_place), world_rotations=start.world_rotations, chunk=job.chunk,
+                        with_heads=self.path.start_heads, dtype=POSE_DTYPE)
         start.world_rotations = None     # (the source's motion with it): carried onto the rig now
+        self._let_go("local_rot", "root_pos", "keypoints")
         self.path.prepare(init)
         job.initial = init
-        self._let_go("local_rot", "root_pos", "keypoints")
         return init, scale
 
     def _source_points(self):

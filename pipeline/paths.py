@@ -28,6 +28,8 @@ class BakePath:
     start = "network"
     #: Whether the figures name each effector missed by more than REACH_OK_MM (the effectors are the user's).
     names_missed = False
+    #: Whether the targets read the start pose's heads (kept by the carry onto the rig when so).
+    start_heads = True
 
     def __init__(self, job):
         self.job = job
@@ -74,6 +76,8 @@ class BakePath:
 
 class DensePath(BakePath):
     """Keypoints of every joint, the network's answer as the start pose."""
+
+    start_heads = False   # (no dense target reads them; the fit poses the rig where it needs heads)
 
     def prepare(self, init):
         if self.job.n_frames > 8:
@@ -171,7 +175,7 @@ def pose_jumps(job, q):
     times its median step (a cut in the source is the source's).
     """
     T = len(q)
-    step = np.empty((max(T - 1, 0), q.shape[1]))       # (T-1, B) degrees
+    step = np.empty((max(T - 1, 0), q.shape[1]), np.float32)       # (T-1, B) degrees
     moved = np.empty(max(T - 1, 0))
     src = job.src_m
     for a in range(0, T - 1, _JUMP_CHUNK):       # (a long clip's per-frame temporaries, a chunk at a time)

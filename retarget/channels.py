@@ -21,7 +21,7 @@ def quat_continuity(quats: np.ndarray, out=None, *, chunk=None) -> np.ndarray:
     ----------
     quats : ndarray (T, ..., 4)
     out : ndarray, optional
-        Where to write the result (may be ``quats`` itself, float64).
+        Where to write the result (may be ``quats`` itself, of any float type).
     chunk : int, optional
         Frames at a time (default :data:`CHUNK_FRAMES`): no whole-clip
         temporaries; the result does not depend on it.
@@ -30,9 +30,11 @@ def quat_continuity(quats: np.ndarray, out=None, *, chunk=None) -> np.ndarray:
     -------
     ndarray, same shape (vectorised: cumulative product of the sign changes).
     """
-    q = np.asarray(quats, dtype=np.float64)
+    q = np.asarray(quats)
+    if not np.issubdtype(q.dtype, np.floating):
+        q = q.astype(np.float64)
     if out is None:
-        out = q.copy()
+        out = np.array(q, dtype=np.float64)
     elif out is not q:
         out[...] = q
     if q.shape[0] < 2:
@@ -40,7 +42,7 @@ def quat_continuity(quats: np.ndarray, out=None, *, chunk=None) -> np.ndarray:
     sign = np.ones(q.shape[1:-1])    # the sign given to the frame before the chunk
     prev = None                      # that frame as it came
     for a, b in frame_chunks(q.shape[0], chunk):
-        part = q[a:b]
+        part = np.asarray(q[a:b], dtype=np.float64)
         before = part[:-1] if prev is None else np.concatenate([prev[None], part[:-1]])
         flips = np.where(np.sum((part[1:] if prev is None else part) * before, axis=-1) < 0, -1.0, 1.0)
         signs = np.cumprod(flips, axis=0) * sign

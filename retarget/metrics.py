@@ -25,6 +25,8 @@ from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS
 
 __all__ = [
     "keypoint_error",
+    "distance_sums",
+    "mean_and_max",
     "jitter",
     "bone_direction_error",
     "foot_contacts",
@@ -71,15 +73,26 @@ def keypoint_error(pred, target, mask=None) -> tuple:
     if pred.shape != target.shape:
         raise ValueError(f"shape mismatch: {pred.shape} vs {target.shape}")
     m = None if mask is None else np.asarray(mask, dtype=bool).reshape(pred.shape[:-1])
+    return mean_and_max(distance_sums(pred[a:b], target[a:b], None if m is None else m[a:b])
+                        for a, b in _spans(len(pred)))
+
+
+def distance_sums(pred, target, mask=None) -> tuple:
+    """``(sum_mm, count, max_mm)`` of the distances of a few frames (:func:`keypoint_error`'s parts:
+    a caller holding a long clip in other arrays measures it a chunk at a time)."""
+    d = vector_norm(np.asarray(pred, dtype=np.float64) - np.asarray(target, dtype=np.float64))
+    valid = np.isfinite(d)
+    if mask is not None:
+        valid &= mask
+    d = d[valid] * 1000.0
+    return (float(d.sum()), d.size, float(d.max())) if d.size else (0.0, 0, -np.inf)
+
+
+def mean_and_max(sums) -> tuple:
+    """Mean and max (mm) from :func:`distance_sums` of every chunk; ``(nan, nan)`` when nothing was measured."""
     total, count, worst = 0.0, 0, -np.inf
-    for a, b in _spans(len(pred)):
-        d = vector_norm(np.asarray(pred[a:b], dtype=np.float64) - np.asarray(target[a:b], dtype=np.float64))
-        valid = np.isfinite(d)
-        if m is not None:
-            valid &= m[a:b]
-        d = d[valid] * 1000.0
-        if d.size:
-            total, count, worst = total + float(d.sum()), count + d.size, max(worst, float(d.max()))
+    for t, c, w in sums:
+        total, count, worst = total + t, count + c, max(worst, w)
     if not count:
         return float("nan"), float("nan")
     return total / count, worst
@@ -287,11 +300,11 @@ def foot_sliding(keypoints, fps: float, *, floor: float | None = None,
         horizontal displacement of the contacting point, in millimetres;
         0 when there is no contact.
     """
-    kp = np.asarray(keypoints, dtype=np.float64)
+    kp = np.asarray(keypoints)
     idx = [list(names).index(n) for n in FOOT_POINTS if n in names]
     if not idx or kp.shape[0] < 2:
         return 0.0
-    p = kp[:, idx, :]
+    p = np.asarray(kp[:, idx, :], dtype=np.float64)   # (the foot points only: a long clip's copy)
     contact = foot_contacts(p, fps, floor=floor, height=height, speed=speed)
     step = vector_norm(np.diff(p[..., :2], axis=0))
     both = contact[1:] & contact[:-1] & np.isfinite(step)

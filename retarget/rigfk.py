@@ -143,9 +143,9 @@ class RestFK:
                 Wp, Xp = (W[:, j], X[:, j]) if kind == "posed" else (Wr[j], out[:, j])
                 base_rot = Wp @ rel_rot
                 base_pos = Xp + Wp @ rel_pos
-            out[:, i] = base_pos + (base_rot @ locs[:, b, :, None])[..., 0]
+            out[:, i] = base_pos + (base_rot @ np.asarray(locs[:, b, :, None], dtype=np.float64))[..., 0]
             if needed:
-                Wr[i] = base_rot @ quat_to_matrix(quats[:, b])
+                Wr[i] = base_rot @ quat_to_matrix(np.asarray(quats[:, b], dtype=np.float64))
         return out
 
 

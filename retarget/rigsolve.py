@@ -67,6 +67,12 @@ from .threads import blas_threads, torch_threads
 __all__ = ["Targets", "RigSolveResult", "free_bones", "solve_rig", "posed_points"]
 
 
+#: Storage of the targets' per-frame arrays and of the solve's heads and residuals: a long
+#: clip's dozens of rows take hundreds of MB in float64; the solve itself runs a chunk at a
+#: time in float64, and float32 keeps a metre to a tenth of a micrometre (docs/tuning.md#row_dtype).
+ROW_DTYPE = np.float32
+
+
 @dataclass
 class Targets:
     """Targets of a rig-space solve, built with :meth:`point` and :meth:`add`.
@@ -107,7 +113,7 @@ class Targets:
         bones the rig maps differently).
         """
         target = np.asarray(target, dtype=np.float64)
-        weight = np.broadcast_to(np.asarray(weight, dtype=np.float64), target.shape[:1]).copy()
+        weight = np.broadcast_to(np.asarray(weight, dtype=ROW_DTYPE), target.shape[:1]).copy()
         bad = ~np.isfinite(target).all(-1)
         weight[bad] = 0.0
         target = np.where(bad[:, None], 0.0, target)
@@ -118,7 +124,10 @@ class Targets:
             u = np.where(n > 1e-12, target / np.where(n > 1e-12, n, 1.0), 0.0)
             proj = (proj if proj.ndim == 3 else proj[None]) @ (np.eye(3) - u[:, :, None] * u[:, None, :])
             target = np.zeros_like(target)   # the perpendicular part of the target itself is zero
-        self.rows.append(dict(coef=dict(coef), target=target, weight=weight, proj=proj, name=name, kind=kind))
+        if proj.ndim == 3:
+            proj = proj.astype(ROW_DTYPE)
+        self.rows.append(dict(coef=dict(coef), target=target.astype(ROW_DTYPE), weight=weight, proj=proj,
+                              name=name, kind=kind))
 
     def frames(self, idx) -> "Targets":
         """The same rows for frames ``idx`` only (their targets, weights and per-frame projections)."""
@@ -279,8 +288,8 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     -------
     RigSolveResult
     """
-    quats = np.asarray(quats, dtype=np.float64)
-    locations = np.asarray(locations, dtype=np.float64)
+    quats = np.asarray(quats)           # (float32 or float64; read a chunk at a time in float64)
+    locations = np.asarray(locations)
     T = quats.shape[0]
     pb = cached_problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
     run = _ChunkSolve(rig, quats, locations, targets, pb, overwrite=overwrite, all_heads=all_heads,
@@ -355,8 +364,8 @@ class _ChunkSolve:
         self.lm = {}
         self.out_quats = quats if overwrite else quats.copy()      # (a chunk reads its frames before it stores them)
         self.out_locs = locations if overwrite else locations.copy()
-        self.heads = np.empty((T, nb, 3)) if all_heads else np.full((T, nb, 3), np.nan)
-        self.resid = np.zeros((T, pb.R))
+        self.heads = np.empty((T, nb, 3), ROW_DTYPE) if all_heads else np.full((T, nb, 3), np.nan, ROW_DTYPE)
+        self.resid = np.zeros((T, pb.R), ROW_DTYPE)
         self.posed_idx = np.array(pb.posed, dtype=np.int64)
         self.rest_fk = None
         if pb.unposed.size and all_heads:   # (once per problem: problems are cached)
@@ -378,8 +387,8 @@ class _ChunkSolve:
 
         pb, quats, posed_idx = self.pb, self.quats, self.posed_idx
         n = c1 - c0
-        basis = quat_to_matrix(quats[c0:c1][:, posed_idx])
-        loc = self.locations[c0:c1][:, posed_idx]
+        basis = quat_to_matrix(np.asarray(quats[c0:c1][:, posed_idx], dtype=np.float64))
+        loc = np.asarray(self.locations[c0:c1][:, posed_idx], dtype=np.float64)
         proj = pb.projections(self.targets, c0, c1, self.T)
         tgt, w = self.stacked("target", c0, c1), self.stacked("weight", c0, c1)
         kw = dict(self.lm, progress=tick)

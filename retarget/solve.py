@@ -174,8 +174,14 @@ def _twist_angle(rot, axis):
     return twist_angle(matrix_to_quat(rot), axis)
 
 
+#: A bake's storage of its pose channels (quaternions, locations): the precision of Blender's
+#: keys; every chunk is computed in float64 (a long clip's float64 channels take hundreds of MB).
+POSE_DTYPE = np.float32
+
+
 def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton | None = None, *,
-             scale=None, in_place: bool = False, world_rotations=None, chunk=None) -> RetargetResult:
+             scale=None, in_place: bool = False, world_rotations=None, chunk=None,
+             with_heads: bool = True, dtype=np.float64) -> RetargetResult:
     """Retarget solver output onto the planned rig.
 
     Parameters
@@ -202,13 +208,19 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
     chunk : int, optional
         Frames converted at a time (default :data:`CHUNK_FRAMES`; the
         result does not depend on it).
+    with_heads : bool
+        Keep the posed heads (``heads`` is None otherwise: a caller that
+        poses the rig again saves a long clip's (T, B, 3) array).
+    dtype : numpy dtype
+        Of the quaternions and locations (:data:`POSE_DTYPE` halves a bake's
+        channels; the arithmetic is float64 either way).
 
     Returns
     -------
     RetargetResult
     """
     src = source_skeleton or CANONICAL
-    local_rot = np.asarray(local_rot, dtype=np.float64)
+    local_rot = np.asarray(local_rot)    # (float64 a chunk at a time: a long clip's copy would be hundreds of MB)
     root_pos = np.asarray(root_pos, dtype=np.float64).reshape(-1, 3)
     if local_rot.ndim == 3:
         local_rot = local_rot[None]
@@ -217,10 +229,10 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
         scale = plan.leg_length / leg_length_of(src) if plan.leg_length > 0 else 1.0
     scale = float(scale)
     n = len(plan.bone_names)
-    quats = np.zeros((T, n, 4))
+    quats = np.zeros((T, n, 4), dtype)
     quats[..., 0] = 1.0
-    locs = np.zeros((T, n, 3))
-    Xb = np.empty((n, T, 3))     # bone-major (contiguous per bone)
+    locs = np.zeros((T, n, 3), dtype)
+    heads = np.empty((T, n, 3)) if with_heads else None
     driven = np.zeros(n, dtype=bool)
     delta = root_pos - np.asarray(src.offsets[0], dtype=np.float64)
     if in_place:
@@ -231,10 +243,14 @@ def retarget(plan: RetargetPlan, local_rot, root_pos, source_skeleton: Skeleton 
             world = None if world_rotations is None else world_rotations(a, b)
         else:
             world = {k: v[a:b] for k, v in world_rotations.items()}
-        _retarget_chunk(plan, local_rot[a:b], delta[a:b], scale, world, quats[a:b], locs[a:b], Xb[:, a:b], driven)
+        Xb = np.empty((n, b - a, 3))     # bone-major (contiguous per bone), float64 while the chunk is posed
+        _retarget_chunk(plan, np.asarray(local_rot[a:b], dtype=np.float64), delta[a:b], scale, world, quats[a:b],
+                        locs[a:b], Xb, driven)
+        if heads is not None:
+            heads[a:b] = np.swapaxes(Xb, 0, 1)
     quat_continuity(quats, out=quats, chunk=chunk)
     root_name = plan.bone_names[plan.root] if plan.root >= 0 else None
-    return RetargetResult(list(plan.bone_names), quats, locs, np.swapaxes(Xb, 0, 1), scale, driven, root_name)
+    return RetargetResult(list(plan.bone_names), quats, locs, heads, scale, driven, root_name)
 
 
 def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs, Xb, driven):
@@ -307,7 +323,8 @@ def _retarget_chunk(plan, local_rot, delta, scale, world_rotations, quats, locs,
         quats[:, idx] = matrix_to_quat(np.stack([bases[b] for b in idx], axis=1))
 
 
-def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0, chunk=None) -> np.ndarray:
+def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: float = 1.0, chunk=None,
+                     dtype=np.float64) -> np.ndarray:
     """Canonical keypoints (T, 32, 3) read from a posed target rig.
 
     Joint keypoints are the posed heads of the mapped bones; unmapped spine /
@@ -320,10 +337,10 @@ def target_keypoints(plan: RetargetPlan, quats, locations=None, *, unit_scale: f
     (``K^T @ x``), times ``unit_scale`` (pass the armature's object scale to
     get metres from a scaled rig). No other scaling: these are the keypoints
     to give the solver for a round trip. Posed ``chunk`` frames at a time
-    (default :data:`CHUNK_FRAMES`).
+    (default :data:`CHUNK_FRAMES`), stored as ``dtype`` (float32 halves a long clip's figures).
     """
     T = np.shape(quats)[0]
-    out = np.full((T, len(KEYPOINTS), 3), np.nan)
+    out = np.full((T, len(KEYPOINTS), 3), np.nan, dtype=dtype)
     for a, b in frame_chunks(T, chunk):
         _target_keypoints_chunk(plan, quats[a:b], None if locations is None else locations[a:b], out[a:b])
     if unit_scale != 1.0:

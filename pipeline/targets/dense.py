@@ -341,7 +341,7 @@ class DenseRows:
             shift = float(np.median(np.concatenate(offsets)))
             self.info.floor_offset = shift
             for row in self.root_rows:
-                self.tg.rows[row]["target"] = self.tg.rows[row]["target"] + self.n * shift
+                self.tg.rows[row]["target"] += (self.n * shift).astype(self.tg.rows[row]["target"].dtype)
 
     def _foot(self, s, si, fp, flat, contacts, offsets, heights):
         """One foot's height row and its ankle's and ball's contact rows."""

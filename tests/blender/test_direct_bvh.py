@@ -208,8 +208,11 @@ def test_batch_without_blender_writes_blenders_file(run_cli, mods, tmp_path):
     rows_b = {os.path.basename(r["source"]): r for r in json.loads((blender / "report.json").read_text())["clips"]}
     for name, row in rows.items():
         assert row["status"] == "done" and row["action"] is None
-        for key in ("frames", "fps", "floor_error_cm", "bone_direction_error_deg", "knees_backwards"):
+        for key in ("frames", "fps", "knees_backwards"):
             assert row[key] == rows_b[name][key], (name, key)
+        # (the figures as the report rounds them: the float32 rest matrices may move the last digit)
+        assert abs(row["floor_error_cm"] - rows_b[name]["floor_error_cm"]) <= 0.011, name
+        assert abs(row["bone_direction_error_deg"] - rows_b[name]["bone_direction_error_deg"]) <= 0.0011, name
 
 
 def test_a_skeleton_blender_would_rename_goes_through_blender(run_cli, mods, tmp_path):
