@@ -239,6 +239,8 @@ class RigBake:
         """
         t0 = time.perf_counter()
         kp = self._smooth_source(self.kp_body + self.offset)
+        # the stages after read the source in float32 (see docs/tuning.md#source_float32)
+        self.src_m = self.src_m.astype(np.float32)
         if cancel is not None and cancel():
             raise BakeCancelled("bake cancelled")
         self.start = "network"
@@ -248,8 +250,6 @@ class RigBake:
         self.start_pose.solved = None    # (the job holds it: one reference to let go of)
         # nor the source's motion: the fit reads the skeleton's rest only
         self.source_rig = motionless(self.source_rig)
-        # the fit and the figures read the source in float32 (see docs/tuning.md#source_float32)
-        self.src_m = self.src_m.astype(np.float32)
         return_free_memory(self.n_frames)
         self.seconds["solve"] = time.perf_counter() - t0
         return self.solved

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.skeleton import CANONICAL, JOINTS, PARENTS
+from . import tuning
 from .options import BakeCancelled, BakeError
 from .plans import cached_plan, leg_length
 from .source import shared_bones, source_pose, source_to_armature, source_world_rotations
@@ -39,6 +40,12 @@ class StartPose:
     copied: list = field(default_factory=list)
 
 
+def _on_cpu(solver) -> bool:
+    """Whether ``solver`` (a :class:`..model.inference.Solver` or a :class:`.cache.LazySolver`) runs on the CPU."""
+    solver = solver.load() if hasattr(solver, "load") else solver
+    return str(solver.device).startswith("cpu")
+
+
 def network_start(job, kp, progress, cancel, batch_size, refine_steps=None) -> StartPose:
     """The network's (:class:`..model.inference.Solver`) answer to the keypoints ``kp`` (world heights)."""
     from .cache import get_solver
@@ -52,6 +59,8 @@ def network_start(job, kp, progress, cancel, batch_size, refine_steps=None) -> S
         if progress is not None and total:
             progress(min(done / total, 1.0), "solve")
 
+    if len(kp) > tuning.LONG_CLIP_FRAMES and _on_cpu(job.solver):
+        batch_size = min(int(batch_size), tuning.LONG_CLIP_BATCH)
     # the batched solve computes in float32: its answer kept so loses nothing and takes half the memory
     kwargs = {"batch_size": int(batch_size), "dtype": np.float32 if len(kp) > 1 else np.float64}
     if refine_steps is not None:

@@ -100,6 +100,10 @@ SPARSE_CUT_SPEED = 20.0
 LOW_PASS_MIN_FRAMES = 4
 
 # -- memory ----------------------------------------------------------------------------------------
+#: On the CPU, clips over this many frames go through the network in batches of LONG_CLIP_BATCH:
+#: the refinement's workspace grows with its batch (docs/tuning.md#long_clip_batch).
+LONG_CLIP_FRAMES = 8192
+LONG_CLIP_BATCH = 1024
 #: Bakes of fewer frames keep their free heap pages (little to give back; a trim costs a Live Solve tick's share).
 TRIM_MIN_FRAMES = 4096
 
