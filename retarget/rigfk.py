@@ -95,7 +95,7 @@ class RestFK:
         Wi, Xi = np.empty((0, n, 3, 3)), np.empty((0, n, 3))
         if self.inner:   # (joint-major: the leaves read a few of them, the heads are copied once)
             rel_rot, rel_pos = self.rel["inner"]
-            Wi, Xi = level_fk(self.tree, quat_to_matrix(quats[:, self.inner]), rel_pos, rest_rot=rel_rot,
+            Wi, Xi = level_fk(self.tree, quat_to_matrix(np.take(quats, self.inner, 1)), rel_pos, rest_rot=rel_rot,
                               loc=_locations(locs, self.inner), parent_frames=_frames(W, X, [(self.inner_from, W, X)]),
                               joint_major=True)
         out = np.empty((n, len(self.bones), 3))
@@ -118,7 +118,7 @@ def _frames(W, X, sources):
     for idx, Ws, Xs in sources:
         has = idx >= 0
         if has.all():
-            Wf, Xf = Ws[:, idx], Xs[:, idx]
+            Wf, Xf = np.take(Ws, idx, 1), np.take(Xs, idx, 1)
         elif has.any():
             Wf[:, has], Xf[:, has] = Ws[:, idx[has]], Xs[:, idx[has]]
     return Wf, Xf
@@ -126,7 +126,7 @@ def _frames(W, X, sources):
 
 def _locations(locs, bones):
     """The chunk's locations of ``bones`` (None where all are zero: no product for them)."""
-    loc = np.asarray(locs[:, bones], dtype=np.float64)
+    loc = np.asarray(np.take(locs, bones, 1), dtype=np.float64)   # (take: contiguous, unlike locs[:, bones])
     return loc if loc.any() else None
 
 
