@@ -109,10 +109,12 @@ class Tree:
             return out if joint_major else np.ascontiguousarray(_move(out, 0, -3))
         import torch
 
-        if joint_major:
+        if joint_major or parts[0][0].numel() < _STACK_FROM * parts[0].shape[-1] * 3:
             out = torch.cat(parts, 0)
-            return out if self.order is None else out.index_select(0, self.index(self.inverse, out))
-        pieces = [p for part in parts for p in part.unbind(0)]   # (one copy: a stack of views)
+            if self.order is not None:
+                out = out.index_select(0, self.index(self.inverse, out))
+            return out if joint_major else out.movedim(0, -3).contiguous()
+        pieces = [p for part in parts for p in part.unbind(0)]   # (many frames: one copy, a stack of views)
         if self.order is not None:
             pieces = [pieces[i] for i in self.inverse]
         return torch.stack(pieces, -3)
@@ -253,6 +255,9 @@ def _times_each(A, C):
 
 #: Frames from which numpy's products with one matrix per joint run per joint (:func:`_times_each`).
 _ROWS_EACH = 64
+
+#: Frames from which torch joins the levels as a stack of views (one copy; fewer operations below).
+_STACK_FROM = 1024
 
 
 def _joint_major(a, nb):
