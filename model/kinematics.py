@@ -98,12 +98,12 @@ class Tree:
         return a.split(self.sizes, 0)   # (its gradient is one concatenation, a slice's a zeroed copy)
 
     def joined(self, parts, joint_major=False):
-        """The levels' blocks (size, ..., 3, c) as one array (..., n, 3, c) in the joints' order
-        (``joint_major``: (n, ..., 3, c)); one copy."""
+        """The levels' blocks (size, ..., 3, c) as one new array (..., n, 3, c) in the joints' order
+        (``joint_major``: (n, ..., 3, c))."""
         if isinstance(parts[0], np.ndarray):
             if self.order is None and not joint_major and parts[0].size >= _ROWS_EACH * 9 * parts[0].shape[0]:
                 return self._written(parts)
-            out = np.concatenate(parts, 0) if len(parts) > 1 else parts[0]
+            out = np.concatenate(parts, 0)
             if self.order is not None:
                 out = out.take(self.inverse, 0)
             return out if joint_major else np.ascontiguousarray(_move(out, 0, -3))
@@ -187,6 +187,10 @@ def level_fk(tree, rot, offsets, *, rest_rot=None, loc=None, root_pos=None, pare
                    *(a.shape[:-2] for a in (loc,) if a is not None))
     nb = len(batch)
     wbatch = (1,) * (nb - len(wb)) + wb
+    if not tree.n:
+        empty = tuple(_zeros(offsets, (0,) + wb + (3, 3) if joint_major else wb + (0, 3, 3)) for _ in range(2))
+        X = _zeros(offsets, (0,) + batch + (3,) if joint_major else batch + (0, 3))
+        return (empty[0], X, empty[1]) if base else (empty[0], X)
     rots = None if rot is None else tree.blocks(rot, nb)
     offs = tree.blocks(offsets[..., None], nb)
     shared = offsets.ndim == 2                  # one offset per joint: products per joint
@@ -310,6 +314,10 @@ def _broadcast(a, shape):
     if a.shape == shape:
         return a
     return np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else a.expand(shape)
+
+
+def _zeros(like, shape):
+    return np.zeros(shape, dtype=like.dtype) if isinstance(like, np.ndarray) else like.new_zeros(shape)
 
 
 def _eye(like):

@@ -92,6 +92,9 @@ def test_tree_orders_levels_and_reads_parents_by_slices():
             assert np.all(tree.parents[order[start:stop]] < 0)
     kinds = [spec[0] for _, _, spec in tree.levels[1:]]
     assert kinds.count("index") <= 1 and "slice" in kinds and "all" in kinds
+    # no joints: empty poses
+    W, X, B = level_fk(Tree([]), np.zeros((4, 0, 3, 3)), np.zeros((0, 3)), base=True)
+    assert W.shape == B.shape == (4, 0, 3, 3) and X.shape == (4, 0, 3)
     # a depth-sorted order is kept; a cycle is refused
     assert Tree([-1, 0, 0, 1, 2]).order is None
     with pytest.raises(ValueError):
