@@ -135,6 +135,6 @@ def _posed_tree(rig, bones):
         rel_rot, rel_pos = rig.relative_rest()
         found = (idx, tree, rel_rot[idx], rel_pos[idx])
         if len(cache[3]) >= 8:
-            cache[3].pop(next(iter(cache[3])))
+            cache[3].pop(next(iter(cache[3])), None)
         cache[3][sel] = found
     return found
