@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bvh_write import frames_from_rotations, write_bvh
+from .kinematics import Tree, level_fk
 from .rotations_np import euler_to_matrix
 
 __all__ = ["BVHError", "BVHData", "read_bvh", "write_bvh", "frames_from_rotations", "CHANNEL_NAMES"]
@@ -106,23 +107,14 @@ class BVHData:
             raise KeyError(f"joint {name!r} not in {self.path}") from None
 
     def _world_block(self, a, b):
-        """World rotations and positions of frames ``a:b``."""
-        rot, trans = self.rotations[a:b], self.translations[a:b]
-        n, J = rot.shape[:2]
-        wr = np.empty_like(rot)
-        wp = np.empty((n, J, 3))
-        for j in range(J):
-            p = self.parents[j]
-            if p < 0:
-                wr[:, j] = rot[:, j]
-                wp[:, j] = trans[:, j]
-            else:
-                wr[:, j] = wr[:, p] @ rot[:, j]
-                wp[:, j] = wp[:, p] + np.einsum("tij,tj->ti", wr[:, p], trans[:, j])
-        return wr, wp
+        """World rotations and positions of frames ``a:b`` (:func:`.kinematics.level_fk`; a root's
+        translation is its position)."""
+        W, X = level_fk(Tree(self.parents), self.rotations[a:b], self.translations[a:b], joint_major=True)
+        return np.swapaxes(W, 0, 1), np.swapaxes(X, 0, 1)
 
     def world(self) -> tuple[np.ndarray, np.ndarray]:
-        """World rotations (T, J, 3, 3) and world positions (T, J, 3) of the joints (not kept)."""
+        """World rotations (T, J, 3, 3) and world positions (T, J, 3) of the joints (not kept; views of
+        joint-major arrays)."""
         return self._world_block(0, self.num_frames)
 
     def world_positions(self) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Batched, differentiable forward kinematics in torch.
+"""Batched, differentiable forward kinematics in torch (:func:`.kinematics.level_fk`).
 
 Same convention as :mod:`.skeleton` (see its module docstring)::
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .skeleton import END_OFFSETS, END_PARENTS, JOINTS, KEYPOINT_JOINT, KEYPOINTS, PARENTS, REST_OFFSETS, Skeleton
+from .kinematics import level_fk
+from .skeleton import END_OFFSETS, END_PARENTS, JOINTS, KEYPOINT_JOINT, KEYPOINTS, PARENTS, REST_OFFSETS, TREE, Skeleton
 
 __all__ = [
     "NUM_JOINTS",
@@ -64,19 +65,7 @@ def forward_kinematics(local_rot: torch.Tensor, root_pos: torch.Tensor, offsets:
     """
     if offsets is None:
         offsets = torch.as_tensor(REST_OFFSETS, dtype=local_rot.dtype, device=local_rot.device)
-    # unbind once: per joint only two matmuls and an add (few small ops for
-    # single-frame calls, where the per-op overhead dominates)
-    loc = local_rot.unbind(-3)
-    off = offsets[..., None].unbind(-3)  # each (..., 3, 1)
-    rots = [loc[0]]
-    # (numpy's shape rule: torch.broadcast_shapes imports torch._refs on first use, a third of a second)
-    pos = [torch.broadcast_to(root_pos, np.broadcast_shapes(tuple(root_pos.shape), tuple(loc[0].shape[:-1])))[..., None]]
-    for j in range(1, NUM_JOINTS):
-        p = PARENTS[j]
-        rp = rots[p]
-        rots.append(rp @ loc[j])
-        pos.append(torch.addmm(pos[p], rp, off[j]) if rp.dim() == 2 else pos[p] + rp @ off[j])
-    return torch.stack(rots, dim=-3), torch.stack(pos, dim=-3)[..., 0]
+    return level_fk(TREE, local_rot, offsets, root_pos=root_pos)
 
 
 def keypoints_from_world(world_rot: torch.Tensor, world_pos: torch.Tensor, end_offsets: torch.Tensor | None = None) -> torch.Tensor:

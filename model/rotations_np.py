@@ -292,9 +292,25 @@ def quat_to_matrix(q: np.ndarray) -> np.ndarray:
 
     The normalisation is folded into ``s = 2 / |q|^2`` (no square root);
     the components are made contiguous once, so every product runs on
-    contiguous arrays.
+    contiguous arrays. Many quaternions go in blocks of :data:`QUAT_BLOCK`
+    whose temporaries stay in the CPU's cache.
     """
     q = np.asarray(q, dtype=np.float64)
+    n = q.size // 4
+    if n <= QUAT_BLOCK:
+        return _quat_to_matrix(q)
+    flat = q.reshape(n, 4)
+    out = np.empty((n, 3, 3))
+    for a in range(0, n, QUAT_BLOCK):
+        out[a:a + QUAT_BLOCK] = _quat_to_matrix(flat[a:a + QUAT_BLOCK])
+    return out.reshape(q.shape[:-1] + (3, 3))
+
+
+#: Quaternions per block of :func:`quat_to_matrix` (a block's temporaries fit a core's cache).
+QUAT_BLOCK = 4096
+
+
+def _quat_to_matrix(q):
     w, x, y, z = np.ascontiguousarray(np.moveaxis(q, -1, 0))
     s = 2.0 / (w * w + x * x + y * y + z * z)
     xs, ys, zs = x * s, y * s, z * s

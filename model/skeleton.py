@@ -33,9 +33,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .kinematics import Tree, level_fk
+
 __all__ = [
     "JOINTS",
     "PARENTS",
+    "TREE",
     "REST_OFFSETS",
     "END_POINTS",
     "END_PARENTS",
@@ -99,6 +102,8 @@ _END_TABLE = (
 JOINTS: tuple[str, ...] = tuple(r[0] for r in _JOINT_TABLE)
 PARENTS: tuple[int, ...] = tuple(-1 if r[1] is None else JOINTS.index(r[1]) for r in _JOINT_TABLE)
 REST_OFFSETS: np.ndarray = np.array([r[2] for r in _JOINT_TABLE], dtype=np.float64)
+#: The joints' depth levels, for :func:`.kinematics.level_fk`.
+TREE = Tree(PARENTS)
 
 END_POINTS: tuple[str, ...] = tuple(r[0] for r in _END_TABLE)
 END_PARENTS: tuple[int, ...] = tuple(JOINTS.index(r[1]) for r in _END_TABLE)
@@ -215,7 +220,7 @@ CANONICAL = Skeleton()
 
 
 def forward_kinematics_np(local_rot: np.ndarray, root_pos: np.ndarray, offsets: np.ndarray | None = None):
-    """Forward kinematics in numpy.
+    """Forward kinematics in numpy (float64; :func:`.kinematics.level_fk`).
 
     Parameters
     ----------
@@ -231,23 +236,9 @@ def forward_kinematics_np(local_rot: np.ndarray, root_pos: np.ndarray, offsets: 
     world_rot : ndarray, shape (..., 22, 3, 3)
     world_pos : ndarray, shape (..., 22, 3)
     """
-    if offsets is None:
-        offsets = REST_OFFSETS
-    local_rot = np.asarray(local_rot, dtype=np.float64)
-    batch = local_rot.shape[:-3]
-    off = np.asarray(offsets, dtype=np.float64)[..., None]          # (..., 22, 3, 1)
-    world_rot = np.empty_like(local_rot)
-    world_pos = np.empty(batch + (len(JOINTS), 3))
-    world_rot[..., 0, :, :] = local_rot[..., 0, :, :]
-    world_pos[..., 0, :] = root_pos
-    # joint by joint with basic (view) indexing: for the few frames of an interactive solve much
-    # cheaper than a batch per tree level's gathers
-    for j in range(1, len(JOINTS)):
-        p = PARENTS[j]
-        Wp = world_rot[..., p, :, :]
-        np.matmul(Wp, local_rot[..., j, :, :], out=world_rot[..., j, :, :])
-        world_pos[..., j, :] = world_pos[..., p, :] + (Wp @ off[..., j, :, :])[..., 0]
-    return world_rot, world_pos
+    off = REST_OFFSETS if offsets is None else np.asarray(offsets, dtype=np.float64)
+    return level_fk(TREE, np.asarray(local_rot, dtype=np.float64), off,
+                    root_pos=np.asarray(root_pos, dtype=np.float64))
 
 
 def keypoints_from_fk_np(local_rot: np.ndarray, root_pos: np.ndarray, skeleton: Skeleton | None = None) -> np.ndarray:

@@ -177,7 +177,7 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0, spine: str = "segme
         raise ValueError(f"mapping names bones missing from the rig: {missing}")
     Q = rig.rest_rotation()
     h = rig.head.copy()
-    rel_rot, rel_pos = _parent_relative_rest(rig, Q, h)
+    rel_rot, rel_pos = (a.copy() for a in rig.relative_rest())
     K = body_frame(rig, mapping)
     am = rig.align_matrices()
     u, _, vt = np.linalg.svd(am[:, :3, :3])
@@ -206,21 +206,6 @@ def plan_retarget(rig, mapping, *, twist_share: float = 0.0, spine: str = "segme
     plan.root = ent.get("pelvis", -1)
     plan.leg_length = _rig_leg_length(h, ent, path)
     return plan
-
-
-def _parent_relative_rest(rig, Q, h):
-    """Every bone's rest rotation and head in its parent's rest frame (armature space for roots)."""
-    n = len(rig)
-    rel_rot = np.empty((n, 3, 3))
-    rel_pos = np.empty((n, 3))
-    for b in range(n):
-        p = rig.parents[b]
-        if p < 0:
-            rel_rot[b], rel_pos[b] = Q[b], h[b]
-        else:
-            rel_rot[b] = Q[p].T @ Q[b]
-            rel_pos[b] = Q[p].T @ (h[b] - h[p])
-    return rel_rot, rel_pos
 
 
 def _rest_spine(K, ha, path, spine):

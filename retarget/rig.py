@@ -241,6 +241,29 @@ class RigDescription:
         self.__dict__["_rest_rotation"] = (self.matrix_local, q)
         return q
 
+    def relative_rest(self) -> tuple:
+        """``(rel_rot (B, 3, 3), rel_pos (B, 3))``: every bone's rest rotation and head in its parent's
+        rest frame (armature space for roots), the rig's forward kinematics constants
+        (:func:`..model.kinematics.level_fk`); read-only, computed once per ``matrix_local`` and ``head``.
+        """
+        cached = self.__dict__.get("_relative_rest")
+        if cached is not None and cached[0] is self.matrix_local and cached[1] is self.head:
+            return cached[2]
+        Q, h = self.rest_rotation(), self.head
+        n = len(self.parents)
+        rel_rot = np.empty((n, 3, 3))
+        rel_pos = np.empty((n, 3))
+        for b, p in enumerate(self.parents):
+            if p < 0:
+                rel_rot[b], rel_pos[b] = Q[b], h[b]
+            else:
+                rel_rot[b] = Q[p].T @ Q[b]
+                rel_pos[b] = Q[p].T @ (h[b] - h[p])
+        for a in (rel_rot, rel_pos):
+            a.setflags(write=False)
+        self.__dict__["_relative_rest"] = (self.matrix_local, self.head, (rel_rot, rel_pos))
+        return rel_rot, rel_pos
+
     def align_matrices(self) -> np.ndarray:
         """Matrices used to align with the canonical T-pose: reference pose or rest."""
         return self.matrix_local if self.reference_matrix is None else self.reference_matrix

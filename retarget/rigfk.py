@@ -1,5 +1,6 @@
-"""Forward kinematics of the rig-space solve: the posed subset of a rig by depth level (numpy or torch),
-the bones it leaves unposed, and points attached to bones.
+"""Forward kinematics of the rig-space solve: the posed subset of a rig (numpy or torch), the bones
+it leaves unposed, and points attached to bones. Both are :func:`..model.kinematics.level_fk` on the
+rig's :meth:`~.rig.RigDescription.relative_rest`.
 
 No ``bpy`` here.
 """
@@ -7,6 +8,8 @@ No ``bpy`` here.
 from __future__ import annotations
 
 import numpy as np
+
+from ..model.kinematics import Tree, level_fk
 
 __all__ = ["RigFK", "RestFK", "level_fk", "posed_points", "torch_dtype"]
 
@@ -24,107 +27,64 @@ class RigFK:
     def __init__(self, rig, posed, dtype):
         self.posed = list(posed)                      # parents before children
         self.slot = {b: i for i, b in enumerate(self.posed)}
-        Q = rig.rest_rotation()
-        h = rig.head
-        n = len(self.posed)
-        rel_rot = np.empty((n, 3, 3))
-        rel_pos = np.empty((n, 3))
-        par = np.full(n, -1)
-        for i, b in enumerate(self.posed):
+        par = []
+        for b in self.posed:
             p = int(rig.parents[b])
-            if p < 0:
-                rel_rot[i], rel_pos[i] = Q[b], h[b]
-            else:
-                if p not in self.slot:
-                    raise ValueError("posed bones must be closed under parents")
-                par[i] = self.slot[p]
-                rel_rot[i] = Q[p].T @ Q[b]
-                rel_pos[i] = Q[p].T @ (h[b] - h[p])
+            if p >= 0 and p not in self.slot:
+                raise ValueError("posed bones must be closed under parents")
+            par.append(-1 if p < 0 else self.slot[p])
+        rel_rot, rel_pos = rig.relative_rest()
+        idx = np.array(self.posed, dtype=np.int64)
+        self.rel_rot_np, self.rel_pos_np = rel_rot[idx], rel_pos[idx]
+        self.par = par
+        self.tree = Tree(par)
         self.dtype = dtype
-        self.rel_rot_np, self.rel_pos_np = rel_rot, rel_pos
-        self.par = [int(x) for x in par]
         self._torch = None
-        self._levels_np = None
-
-    def _levels(self):
-        """``(slice, parent slots or None, rest rotations, rest offsets)`` per depth level (numpy)."""
-        if self._levels_np is None:
-            # posed bones are sorted by depth: every level is a contiguous slice
-            depth = np.zeros(len(self.par), dtype=np.int64)
-            for i, p in enumerate(self.par):
-                depth[i] = 0 if p < 0 else depth[p] + 1
-            self._levels_np = []
-            for d in range(int(depth.max()) + 1 if depth.size else 0):
-                idx = np.flatnonzero(depth == d)
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                assert idx[-1] - idx[0] + 1 == len(idx)
-                par = None if d == 0 else np.array([self.par[i] for i in idx])
-                self._levels_np.append((sl, par, self.rel_rot_np[sl], self.rel_pos_np[sl][..., None]))
-        return self._levels_np
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
-        import torch
-
         if self._torch is None:
+            import torch
+
             dt = torch_dtype(self.dtype)
-            self._torch = [(sl, None if par is None else torch.as_tensor(par), torch.as_tensor(rr, dtype=dt),
-                            torch.as_tensor(rp, dtype=dt)) for sl, par, rr, rp in self._levels()]
-        return level_fk(basis, loc, self._torch, lambda shape: torch.empty(shape, dtype=basis.dtype))
+            self._torch = (torch.as_tensor(self.rel_rot_np, dtype=dt), torch.as_tensor(self.rel_pos_np, dtype=dt))
+        rel_rot, rel_pos = self._torch
+        return level_fk(self.tree, basis, rel_pos, rest_rot=rel_rot, loc=loc, base=True)
 
     def numpy(self, basis, loc):
         """The same forward kinematics on float64 numpy arrays."""
-        return level_fk(basis, loc, self._levels(), np.empty)
-
-
-def level_fk(basis, loc, levels, empty):
-    """Forward kinematics one depth level at a time (numpy or torch arrays alike): ``(W, X, B)``.
-
-    ``W`` the bones' armature-space rotations, ``X`` their heads, ``B`` their
-    rotations before their own pose (the parent's with the rest offset).
-    """
-    T, n = basis.shape[:2]
-    W = empty((T, n, 3, 3))
-    X = empty((T, n, 3))
-    B = empty((T, n, 3, 3))
-    for sl, par, rr, rp in levels:
-        if par is None:
-            br = rr
-            bp = rp[..., 0]
-        else:
-            Wp = W[:, par]
-            br = Wp @ rr
-            bp = X[:, par] + (Wp @ rp)[..., 0]
-        B[:, sl] = br
-        W[:, sl] = br @ basis[:, sl]
-        X[:, sl] = bp + (br @ loc[:, sl, :, None])[..., 0]
-    return W, X, B
+        return level_fk(self.tree, basis, self.rel_pos_np, rest_rot=self.rel_rot_np, loc=loc, base=True)
 
 
 class RestFK:
     """The heads of the bones a solve does not pose (hand ends, fingers), from their posed parents.
 
     Posing the whole rig again after the solve for them costs more than
-    needed: their posed ancestors' rotations and
-    heads are at hand in each chunk, so only these bones are posed, parents
-    first, and only those with an unposed child get a rotation.
+    needed: their posed ancestors' rotations and heads are at hand in each
+    chunk, so only these bones are posed, as trees hanging from those
+    frames; the leaves among them (no unposed child) only get a head.
     """
 
     def __init__(self, rig, posed_slot, unposed):
-        Q, h = rig.rest_rotation(), rig.head
-        order = sorted((int(b) for b in unposed), key=lambda b: (rig.depth[b], b))
-        own = {b: i for i, b in enumerate(order)}
-        parents = {int(rig.parents[b]) for b in order}
-        self.bones = order
-        self.steps = []
-        for b in order:
-            p = int(rig.parents[b])
-            if p < 0:
-                src, rel_rot, rel_pos = None, Q[b], h[b]
-            else:
-                src = ("posed", posed_slot[p]) if p in posed_slot else ("rest", own[p])
-                rel_rot, rel_pos = Q[p].T @ Q[b], Q[p].T @ (h[b] - h[p])
-            self.steps.append((b, src, rel_rot, rel_pos, b in parents))
+        unposed = {int(b) for b in unposed}
+        inner = sorted({int(rig.parents[b]) for b in unposed} & unposed)
+        leaves = sorted(unposed - set(inner))
+        tree = Tree(_parents_within(rig, inner))
+        if tree.order is not None:   # (level by level once here, not per call)
+            inner = [inner[i] for i in tree.order]
+            tree = Tree(_parents_within(rig, inner))
+        self.bones = inner + leaves
+        self.inner, self.leaves, self.tree = inner, leaves, tree
+        self.leaf_tree = Tree(np.full(len(leaves), -1))
+        rel_rot, rel_pos = rig.relative_rest()
+        self.rel = {"inner": (rel_rot[inner], rel_pos[inner]), "leaves": (rel_rot[leaves], rel_pos[leaves])}
+        own = {b: i for i, b in enumerate(inner)}
+        # where each tree's roots hang: a posed bone's slot, an inner bone's, or the armature (-1)
+        inner_roots = [int(rig.parents[b]) for b in inner[:tree.sizes[0] if tree.sizes else 0]]
+        self.inner_from = np.array([posed_slot.get(p, -1) for p in inner_roots], dtype=np.int64)
+        leaf_parents = [int(rig.parents[b]) for b in leaves]
+        self.leaf_from_posed = np.array([posed_slot.get(p, -1) for p in leaf_parents], dtype=np.int64)
+        self.leaf_from_inner = np.array([own.get(p, -1) for p in leaf_parents], dtype=np.int64)
 
     def numpy(self, W, X, quats, locs):
         """Heads ``(n, len(bones), 3)`` of the unposed bones; ``W``, ``X``: the posed subset's pose,
@@ -132,21 +92,48 @@ class RestFK:
         from ..model.rotations_np import quat_to_matrix
 
         n = X.shape[0]
+        Wi, Xi = np.empty((0, n, 3, 3)), np.empty((0, n, 3))
+        if self.inner:   # (joint-major: the leaves read a few of them, the heads are copied once)
+            rel_rot, rel_pos = self.rel["inner"]
+            Wi, Xi = level_fk(self.tree, quat_to_matrix(np.asarray(np.take(quats, self.inner, 1), dtype=np.float64)), rel_pos, rest_rot=rel_rot,
+                              loc=_locations(locs, self.inner), parent_frames=_frames(W, X, [(self.inner_from, W, X)]),
+                              joint_major=True)
         out = np.empty((n, len(self.bones), 3))
-        Wr = {}
-        for i, (b, src, rel_rot, rel_pos, needed) in enumerate(self.steps):
-            if src is None:
-                base_rot = np.broadcast_to(rel_rot, (n, 3, 3))
-                base_pos = np.broadcast_to(rel_pos, (n, 3))
-            else:
-                kind, j = src
-                Wp, Xp = (W[:, j], X[:, j]) if kind == "posed" else (Wr[j], out[:, j])
-                base_rot = Wp @ rel_rot
-                base_pos = Xp + Wp @ rel_pos
-            out[:, i] = base_pos + (base_rot @ np.asarray(locs[:, b, :, None], dtype=np.float64))[..., 0]
-            if needed:
-                Wr[i] = base_rot @ quat_to_matrix(np.asarray(quats[:, b], dtype=np.float64))
+        out[:, :len(self.inner)] = np.swapaxes(Xi, 0, 1)
+        if self.leaves:
+            rel_rot, rel_pos = self.rel["leaves"]
+            frames = _frames(W, X, [(self.leaf_from_posed, W, X),
+                                    (self.leaf_from_inner, np.swapaxes(Wi, 0, 1), np.swapaxes(Xi, 0, 1))])
+            out[:, len(self.inner):] = level_fk(self.leaf_tree, None, rel_pos, rest_rot=rel_rot,
+                                                loc=_locations(locs, self.leaves), parent_frames=frames)[1]
         return out
+
+
+def _frames(W, X, sources):
+    """Parent frames ``(W (n, k, 3, 3), X (n, k, 3))`` gathered from ``(index, W, X)`` sources
+    (-1: from another source, or the armature's frame where none has it)."""
+    first = sources[0][0]
+    Wf = np.broadcast_to(np.eye(3), (W.shape[0], len(first), 3, 3)).copy()
+    Xf = np.zeros((X.shape[0], len(first), 3))
+    for idx, Ws, Xs in sources:
+        has = idx >= 0
+        if has.all():
+            Wf, Xf = np.take(Ws, idx, 1), np.take(Xs, idx, 1)
+        elif has.any():
+            Wf[:, has], Xf[:, has] = Ws[:, idx[has]], Xs[:, idx[has]]
+    return Wf, Xf
+
+
+def _locations(locs, bones):
+    """The chunk's locations of ``bones`` (None where all are zero: no product for them)."""
+    loc = np.asarray(np.take(locs, bones, 1), dtype=np.float64)   # (take: contiguous, unlike locs[:, bones])
+    return loc if loc.any() else None
+
+
+def _parents_within(rig, bones):
+    """Each of ``bones``' parent as a position in ``bones`` (-1: outside them, or none)."""
+    own = {b: i for i, b in enumerate(bones)}
+    return [own.get(int(rig.parents[b]), -1) for b in bones]
 
 
 def posed_points(W, X, points_bone_slot, points_offset):

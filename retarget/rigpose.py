@@ -1,4 +1,4 @@
-"""A rig posed from pose-bone values (forward kinematics by depth level), and bones turned to given rotations.
+"""A rig posed from pose-bone values (:func:`..model.kinematics.level_fk`), and bones turned to given rotations.
 
 No ``bpy`` here.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.rotations_np import matmul_each, matrix_to_quat, quat_to_matrix
+from ..model.kinematics import Tree, level_fk
+from ..model.rotations_np import matrix_to_quat, quat_to_matrix
 from .chunks import frame_chunks
 
 __all__ = ["pose_rig", "turn_bones_to"]
@@ -44,42 +45,18 @@ def pose_rig(rig, quats, locations=None, *, bones=None, chunk=None, rotations=Tr
     """
     quats = np.asarray(quats)
     T, n = quats.shape[:2]
-    sel = np.arange(n) if bones is None else np.unique(np.asarray(bones, dtype=np.int64))
-    slot = np.full(n, -1)
-    slot[sel] = np.arange(len(sel))
-    levels = []
-    for idx, par, rel_rot, rel_pos in _level_offsets(rig):
-        if bones is not None:
-            keep = slot[idx] >= 0
-            if not keep.any():
-                continue
-            idx = idx[keep]
-            par = None if par is None else par[keep]
-            rel_rot, rel_pos = rel_rot[keep], rel_pos[keep]   # (roots too: a rig may have several)
-        levels.append((idx, par, rel_rot, rel_pos, slot[idx]))
+    sel, tree, rel_rot, rel_pos = _posed_tree(rig, bones)
+    rows = slice(None) if np.array_equal(sel, np.arange(n)) else sel   # (every bone in its order: no gather)
     W = np.empty((n, T, 3, 3)) if rotations else None
     X = np.empty((n, T, 3))
     for a, b in frame_chunks(T, chunk):
-        # bone-major: contiguous per bone
-        basis = np.swapaxes(quat_to_matrix(np.asarray(quats[a:b][:, sel], dtype=np.float64)), 0, 1)
-        locs = None if locations is None else \
-            np.swapaxes(np.asarray(locations[a:b], dtype=np.float64)[:, sel], 0, 1)
-        Wc = W[:, a:b] if rotations else np.empty((n, b - a, 3, 3))
-        Xc = X[:, a:b]
-        # one batch per depth level (a bone's parent is always one level up)
-        for idx, par, rel_rot, rel_pos, k in levels:
-            if par is None:
-                base_rot = rel_rot
-                base_pos = rel_pos[..., 0]
-            else:
-                Wp = Wc[par]
-                base_rot = matmul_each(Wp, rel_rot[:, 0])
-                base_pos = Xc[par] + matmul_each(Wp, rel_pos[:, 0])[..., 0]
-            Wc[idx] = base_rot @ basis[k]
-            if locs is None:
-                Xc[idx] = base_pos
-            else:
-                Xc[idx] = base_pos + (base_rot @ locs[k][..., None])[..., 0]
+        # (take: a contiguous copy; indexing a middle axis leaves a transposed one, slower to make and read)
+        basis = quat_to_matrix(np.asarray(quats[a:b], dtype=np.float64).take(sel, 1))
+        locs = None if locations is None else np.asarray(locations[a:b], dtype=np.float64).take(sel, 1)
+        Wc, Xc = level_fk(tree, basis, rel_pos, rest_rot=rel_rot, loc=locs, joint_major=True)
+        if rotations:
+            W[rows, a:b] = Wc
+        X[rows, a:b] = Xc
     return (np.swapaxes(W, 0, 1) if rotations else None), np.swapaxes(X, 0, 1)
 
 
@@ -137,27 +114,27 @@ def depth_levels(rig):
     return out
 
 
-def _level_offsets(rig):
-    """:func:`depth_levels` with each bone's rest rotation and head relative to its parent.
-
-    List of ``(bones, parents, rel_rot (k, 1, 3, 3), rel_pos (k, 1, 3, 1))``;
-    for the roots the armature-space rest rotation and head. Computed once
-    per rig (per ``matrix_local`` array).
-    """
-    cached = rig.__dict__.get("_level_offsets")
-    if cached is not None and cached[0] is rig.matrix_local and cached[1] is rig.head:
-        return cached[2]
-    Q = rig.rest_rotation()
-    h = rig.head
-    out = []
-    for idx, par in depth_levels(rig):
-        if par is None:
-            rel_rot = Q[idx][:, None]
-            rel_pos = h[idx][:, None, :, None]
-        else:
-            QpT = np.swapaxes(Q[par], -1, -2)
-            rel_rot = (QpT @ Q[idx])[:, None]
-            rel_pos = (QpT @ (h[idx] - h[par])[..., None])[:, None]
-        out.append((idx, par, rel_rot, rel_pos))
-    rig.__dict__["_level_offsets"] = (rig.matrix_local, rig.head, out)
-    return out
+def _posed_tree(rig, bones):
+    """``(bones, tree, rel_rot, rel_pos)`` of the bones posed (every bone when ``bones`` is None):
+    level by level, their :class:`..model.kinematics.Tree` and rest constants. The last few are remembered
+    on the rig (per ``parents``, ``matrix_local`` and ``head`` array)."""
+    sel = None if bones is None else tuple(np.unique(np.asarray(bones, dtype=np.int64)).tolist())
+    cache = rig.__dict__.get("_posed_trees")
+    if cache is None or cache[0] is not rig.parents or cache[1] is not rig.matrix_local or cache[2] is not rig.head:
+        cache = rig.__dict__["_posed_trees"] = (rig.parents, rig.matrix_local, rig.head, {})
+    found = cache[3].get(sel)
+    if found is None:
+        idx = np.arange(len(rig)) if sel is None else np.array(sel, dtype=np.int64)
+        slot = np.full(len(rig), -1)
+        slot[idx] = np.arange(len(idx))
+        tree = Tree(np.where(rig.parents[idx] >= 0, slot[np.maximum(rig.parents[idx], 0)], -1))
+        if tree.order is not None:   # (the bones level by level once here, not per call)
+            idx = idx[tree.order]
+            slot[idx] = np.arange(len(idx))
+            tree = Tree(np.where(rig.parents[idx] >= 0, slot[np.maximum(rig.parents[idx], 0)], -1))
+        rel_rot, rel_pos = rig.relative_rest()
+        found = (idx, tree, rel_rot[idx], rel_pos[idx])
+        if len(cache[3]) >= 8:
+            cache[3].pop(next(iter(cache[3])), None)
+        cache[3][sel] = found
+    return found

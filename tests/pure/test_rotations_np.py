@@ -16,7 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model.rotations_np import euler_to_matrix, matmul_each, matrix_to_quat, quat_to_matrix  # noqa: E402
+from neural_ik.model.rotations_np import (  # noqa: E402
+    QUAT_BLOCK, euler_to_matrix, matmul_each, matrix_to_quat, quat_to_matrix,
+)
 
 ORDERS = ["XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX", "XYX", "ZXZ", "ZX", "YZ", "X", "Y", "Z"]
 
@@ -50,6 +52,17 @@ def test_quat_to_matrix_normalises_and_round_trips():
     unit = q / np.linalg.norm(q, axis=-1, keepdims=True)
     np.testing.assert_allclose(np.abs((back * unit).sum(-1)), 1.0, atol=1e-12)
     np.testing.assert_allclose(quat_to_matrix(np.array([1.0, 0, 0, 0])), np.eye(3), atol=0)
+
+
+def test_quat_to_matrix_in_blocks_is_each_alone():
+    """More quaternions than one block (and a last, shorter block, and a non-contiguous input):
+    every matrix equals the one of its quaternion alone, bit for bit."""
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(5, 2 * QUAT_BLOCK + 7, 4))[:, ::2]
+    m = quat_to_matrix(q)
+    assert m.shape == q.shape[:-1] + (3, 3)
+    for i, j in [(0, 0), (2, QUAT_BLOCK // 2 - 1), (3, QUAT_BLOCK // 2), (4, q.shape[1] - 1)]:
+        assert np.array_equal(m[i, j], quat_to_matrix(q[i, j]))
 
 
 @pytest.mark.parametrize("rows", [1, 5, 300])   # the stacked product below 64 rows, one 2-D product per entry above
