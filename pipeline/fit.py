@@ -86,7 +86,8 @@ class FitStage:
         sol, start = job.solved, job.start_pose
         init = retarget(job.plan, sol.local_rot, sol.root_pos, src_skel, scale=scale,
                         in_place=bool(job.options.in_place), world_rotations=start.world_rotations, chunk=job.chunk,
-                        with_heads=self.path.start_heads, dtype=POSE_DTYPE)
+                        with_heads=self.path.start_heads,
+                        dtype=POSE_DTYPE if job.n_frames > tuning.LONG_CLIP_FRAMES else np.float64)
         start.world_rotations = None     # (the source's motion with it): carried onto the rig now
         self._let_go("local_rot", "root_pos", "keypoints")
         self.path.prepare(init)

@@ -174,7 +174,7 @@ def _twist_angle(rot, axis):
     return twist_angle(matrix_to_quat(rot), axis)
 
 
-#: A bake's storage of its pose channels (quaternions, locations): the precision of Blender's
+#: A long bake's storage of its pose channels (quaternions, locations): the precision of Blender's
 #: keys; every chunk is computed in float64 (a long clip's float64 channels take hundreds of MB).
 POSE_DTYPE = np.float32
 

@@ -47,8 +47,10 @@ def test_a_long_clip_goes_through_the_network_in_smaller_batches(monkeypatch):
     assert asked == [(40, 4096, np.float32)]
 
 
-def test_a_bake_holds_float32_channels_rows_and_heads_and_the_same_pose(monkeypatch):
-    job, _ = _bake(monkeypatch, long_frames=10_000)
+def test_a_long_bake_holds_float32_channels_rows_and_heads(monkeypatch):
+    short, _ = _bake(monkeypatch, long_frames=10_000)
+    assert short.result.quaternions.dtype == short.result.locations.dtype == np.float64
+    job, _ = _bake(monkeypatch, long_frames=10)
     res = job.result
     assert res.quaternions.dtype == res.locations.dtype == res.heads.dtype == np.float32
     kept = [r for r in job.targets.rows if "target" in r]   # (the effector rows the figures read)

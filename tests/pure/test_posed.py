@@ -22,10 +22,6 @@ from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.posed import posed_bones, posed_plan  # noqa: E402
 from neural_ik.retarget.solve import plan_retarget, pose_rig  # noqa: E402
 
-#: Two float32 steps, relative: what separates two bakes' float32 channels whose float64 sums differ
-#: in their last bits.
-F32_STEPS = 2.5e-7
-
 
 class _Exact:
     """A solver giving the walk's own joint rotations (the network's start is not what is tested)."""
@@ -93,11 +89,9 @@ def test_a_bake_of_the_posed_bones_keys_what_a_bake_of_every_bone_keys(monkeypat
     monkeypatch.setattr(posed, "posed_plan", lambda plan, *a: (plan, np.arange(len(plan.rig))))
     whole = _bake(rig, kp)
     assert whole.result.bone_names == rig.names
-    # (a bake keeps its channels and heads in float32: the two may round a value to neighbouring floats)
-    np.testing.assert_allclose(res.quaternions, whole.result.quaternions[:, keep], rtol=F32_STEPS, atol=1e-9)
-    # (heads in metres, posed from float32 rotations: a quarter of a micrometre)
-    np.testing.assert_allclose(res.heads, whole.result.heads[:, keep], rtol=F32_STEPS, atol=F32_STEPS)
-    np.testing.assert_allclose(job.full_result().heads, whole.result.heads, rtol=F32_STEPS, atol=F32_STEPS)
+    np.testing.assert_allclose(res.quaternions, whole.result.quaternions[:, keep], atol=1e-9)
+    np.testing.assert_allclose(res.heads, whole.result.heads[:, keep], atol=1e-9)
+    np.testing.assert_allclose(job.full_result().heads, whole.result.heads, atol=1e-9)
     assert job.figures.joint_error_mm == whole.figures.joint_error_mm
     full = job.full_result()
     assert full.bone_names == rig.names and full.quaternions.shape[1] == len(rig)
