@@ -51,12 +51,20 @@ class FolderLock:
         self.fd = None
         self.note = None   # "took over a stale lock of process N" when one was left behind
 
-    def _owner(self):
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                return json.load(fh)
-        except (OSError, ValueError):
-            return {}
+    def _owner(self, tries=1):
+        """The holder's record; with ``tries`` over 1 an empty one is read again (a refused run: the
+        holder writes its record just after it takes the lock, and the message would name nobody)."""
+        for _ in range(tries):
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    owner = json.load(fh)
+                if owner:
+                    return owner
+            except (OSError, ValueError):
+                pass
+            if tries > 1:
+                time.sleep(0.05)
+        return {}
 
     def _refuse(self, owner):
         who = "process {} on {}".format(owner.get("pid", "?"), owner.get("host", "?"))
@@ -76,7 +84,7 @@ class FolderLock:
                 if ex.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     return fd, False   # (a file system without flock: the recorded process id decides)
                 os.close(fd)
-                self._refuse(self._owner())
+                self._refuse(self._owner(tries=20))
             try:
                 if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
                     return fd, True
