@@ -8,6 +8,7 @@ import numpy as np
 
 from ..model.rotations_np import vector_norm
 from ..model.skeleton import BONE_CHILD, JOINTS, KEYPOINTS
+from ..retarget.chunks import frame_chunks
 from . import tuning
 
 __all__ = ["BakeFigures", "measure", "figure_warnings", "knee_bends_backwards"]
@@ -85,8 +86,8 @@ def measure(job) -> BakeFigures:
 
     # a chunk at a time: a long clip's columns would be copies of the heads and the source
     f.joint_error_mm = metrics.mean_and_max(
-        metrics.distance_sums(res.heads[a:a + 8192, bs] * u, job.src_m[a:a + 8192, js] * s, job.mask[a:a + 8192, js])
-        for a in range(0, job.n_frames, 8192))
+        metrics.distance_sums(res.heads[a:b, bs] * u, job.src_m[a:b, js] * s, job.mask[a:b, js])
+        for a, b in frame_chunks(job.n_frames, job.chunk))
     _effector_figures(job, f)
     # floor, upright, knees (world heights)
     f.floor_error_cm, f.floor_reference = _floor_error(job, res)
@@ -125,12 +126,12 @@ def _motion_figures(job, f):
     f.foot_sliding_mm = metrics.foot_sliding(tk, job.fps)
 
 
-def _source_body(job, chunk=8192):
+def _source_body(job):
     """The source keypoints in the body frame (T, 32, 3) as float32, made a chunk at a time from :attr:`src_m`."""
     src, K = job.src_m, job.plan.K
     out = np.empty(src.shape, dtype=np.float32)
-    for a in range(0, len(src), chunk):
-        np.matmul(src[a:a + chunk], K, out=out[a:a + chunk], casting="same_kind")
+    for a, b in frame_chunks(len(src), job.chunk):
+        np.matmul(src[a:b], K, out=out[a:b], casting="same_kind")
     return out
 
 
@@ -180,7 +181,6 @@ def _floor_error(job, res):
     no standing pose): its ankles and balls of the feet against the
     source's, scaled (``floor_reference`` says which).
     """
-    from ..retarget.chunks import frame_chunks
     from ..retarget.rigpose import pose_rig
     from .source import rest_is_human
     from .targets import foot_points, rest_floor_gap, stands_at_rest

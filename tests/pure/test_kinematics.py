@@ -160,12 +160,16 @@ def test_canonical_torch_gradients_are_the_loops():
     assert torch.autograd.gradcheck(fk.forward_kinematics, small, eps=1e-6, atol=1e-7)
 
 
+def _random_pose(rng, T, n):
+    """Random rotations (T, n, 4) and small locations (T, n, 3) of ``n`` bones."""
+    return matrix_to_quat(_rotations(rng, (T, n))), rng.normal(scale=0.05, size=(T, n, 3))
+
+
 def test_rig_fk_is_blenders_pose(meta):
     rig, posed = meta
     rng = np.random.default_rng(4)
     T, n = 6, len(rig)
-    quats = matrix_to_quat(_rotations(rng, (T, n)))
-    locs = rng.normal(scale=0.05, size=(T, n, 3))
+    quats, locs = _random_pose(rng, T, n)
     want = rig_loop(rig, quats, locs, posed)
     basis, loc = quat_to_matrix(quats[:, posed]), locs[:, posed]
     for W, X, B in (RigFK(rig, posed, None).numpy(basis, loc),
@@ -205,8 +209,7 @@ def test_pose_rig_is_blenders_pose(meta):
     rig, _ = meta
     rng = np.random.default_rng(6)
     T, n = 5, len(rig)
-    quats = matrix_to_quat(_rotations(rng, (T, n)))
-    locs = rng.normal(scale=0.05, size=(T, n, 3))
+    quats, locs = _random_pose(rng, T, n)
     want = rig_loop(rig, quats, locs, range(n))
     W, X = pose_rig(rig, quats, locs, chunk=2)
     np.testing.assert_allclose(W, np.stack([want[b][0] for b in range(n)], 1), atol=1e-12)
