@@ -124,7 +124,7 @@ def status_line(choice="auto"):
     if state == "broken":
         return "PyTorch is installed but does not load: " + detail
     if state == "found":
-        return "torch {} (loads on the first solve), device setting: {}".format(detail, choice.lower())
+        return "torch {} (loads when a solve needs it), device setting: {}".format(detail, choice.lower())
     from . import device  # torch is imported already: resolving the device is cheap
     return device.status_line(choice)
 

@@ -4,6 +4,8 @@ This module imports no ``bpy``; ``torch`` is imported lazily so the module
 itself always imports.
 """
 
+import os
+import sys
 import warnings
 
 #: Values accepted for the "compute device" setting (preferences and ``--device``).
@@ -27,14 +29,34 @@ def torch_version():
     return str(torch.__version__)
 
 
+#: Files one of which a Linux machine has when a GPU driver torch could use is loaded
+#: (NVIDIA, WSL's GPU bridge, AMD's ROCm).
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")
+
+
+def gpu_driver_present():
+    """Whether this machine has a GPU driver that torch could use (no torch import; a machine
+    without one has no CUDA device, and asking torch would cost its import)."""
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("linux"):
+        return any(os.path.exists(p) for p in _GPU_DRIVER_FILES)
+    import ctypes.util
+
+    return any(ctypes.util.find_library(name) for name in ("nvcuda", "amdhip64"))
+
+
 def cuda_available():
     """Return whether torch imports and reports a usable CUDA device.
 
     Returns
     -------
     bool
-        ``True`` only when ``torch.cuda.is_available()`` is true.
+        ``True`` only when ``torch.cuda.is_available()`` is true (torch is not
+        imported where no GPU driver is present: :func:`gpu_driver_present`).
     """
+    if not gpu_driver_present():
+        return False
     try:
         import torch
     except Exception:

@@ -36,7 +36,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--ticks", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="torch's threads, where something loaded it")
     args = ap.parse_args(argv)
 
     import bpy
@@ -44,7 +44,6 @@ def main(argv=None):
 
     pkg = import_package()
     first_solve(pkg, args.threads)
-    import torch
     from neural_ik.blender_io import bake, pose_solve
     from neural_ik.blender_io.rig import rig_description
     from neural_ik.model.skeleton import KEYPOINTS, SPARSE_EFFECTORS
@@ -60,7 +59,7 @@ def main(argv=None):
             for e in SPARSE_EFFECTORS}
     options = bake.BakeOptions(device="cpu", mode="sparse")
     solver = bake.get_solver("cpu")
-    print(f"Rigify meta-rig, {len(rig)} bones; torch threads {torch.get_num_threads()}; "
+    print(f"Rigify meta-rig, {len(rig)} bones; torch loaded: {'torch' in sys.modules} (the numpy path needs none); "
           f"{args.repeats} solves per row (median / max ms); effector distances read from the posed armature")
     print(f"{'hand moved':>10s} {'median ms':>10s} {'max ms':>8s} {'reach mean mm':>14s} {'reach max mm':>13s}  "
           "not reached")
@@ -108,9 +107,8 @@ def first_solve(pkg, threads):
     while preload.loading():
         time.sleep(0.01)
     t_loaded = time.perf_counter()
-    import torch
-
-    torch.set_num_threads(threads)
+    if "torch" in sys.modules:   # (a solve on the CPU runs in numpy: torch only where something loaded it)
+        sys.modules["torch"].set_num_threads(threads)
     hand = [o for o in bpy.data.objects if o.get("neural_ik_effector") == "hand_l"]
     if hand:
         hand[0].location.y -= 0.2

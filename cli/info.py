@@ -102,15 +102,12 @@ def weights_report(path):
         rows.append(("weights sha256", sha256_of(path)))
     except OSError as ex:
         return rows + [("weights status", "unreadable: {}".format(ex))]
-    try:
-        import torch
-    except Exception:
-        return rows + [("weights status", "not checked (PyTorch is not installed)")]
     import zipfile
     if not zipfile.is_zipfile(path):
         return rows + [("weights status", "corrupt: not a PyTorch checkpoint (expected a zip archive from torch.save)")]
+    from ..model.weights_file import read_torch_file   # (no torch needed to read it)
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        blob = read_torch_file(path)
     except Exception as ex:
         text = " ".join(str(ex).split())
         reason = text.split(". ")[0][:200]

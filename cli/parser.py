@@ -55,9 +55,10 @@ def add_device_argument(parser):
         "--precision",
         choices=PRECISION_CHOICES,
         default="auto",
-        help="what the network's layers compute in for batches on the CPU: auto (bfloat16 where the CPU "
-             "multiplies it natively, twice as fast; float32 elsewhere), float32 (the same numbers on every "
-             "CPU) or bfloat16 (default: auto)",
+        help="what the network's layers compute in on the CPU for clips over 8192 frames (torch; shorter "
+             "clips run in numpy in float32): auto (bfloat16 where the CPU multiplies it natively, twice as "
+             "fast; float32 elsewhere), float32 (the same numbers on every CPU) or bfloat16 (also for "
+             "shorter clips) (default: auto)",
     )
 
 

@@ -1,12 +1,13 @@
 """The solver's frames in batches: the network, the refinement and the error per frame, on the CPU or CUDA.
 
 :class:`FrameBatches` is the half of :class:`.inference.Solver` that runs
-frames (the other half checks the inputs and fits the skeleton): a lone
-frame on the CPU through the numpy twins (:class:`.numpy_net.NumpyNet`,
-:func:`.refine.refine_numpy`), batches on the CPU in torch, and batches on
+frames (the other half checks the inputs and fits the skeleton): on the CPU
+a clip of up to :data:`NUMPY_MAX_FRAMES` frames, one pose included, through
+numpy (:class:`.numpy_net.NumpyNet`, :func:`.refine.refine_numpy`) without
+importing torch; longer clips on the CPU in torch batches, and batches on
 CUDA overlapped with the host through pinned staging buffers.
 
-No ``bpy`` here.
+No ``bpy`` here; torch is imported by the torch batches only.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
-from .fk import NUM_JOINTS, NUM_KEYPOINTS, fk_keypoints
-from .network import EFFECTOR_JOINTS, NUM_EFF
+from .features import EFFECTOR_JOINTS, NUM_EFF, NUM_JOINTS, NUM_KEYPOINTS
 from .refine import DEFAULTS as REFINE_DEFAULTS
 from .refine import _np_fk, refine_numpy
-from .refine import refine as _refine
 
-__all__ = ["FrameBatches", "placed_root"]
+__all__ = ["FrameBatches", "placed_root", "NUMPY_MAX_FRAMES", "NUMPY_BATCH"]
+
+#: CPU solves of at most this many frames run in numpy: torch's import costs more than its faster
+#: layers save up to here (docs/tuning.md#numpy_max_frames).
+NUMPY_MAX_FRAMES = 8192
+
+#: Frames per numpy batch: the refinement's normal equations of a batch stay in the CPU's caches
+#: (docs/tuning.md#numpy_max_frames).
+NUMPY_BATCH = 1024
 
 
 def placed_root(L, root, kt, mt, off, eo):
@@ -49,6 +55,8 @@ def placed_root(L, root, kt, mt, off, eo):
         The pose's keypoints at that root (the forward kinematics once: a
         translation moves them all alike).
     """
+    from .fk import fk_keypoints
+
     kpo = fk_keypoints(L, root, off, eo)
     w = mt.to(kpo.dtype)[..., None]
     shift = ((kt - kpo) * w).sum(1) / w.sum(1).clamp_min(1.0)
@@ -57,6 +65,8 @@ def placed_root(L, root, kt, mt, off, eo):
 
 def _staging_buffer(rows, has_ori):
     """One pinned upload buffer of ``rows`` frames (``done``: the event of its last upload)."""
+    import torch
+
     pin = dict(pin_memory=True)
     return dict(kp=torch.empty((rows, NUM_KEYPOINTS, 3), dtype=torch.float32, **pin),
                 m=torch.empty((rows, NUM_KEYPOINTS), dtype=torch.bool, **pin),
@@ -67,6 +77,8 @@ def _staging_buffer(rows, has_ori):
 
 def _download_buffer(rows):
     """One pinned download buffer of ``rows`` frames' results."""
+    import torch
+
     pin = dict(pin_memory=True)
     return dict(L=torch.empty((rows, NUM_JOINTS, 3, 3), dtype=torch.float32, **pin),
                 root=torch.empty((rows, 3), dtype=torch.float32, **pin),
@@ -94,41 +106,68 @@ def _upload(buf, kp, m, ori, omask, a0, b0, dev):
 
 
 class FrameBatches:
-    """Runs a solve's frames; mixed into :class:`.inference.Solver`, whose ``net``, ``device``,
-    ``precision``, ``place_root``, ``_np_net``, ``_network_on`` and ``_skeleton_tensors`` it uses."""
+    """Runs a solve's frames; mixed into :class:`.inference.Solver`, whose ``device``, ``precision``,
+    ``_precision_choice``, ``temporal_kernel``, ``place_root``, ``_np_net``, ``_network_on`` and
+    ``_skeleton_tensors`` it uses."""
 
-    def _single_numpy(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, a):
-        """Frame ``a`` with the numpy network and the numpy LM refinement.
+    def _in_numpy(self, T, dev, temporal) -> bool:
+        """Whether a solve of ``T`` frames on ``dev`` runs in numpy (no torch): on the CPU, per frame,
+        up to :data:`NUMPY_MAX_FRAMES` frames, and not when bfloat16 layers were asked for (one pose
+        always)."""
+        if dev.type != "cpu" or temporal != "off":
+            return False
+        return T == 1 or (T <= NUMPY_MAX_FRAMES and self._precision_choice != "bfloat16")
 
-        Returns ``(local (22, 3, 3), root (3,), keypoints (32, 3), network s, refine s)``.
+    def _numpy_batch(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, a, b):
+        """Frames ``a:b`` with the numpy network and refinement.
+
+        Returns ``(local (n, 22, 3, 3), root (n, 3), keypoints (n, 32, 3), error mm (n,), network s, refine s)``.
         """
         t0 = time.perf_counter()
+        mk = m[a:b]
         o = om = None
         if ori is not None:
-            o, om = ori[a], omask[a]
-        kp0 = np.where(m[a][:, None], kp[a], 0.0).astype(np.float64)
-        Ln, rn = self._np_net.predict(kp0, m[a], skeleton, o, om)
-        Ln, rn = Ln[None], rn[None]
+            o, om = ori[a:b], omask[a:b]
+        kp0 = np.where(mk[..., None], kp[a:b], 0.0).astype(np.float64, copy=False)
+        L, root = self._np_net.predict(kp0, mk, skeleton, o, om)
         off = np.asarray(skeleton.offsets, dtype=np.float64)
         eo = np.asarray(skeleton.end_offsets, dtype=np.float64)
-        if self.place_root and m[a].any():   # (as :func:`placed_root`)
-            w = m[a][None, :, None]
-            rn = rn + ((kp0[None] - _np_fk(Ln, rn, off, eo)[2]) * w).sum(1) / w.sum(1)
-        t1 = time.perf_counter()
+        w = mk[..., None]
+        cnt = mk.sum(1)
         kpo = None
+        if self.place_root:   # (as :func:`placed_root`)
+            kpo = _np_fk(L, root, off, eo)[2]
+            shift = ((kp0 - kpo) * w).sum(1) / np.maximum(cnt, 1)[:, None]
+            root, kpo = root + shift, kpo + shift[:, None]
+        t1 = time.perf_counter()
         if refine and refine_steps > 0:
-            Ln, rn, kpo = refine_numpy(
-                Ln, rn, kp0[None], m[a:a + 1].astype(np.float64), off, eo,
-                steps=int(refine_steps), orient_targets=None if ori is None else ori[a:a + 1],
-                orient_weights=None if omask is None else omask[a:a + 1] * REFINE_DEFAULTS["orient_weight"],
+            L, root, kpo = refine_numpy(
+                L, root, kp0, mk.astype(np.float64), off, eo, steps=int(refine_steps), orient_targets=o,
+                orient_weights=None if om is None else om * REFINE_DEFAULTS["orient_weight"],
                 orient_joints=EFFECTOR_JOINTS, limits=limits, return_keypoints=True)
-        kpo = (kpo if kpo is not None else _np_fk(Ln, rn, off, eo)[2])[0]
-        return Ln[0], rn[0], kpo, t1 - t0, time.perf_counter() - t1
+        if kpo is None:
+            kpo = _np_fk(L, root, off, eo)[2]
+        err = (np.linalg.norm(kpo - kp0, axis=-1) * w[..., 0]).sum(1) / np.maximum(cnt, 1) * 1000.0
+        err = np.where(cnt > 0, err, np.nan)
+        return L, root, kpo, err, t1 - t0, time.perf_counter() - t1
+
+    def _batches_numpy(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, seconds):
+        T = kp.shape[0]
+        for a in range(0, T, bs):
+            b = min(a + bs, T)
+            L, r, k, err, tn, tr = self._numpy_batch(kp, m, ori, omask, skeleton, refine, refine_steps, limits, a, b)
+            out["L"][a:b], out["root"][a:b], out["kp"][a:b], out["err"][a:b] = L, r, k, err
+            seconds[0] += tn
+            seconds[1] += tr
+            if progress is not None:
+                progress(b, T)
 
     @staticmethod
     def _host_array(shape, dtype, pinned):
         """``(numpy array, torch view or None)``: page-locked when ``pinned`` (and possible)."""
         if pinned:
+            import torch
+
             try:
                 t = torch.empty(shape, dtype=torch.float32 if dtype == np.float32 else torch.float64, pin_memory=True)
                 return t.numpy(), t
@@ -153,16 +192,13 @@ class FrameBatches:
         out["err"], views["err"] = self._host_array((T,), np.float32 if direct else np.float64, direct)
         seconds = [0.0, 0.0]
         bs = max(int(batch_size), 1)
-        if dev.type == "cpu" and T == 1:  # one frame: the numpy twins, no torch
-            L, r, k, tn, tr = self._single_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, 0)
-            out["L"][0], out["root"][0], out["kp"][0] = L, r, k
-            cnt = m[0].sum()
-            err = np.linalg.norm(k - np.where(m[0][:, None], kp[0], 0.0), axis=-1)
-            out["err"][0] = (err[m[0]].sum() / cnt * 1000.0) if cnt else np.nan
-            if progress is not None:
-                progress(1, 1)
-            out["seconds"] = (tn, tr)
+        if self._in_numpy(T, dev, temporal):
+            self._batches_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, min(bs, NUMPY_BATCH),
+                                progress, out, seconds)
+            out["seconds"] = tuple(seconds)
             return out
+        import torch
+
         with torch.inference_mode():
             if dev.type == "cuda":
                 with torch.cuda.device(dev):  # events and streams of this device
@@ -176,7 +212,7 @@ class FrameBatches:
 
     def _halo(self, temporal):
         """Frames ``(before, after)`` a batch's temporal network pass reads beyond the batch."""
-        if temporal == "off" or self.net.temporal is None:
+        if temporal == "off" or not self.temporal_kernel:
             return 0, 0
         k = self.net.temporal.kernel
         return (k // 2, k // 2) if temporal == "centred" else (k - 1, 0)
@@ -191,6 +227,8 @@ class FrameBatches:
         Returns ``(kt, L, root, keypoints)``: the pose's keypoints where the
         placement computed them, else ``None``.
         """
+        import torch
+
         kt = torch.where(mt[..., None], kt, torch.zeros((), dtype=kt.dtype, device=kt.device))
         low = torch.bfloat16 if self.precision == "bfloat16" and kt.device.type == "cpu" else None
         L, root, _ = net.predict(kt, mt, off, eo, ot, omt, window=kt.shape[0], temporal=temporal, compute_dtype=low)
@@ -204,6 +242,8 @@ class FrameBatches:
 
     @staticmethod
     def _batch_refine(L, root, kt, mt, ot, omt, off, eo, refine_steps, limits, active):
+        from .refine import refine as _refine
+
         return _refine(L, root, kt, mt.float(), off, eo, steps=int(refine_steps), orient_targets=ot,
                        orient_weights=None if omt is None else omt.float() * REFINE_DEFAULTS["orient_weight"],
                        orient_joints=EFFECTOR_JOINTS, limits=limits, active=active)
@@ -211,6 +251,10 @@ class FrameBatches:
     @staticmethod
     def _batch_output(L, root, kt, mt, off, eo, kpo=None):
         """Keypoints of the pose (``kpo`` where already known) and the mean distance (mm) to the given ones, per frame."""
+        import torch
+
+        from .fk import fk_keypoints
+
         if kpo is None:
             kpo = fk_keypoints(L, root, off, eo)
         w = mt.to(kpo.dtype)
@@ -225,19 +269,19 @@ class FrameBatches:
 
     def _batches_cpu(self, kp, m, ori, omask, skeleton, refine, refine_steps, limits, bs, progress, out, seconds,
                      temporal="off"):
+        import torch
+
         T = kp.shape[0]
-        net = self._network_on(torch.device("cpu"))
-        off, eo = self._skeleton_tensors(skeleton, torch.device("cpu"))
+        net = self._network_on("cpu")
+        off, eo = self._skeleton_tensors(skeleton, "cpu")
         hb, ha = self._halo(temporal)
         for a in range(0, T, bs):
             b = min(a + bs, T)
             t0 = time.perf_counter()
-            if b - a == 1 and temporal == "off":  # a lone frame: the numpy twins
-                L, r, k, tn, tr = self._single_numpy(kp, m, ori, omask, skeleton, refine, refine_steps, limits, a)
-                out["L"][a], out["root"][a], out["kp"][a] = L, r, k
-                cnt = m[a].sum()
-                err = np.linalg.norm(k - np.where(m[a][:, None], kp[a], 0.0), axis=-1)
-                out["err"][a] = (err[m[a]].sum() / cnt * 1000.0) if cnt else np.nan
+            if b - a == 1 and temporal == "off":  # a lone frame: numpy
+                L, r, k, err, tn, tr = self._numpy_batch(kp, m, ori, omask, skeleton, refine, refine_steps, limits,
+                                                         a, b)
+                out["L"][a:b], out["root"][a:b], out["kp"][a:b], out["err"][a:b] = L, r, k, err
                 seconds[0] += tn
                 seconds[1] += tr
             else:
@@ -281,6 +325,8 @@ class FrameBatches:
         on the next batch. The refinement gets the active keypoints from the
         host mask, so nothing waits on the GPU inside a batch.
         """
+        import torch
+
         dev = self.device
         T = kp.shape[0]
         n = min(bs, T)

@@ -1,16 +1,23 @@
-"""Where and in what the solver computes: the torch device and the CPU batches' precision.
+"""Where and in what the solver computes: the device and the CPU batches' precision.
 
-No ``bpy`` here.
+No ``bpy`` here; torch is imported only to ask it (a CUDA device where a GPU
+driver is present, the CPU's bfloat16 support).
 """
 
 from __future__ import annotations
 
-import torch
-
 from ..device import PRECISION_CHOICES as PRECISIONS  # (the solver's and --precision's one list)
-from ..device import check_precision_choice
+from ..device import check_precision_choice, cuda_available
 
-__all__ = ["PRECISIONS", "cpu_has_bfloat16", "resolve_precision", "resolve_torch_device"]
+__all__ = ["PRECISIONS", "DeviceName", "cpu_has_bfloat16", "resolve_precision", "resolve_device_name"]
+
+
+class DeviceName(str):
+    """A device as torch spells it (``"cpu"``, ``"cuda"``, ``"cuda:1"``), known without importing torch."""
+
+    @property
+    def type(self) -> str:
+        return self.split(":")[0]
 
 
 def cpu_has_bfloat16() -> bool:
@@ -18,6 +25,8 @@ def cpu_has_bfloat16() -> bool:
 
     Elsewhere bfloat16 is emulated and slower than float32.
     """
+    import torch
+
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         check = getattr(torch.cpu, name, None)
         try:
@@ -40,12 +49,20 @@ def resolve_precision(choice="auto") -> str:
     return "bfloat16" if choice == "bfloat16" or (choice == "auto" and cpu_has_bfloat16()) else "float32"
 
 
-def resolve_torch_device(device) -> torch.device:
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but CUDA is not available (use 'auto' or 'cpu')")
-    if dev.type not in ("cpu", "cuda"):
+def resolve_device_name(device) -> DeviceName:
+    """The device a solver runs on for ``device`` ("auto", "cpu", "cuda", "cuda:N").
+
+    Raises
+    ------
+    ValueError
+        CUDA asked for and not available, or an unknown device.
+    """
+    name = "auto" if device is None else str(device)
+    if name == "auto":
+        return DeviceName("cuda" if cuda_available() else "cpu")
+    kind = name.split(":")[0]
+    if kind not in ("cpu", "cuda") or (kind == "cpu" and name != "cpu"):
         raise ValueError(f"unsupported device {device!r}; use 'auto', 'cpu' or 'cuda'")
-    return dev
+    if kind == "cuda" and not cuda_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available (use 'auto' or 'cpu')")
+    return DeviceName(name)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .features import NUM_JOINTS, NUM_KEYPOINTS
 from .kinematics import level_fk
-from .skeleton import END_OFFSETS, END_PARENTS, JOINTS, KEYPOINT_JOINT, KEYPOINTS, PARENTS, REST_OFFSETS, TREE, Skeleton
+from .skeleton import END_OFFSETS, END_PARENTS, REST_OFFSETS, TREE, Skeleton, ancestor_matrix
 
 __all__ = [
     "NUM_JOINTS",
@@ -32,8 +33,6 @@ __all__ = [
     "ancestor_matrix",
 ]
 
-NUM_JOINTS = len(JOINTS)
-NUM_KEYPOINTS = len(KEYPOINTS)
 _END_PARENTS = list(END_PARENTS)
 
 
@@ -109,21 +108,3 @@ def fk_keypoints(local_rot, root_pos, offsets=None, end_offsets=None, return_wor
     if return_world:
         return kp, (world_rot, world_pos)
     return kp
-
-
-def ancestor_matrix() -> np.ndarray:
-    """Boolean (32, 22) matrix: keypoint k moves when joint j rotates.
-
-    A joint's rotation moves every keypoint carried by the joint itself or
-    by any descendant, except the joint's own origin.
-    """
-    out = np.zeros((NUM_KEYPOINTS, NUM_JOINTS), dtype=bool)
-    for k in range(NUM_KEYPOINTS):
-        j = KEYPOINT_JOINT[k]
-        is_end = k >= NUM_JOINTS
-        # an end point moves with its carrying joint; a joint origin only with its ancestors
-        cur = j if is_end else PARENTS[j]
-        while cur >= 0:
-            out[k, cur] = True
-            cur = PARENTS[cur]
-    return out

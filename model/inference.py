@@ -47,11 +47,15 @@ position; then (``refine=True``, the default) ``refine_steps`` (default 3)
 batched Levenberg-Marquardt / Gauss-Newton steps (:mod:`.refine`) pull the given keypoints (and given
 orientations) onto their targets while a prior keeps the pose close to the
 network's answer and soft joint limits keep it human. ``refine=False`` returns
-the network's answer. A single frame on the CPU (an interactive "current
-pose" solve) never touches torch: a float32 numpy twin of the network
-(weights cached as numpy arrays at load) predicts it and the float64 numpy
-twin of the refinement (:func:`.refine.refine_numpy`) refines it, which
-avoids torch's per-operation overhead (see docs/tuning.md#single-frames).
+the network's answer. On the CPU a solve of up to
+:data:`.batches.NUMPY_MAX_FRAMES` frames, one pose included, never touches
+torch: the weights are read into numpy (:func:`.weights.load_weights`), the
+network's layers run in numpy in float32 (:class:`.numpy_net.NumpyNet`) and
+the refinement on float64 numpy arrays (:func:`.refine.refine_numpy`).
+Importing torch costs more than such a solve, and for one pose torch's
+per-operation overhead would be most of the time
+(docs/tuning.md#numpy_max_frames). Longer clips and CUDA run in torch,
+imported then.
 
 Memory does not grow with the clip beyond the outputs: inputs are masked,
 converted and sent batch by batch, and the error per frame is computed with
@@ -95,28 +99,26 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from .batches import FrameBatches
-from .compute import PRECISIONS, cpu_has_bfloat16, resolve_precision, resolve_torch_device
-from .fk import NUM_JOINTS, NUM_KEYPOINTS
-from .network import NUM_EFF
+from .batches import NUMPY_MAX_FRAMES, FrameBatches
+from .compute import PRECISIONS, DeviceName, cpu_has_bfloat16, resolve_device_name, resolve_precision
+from .features import NUM_EFF, NUM_JOINTS, NUM_KEYPOINTS
 from .numpy_net import NumpyNet
 from .refine import DEFAULTS as REFINE_DEFAULTS
 from .refine import _np_fk
 from .result import _SPARSE_SET, SolveResult, detect_mode
 from .skeleton import CANONICAL, END_PARENTS, PARENTS, Skeleton
 from .skeleton_fit import fit_skeleton
-from .weights import DEFAULT_WEIGHTS, FORMAT_VERSION, WeightsError, format_version_problem, load_network
+from .weights import (DEFAULT_WEIGHTS, FORMAT_VERSION, WeightsError, build_network, format_version_problem,
+                      load_network, load_weights)
 
-__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network",
-           "format_version_problem", "DEFAULT_WEIGHTS",
-           "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA", "PRECISIONS", "cpu_has_bfloat16", "resolve_precision"]
+__all__ = ["WeightsError", "SolveResult", "Solver", "fit_skeleton", "detect_mode", "load_network", "load_weights",
+           "format_version_problem", "DEFAULT_WEIGHTS", "FORMAT_VERSION", "CPU_MAX_FRAMES_ON_CUDA",
+           "NUMPY_MAX_FRAMES", "PRECISIONS", "cpu_has_bfloat16", "resolve_precision"]
 
 
 #: Solves of at most this many frames run on the CPU even on a CUDA solver: a pose is mostly
@@ -174,13 +176,14 @@ class Solver(FrameBatches):
     device : {"auto", "cpu", "cuda"}
         ``"auto"`` picks CUDA when available.
     precision : {"auto", "float32", "bfloat16"}
-        What the network's layers compute in for batches on the CPU
-        (:data:`PRECISIONS`). ``"auto"``: bfloat16 where the CPU multiplies
-        it natively (:func:`cpu_has_bfloat16`: twice the frames a second
-        on the 2-core VM, the held-out figures within noise), float32
-        elsewhere. ``"float32"`` gives the same numbers on every CPU. Inputs,
-        outputs, the refinement, single frames (the numpy twin) and CUDA
-        batches are float32 whatever it says.
+        What the network's layers compute in for torch batches on the CPU
+        (:data:`PRECISIONS`; clips over :data:`NUMPY_MAX_FRAMES` frames).
+        ``"auto"``: bfloat16 where the CPU multiplies it natively
+        (:func:`cpu_has_bfloat16`: twice the frames a second on the 2-core
+        VM, the held-out figures within noise), float32 elsewhere.
+        ``"float32"`` gives the same numbers on every CPU. ``"bfloat16"``
+        also runs shorter clips in torch (one pose stays in numpy). The
+        numpy path and CUDA batches are float32 whatever it says.
 
     Raises
     ------
@@ -201,16 +204,30 @@ class Solver(FrameBatches):
     place_root = True
 
     def __init__(self, weights=None, device="auto", precision="auto"):
-        #: What the CPU batches' layers compute in: "float32" or "bfloat16" (:func:`resolve_precision`).
-        self.precision = resolve_precision(precision)
-        self.device = resolve_torch_device(device)
+        self._precision_choice = precision
+        self._precision = resolve_precision(precision) if precision != "auto" else None
+        self.device = resolve_device_name(device)
         self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
-        self.net, blob = load_network(self.weights_path, self.device)
-        self.info = blob.get("train", {})
+        self._blob = load_weights(self.weights_path)
+        self.info = self._blob.get("train", {})
+        #: Frames the network's temporal block reads (0: none, every frame alone).
+        self.temporal_kernel = int(self._blob["hparams"].get("temporal", 0))
+        # the numpy network: CPU solves of up to NUMPY_MAX_FRAMES frames, one pose included
+        self._np_net = NumpyNet(self._blob)
+        self._nets = {}
         self._sk_cache = {}
-        # single frames run on the CPU whatever the device: numpy twin of the network (weights cached here)
-        self._np_net = NumpyNet(self.net)
-        self._cpu_net = self.net if self.device.type == "cpu" else None
+
+    @property
+    def precision(self) -> str:
+        """What the torch CPU batches' layers compute in: "float32" or "bfloat16" (:func:`resolve_precision`)."""
+        if self._precision is None:
+            self._precision = resolve_precision(self._precision_choice)
+        return self._precision
+
+    @property
+    def net(self):
+        """The torch network on the solver's device (built from the weights when first needed: imports torch)."""
+        return self._network_on(self.device)
 
     def warm_up(self):
         """Solve the canonical rest pose once, sparse and dense, so that a first interactive solve
@@ -221,15 +238,17 @@ class Solver(FrameBatches):
         self.solve(sparse, mode="sparse", refine_steps=2)
         self.solve(kp, mode="dense")
 
-    def _network_on(self, dev: torch.device):
-        """The network on ``dev`` (a CPU copy of a CUDA solver's network is made once, when first needed)."""
-        if dev.type == self.device.type:
-            return self.net
-        if self._cpu_net is None:
-            self._cpu_net = copy.deepcopy(self.net).to("cpu").eval()
-        return self._cpu_net
+    def _network_on(self, dev):
+        """The torch network on ``dev`` (each device's copy built once, when first needed)."""
+        key = str(dev).split(":")[0] if str(dev).startswith("cpu") else str(dev)
+        net = self._nets.get(key)
+        if net is None:
+            net = self._nets[key] = build_network(self._blob, self.weights_path, dev)
+        return net
 
-    def _skeleton_tensors(self, sk: Skeleton, dev: torch.device):
+    def _skeleton_tensors(self, sk: Skeleton, dev):
+        import torch
+
         off = np.asarray(sk.offsets, dtype=np.float64)
         eo = np.asarray(sk.end_offsets, dtype=np.float64)
         key = (off.tobytes(), eo.tobytes(), str(dev))
@@ -304,7 +323,7 @@ class Solver(FrameBatches):
             raise ValueError(f"temporal must be 'auto', 'off', 'centred' or 'causal', got {temporal!r}")
         if temporal == "auto":
             temporal = "centred" if T > 1 else "off"
-        if self.net.temporal is None or T == 1:
+        if not self.temporal_kernel or T == 1:
             temporal = "off"
         ori, omask = _checked_orientations(orientations, single, T)
         if skeleton is None:
@@ -313,7 +332,7 @@ class Solver(FrameBatches):
                 skeleton = self._refit_directions(kp, m, ori, omask, skeleton, batch_size)
         dev = self.device
         if dev.type == "cuda" and T <= CPU_MAX_FRAMES_ON_CUDA:  # launch overhead: a few frames are faster here
-            dev = torch.device("cpu")
+            dev = DeviceName("cpu")
         out = self._solve_frames(kp, m, ori, omask, skeleton, refine, refine_steps, limits, batch_size, progress,
                                  dtype, dev, temporal)
         return SolveResult(out["L"], out["root"], out["kp"], skeleton, out["err"], mode,
@@ -379,7 +398,7 @@ class Solver(FrameBatches):
                 ori, omask = ori[idx], omask[idx]
         T = kp.shape[0]
         kp0 = np.where(m[..., None], kp, 0.0)
-        dev = self.device if (self.device.type != "cuda" or T > CPU_MAX_FRAMES_ON_CUDA) else torch.device("cpu")
+        dev = self.device if (self.device.type != "cuda" or T > CPU_MAX_FRAMES_ON_CUDA) else DeviceName("cpu")
         sk = skeleton
         carrier = np.array([max(p, 0) for p in PARENTS] + list(END_PARENTS))  # frame each keypoint's offset lives in
         base = carrier  # joint the offset starts at

@@ -138,7 +138,8 @@ class Tree:
         if t is None:
             import torch
 
-            t = self._torch_index[key] = torch.as_tensor(idx, device=like.device)
+            with torch.inference_mode(False):   # (kept for later calls, autograd's included)
+                t = self._torch_index[key] = torch.as_tensor(idx, device=like.device)
         return t
 
 

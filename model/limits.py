@@ -29,12 +29,10 @@ axis is wide. ``pelvis`` (the root orientation) is free.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from .rotations import axis_angle_to_matrix, matrix_to_axis_angle
 from .skeleton import JOINTS
 
-__all__ = ["LIMITS_DEG", "limit_arrays", "limit_violation", "limit_penalty", "project_to_limits"]
+__all__ = ["LIMITS_DEG", "LIMITS_RAD", "limit_arrays", "limit_violation", "limit_penalty", "project_to_limits"]
 
 _F = (-180.0, 180.0)  # free
 
@@ -72,28 +70,35 @@ def _full_table() -> np.ndarray:
     return np.radians(out)
 
 
-_TABLE = _full_table()
+#: Every joint's (x, y, z) range (22, 3, 2), radians: (low, high), the right side mirrored.
+LIMITS_RAD = _full_table()
 
 
-def limit_arrays(dtype=torch.float32, device="cpu"):
-    """``(lo, hi)`` tensors of shape (22, 3), radians."""
-    t = torch.as_tensor(_TABLE, dtype=dtype, device=device)
+def limit_arrays(dtype=None, device="cpu"):
+    """``(lo, hi)`` tensors of shape (22, 3), radians (float32 when ``dtype`` is not given)."""
+    import torch
+
+    t = torch.as_tensor(LIMITS_RAD, dtype=torch.float32 if dtype is None else dtype, device=device)
     return t[..., 0], t[..., 1]
 
 
-def limit_violation(local_rot: torch.Tensor) -> torch.Tensor:
+def limit_violation(local_rot):
     """Per-component violation (radians, >= 0) of the limits, shape (..., 22, 3).
 
     Parameters
     ----------
     local_rot : Tensor, shape (..., 22, 3, 3)
     """
+    import torch
+
+    from .rotations import matrix_to_axis_angle
+
     lo, hi = limit_arrays(local_rot.dtype, local_rot.device)
     v = matrix_to_axis_angle(local_rot)
     return torch.relu(v - hi) + torch.relu(lo - v)
 
 
-def limit_penalty(local_rot: torch.Tensor) -> torch.Tensor:
+def limit_penalty(local_rot):
     """Differentiable penalty: mean over the batch of the summed squared violations.
 
     Zero inside the limits, quadratic outside.
@@ -102,7 +107,7 @@ def limit_penalty(local_rot: torch.Tensor) -> torch.Tensor:
     return (viol ** 2).sum((-2, -1)).mean()
 
 
-def project_to_limits(local_rot: torch.Tensor, skip_root: bool = True) -> torch.Tensor:
+def project_to_limits(local_rot, skip_root: bool = True):
     """Clamp each joint's rotation vector into its box.
 
     Parameters
@@ -116,6 +121,10 @@ def project_to_limits(local_rot: torch.Tensor, skip_root: bool = True) -> torch.
     Tensor, shape (..., 22, 3, 3)
         Rotations inside the limits (unchanged where already inside).
     """
+    import torch
+
+    from .rotations import axis_angle_to_matrix, matrix_to_axis_angle
+
     lo, hi = limit_arrays(local_rot.dtype, local_rot.device)
     v = matrix_to_axis_angle(local_rot)
     vc = torch.maximum(torch.minimum(v, hi), lo)

@@ -179,6 +179,12 @@ class ArrayOps:
     def swap01(self, a):
         return np.swapaxes(a, 0, 1)
 
+    def swap12(self, a):
+        return np.swapaxes(a, 1, 2)
+
+    def contiguous(self, a):
+        return np.ascontiguousarray(a)
+
     def permute(self, a, axes):
         return a.transpose(axes)
 
@@ -317,6 +323,12 @@ class _TorchOps(ArrayOps):
 
     def swap01(self, a):
         return a.transpose(0, 1)
+
+    def swap12(self, a):
+        return a.transpose(1, 2)
+
+    def contiguous(self, a):
+        return a.contiguous()
 
     def permute(self, a, axes):
         return a.permute(axes)

@@ -33,14 +33,18 @@ the work): the same problem, the same loop.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from . import lm
-from .fk import NUM_JOINTS, ancestor_matrix, forward_kinematics, keypoints_from_world
-from .limits import limit_arrays
-from .skeleton import PARENTS, forward_kinematics_np, keypoints_from_world_np
+from .features import NUM_JOINTS
+from .limits import LIMITS_RAD
+from .skeleton import PARENTS, ancestor_matrix, forward_kinematics_np, keypoints_from_world_np
 from .tree_solve import ANC_INCL as _ANC_INCL, TREE_SOLVE_MIN_BATCH, tree_normal_solve
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["refine", "refine_numpy", "DEFAULTS"]
 
@@ -83,8 +87,7 @@ def _setup(ops, kp_active, o_active, orient_joints, limits):
         st["o_A"] = ops.asarray(_ANC_INCL[np.ix_(oj, J)])  # (no, nj)
         st["ioj"] = ops.index(np.array(oj, dtype=np.int64))
     if limits:
-        lo, hi = limit_arrays(torch.float64)
-        st["lo"], st["hi"] = ops.asarray(lo.numpy()[J]), ops.asarray(hi.numpy()[J])
+        st["lo"], st["hi"] = ops.asarray(LIMITS_RAD[J, :, 0]), ops.asarray(LIMITS_RAD[J, :, 1])
     if len(_SETUPS) > 64:
         _SETUPS.clear()
     _SETUPS[key] = st
@@ -166,9 +169,9 @@ class _Refinement:
             Hl = (rpar * act[:, :, None, :]) @ ops.T(rpar) * opt["limit_weight"]
             gr += (rpar @ (s["viol"] * opt["limit_weight"])[..., None])[..., 0].reshape(B, -1)
         diag_add = self.prior_diag[None] + mu[:, None]
-        if ops.name != "numpy" and B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
-            x, info = tree_normal_solve(T, pj, w_k.sum(1), g, diag_add, st["J"], pair, Hl)
-            ok = info == 0
+        if B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
+            x, bad = tree_normal_solve(ops, T, pj, w_k.sum(1), g, diag_add, st["J"], pair, Hl)
+            ok = ~bad
         else:
             x, ok = ops.solve_spd(self._dense_normal(T, pj, pair, Hl, diag_add), g)
         return ops.finite_or_zero(x), ok
@@ -225,6 +228,7 @@ def _rotation_blocks(ops, st, H, nj, m, M, pa, pb, u, pair):
         return
     # torch: -Q written straight into H through a permuted view (few passes over the
     # large (B, nj, nj, 3, 3) arrays, no temporaries)
+    torch = ops.torch
     Hv = H[:, : 3 * nj, : 3 * nj].unflatten(1, (nj, 3)).unflatten(3, (nj, 3))  # (B, i, a, i', c)
     Hq = Hv.permute(0, 1, 3, 4, 2)  # (B, i, i', c, a) aliases H
     torch.mul(m[..., :, None], pb[..., None, :], out=Hq)
@@ -261,13 +265,12 @@ def _options(steps, prior, prior_trans, damping, damping_decay, damping_min, lim
 
 def _orient_joints(orient_joints):
     if orient_joints is None:
-        from .network import EFFECTOR_JOINTS
+        from .features import EFFECTOR_JOINTS
 
         orient_joints = EFFECTOR_JOINTS
     return tuple(int(j) for j in orient_joints)
 
 
-@torch.no_grad()
 def refine(
     local_rot: torch.Tensor,
     root_pos: torch.Tensor,
@@ -342,6 +345,10 @@ def refine(
     local_rot : Tensor, shape (B, 22, 3, 3)
     root_pos : Tensor, shape (B, 3)
     """
+    import torch
+
+    from .fk import forward_kinematics, keypoints_from_world
+
     B = local_rot.shape[0]
     dt, dev = local_rot.dtype, local_rot.device
     if steps <= 0 or B == 0:
@@ -366,9 +373,10 @@ def refine(
 
     opt = _options(steps, prior, prior_trans, damping, damping_decay, damping_min, limits, limit_weight, max_rot,
                    max_trans)
-    s = _run(lm.torch_ops(dt, dev), pose, local_rot.clone(), root_pos.clone(), targets, weights, kp_active, orient,
-             o_active, orient_joints, local_rot if init_local is None else init_local,
-             root_pos if init_root is None else init_root, opt)
+    with torch.no_grad():
+        s = _run(lm.torch_ops(dt, dev), pose, local_rot.clone(), root_pos.clone(), targets, weights, kp_active, orient,
+                 o_active, orient_joints, local_rot if init_local is None else init_local,
+                 root_pos if init_root is None else init_root, opt)
     return (local_rot, root_pos) if s is None else (s["L"], s["t"])
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from .kinematics import Tree, level_fk
 
 __all__ = [
+    "ancestor_matrix",
     "JOINTS",
     "PARENTS",
     "TREE",
@@ -257,3 +258,21 @@ def keypoints_from_world_np(world_rot: np.ndarray, world_pos: np.ndarray, end_of
     eo = np.asarray(end_offsets, dtype=np.float64)[..., None]       # (..., 10, 3, 1)
     ends = world_pos[..., END_PARENTS, :] + (world_rot[..., END_PARENTS, :, :] @ eo)[..., 0]
     return np.concatenate([world_pos, ends], axis=-2)
+
+
+def ancestor_matrix() -> np.ndarray:
+    """Boolean (32, 22) matrix: keypoint k moves when joint j rotates.
+
+    A joint's rotation moves every keypoint carried by the joint itself or
+    by any descendant, except the joint's own origin.
+    """
+    out = np.zeros((len(KEYPOINTS), len(JOINTS)), dtype=bool)
+    for k in range(len(KEYPOINTS)):
+        j = KEYPOINT_JOINT[k]
+        is_end = k >= len(JOINTS)
+        # an end point moves with its carrying joint; a joint origin only with its ancestors
+        cur = j if is_end else PARENTS[j]
+        while cur >= 0:
+            out[k, cur] = True
+            cur = PARENTS[cur]
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fk import NUM_JOINTS, NUM_KEYPOINTS
+from .features import NUM_JOINTS, NUM_KEYPOINTS
 from .skeleton import CANONICAL, END_PARENTS, KEYPOINTS, PARENTS, Skeleton
 
 __all__ = ["fit_skeleton"]

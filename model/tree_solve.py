@@ -1,18 +1,22 @@
-"""The refinement's normal equations for large batches: built and factorised in tree order, batch last (torch).
+"""The refinement's normal equations for large batches: built and factorised in tree order, batch last.
 
 A joint's rotation couples only with its ancestors, its descendants and the
 root translation, so only the structurally non-zero entries of the normal
 matrix are built, batch-last (each entry a contiguous row of frames), and
 factorised deepest joints first (no fill-in). For large batches on the CPU
 this is several times faster than LAPACK's dense per-matrix factorisation.
+The same code runs on numpy arrays and torch tensors (the backend
+:class:`.lm.ArrayOps` of the refinement).
+
+No ``bpy`` here; torch only where the arrays are tensors.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from .fk import NUM_JOINTS
+from . import lm
+from .features import NUM_JOINTS
 from .skeleton import PARENTS
 
 __all__ = ["ANC_INCL", "TREE_SOLVE_MIN_BATCH", "tree_cholesky_solve", "tree_normal_solve"]
@@ -54,7 +58,7 @@ def _elimination(J):
     return anc, rel, perm, cols
 
 
-def _tree_plan(J, dev):
+def _tree_plan(J, ops):
     """Elimination plan of the normal matrix for the active joints ``J``.
 
     A joint's rotation block is coupled only to its ancestors' and
@@ -64,7 +68,7 @@ def _tree_plan(J, dev):
     elimination order and, per column, the (permuted) rows below the
     diagonal that are non-zero, as index tensors.
     """
-    key = (tuple(J), str(dev))
+    key = (tuple(J), ops.name, str(getattr(ops, "device", "")))
     plan = _TREE_PLANS.get(key)
     if plan is not None:
         return plan
@@ -94,7 +98,7 @@ def _tree_plan(J, dev):
             pos[(int(i), c)] = len(src)
             src.append(int(perm[i]) * n + int(perm[c]))
             vsrc.append(virtual(int(perm[i]), int(perm[c])))
-    lt = lambda *a: torch.as_tensor(np.asarray(a[0], dtype=np.int64), device=dev)  # noqa: E731
+    lt = lambda *a: ops.index(np.asarray(a[0], dtype=np.int64))  # noqa: E731
     flat = []
     for c, rows in enumerate(cols):
         ii, jj = np.tril_indices(len(rows))
@@ -113,6 +117,11 @@ def _tree_plan(J, dev):
     return plan
 
 
+def _ops_of(a):
+    """The backend of ``a``: numpy, or torch in its dtype on its device."""
+    return lm.NUMPY if isinstance(a, np.ndarray) else lm.torch_ops(a.dtype, a.device)
+
+
 def tree_cholesky_solve(H, g, J):
     """Solve ``H x = -g`` (batched, symmetric positive definite) with the sparse tree factorisation.
 
@@ -120,77 +129,87 @@ def tree_cholesky_solve(H, g, J):
     ``info != 0`` where a pivot was not positive or not finite) but touches
     only the structurally non-zero entries of the lower triangle: for large
     batches on the CPU this is several times faster than LAPACK's dense
-    per-matrix factorisation.
+    per-matrix factorisation. ``H`` and ``g``: numpy arrays or torch tensors.
     """
-    perm, src, cols, n, _ = _tree_plan(J, H.device)
+    ops = _ops_of(H)
+    perm, src, cols, n, _ = _tree_plan(J, ops)
     B = H.shape[0]
     # batch last: each matrix entry is a contiguous row of B values, so the
     # gathers / scatters below move whole rows
-    A = H.reshape(B, n * n).index_select(1, src).t().contiguous()
-    return _tree_factor_solve(A, g, perm, cols, n)
+    A = ops.contiguous(ops.T(H.reshape(B, n * n)[:, src]))
+    return _tree_factor_solve(ops, A, g, perm, cols, n)
 
 
-def _tree_factor_solve(A, g, perm, cols, n):
-    """Factorise the compact lower triangle ``A`` (nnz, B) in place and solve for ``-g`` (B, n)."""
+def _tree_factor_solve(ops, A, g, perm, cols, n):
+    """Factorise the compact lower triangle ``A`` (nnz, B) in place and solve for ``-g`` (B, n).
+
+    Every index list of a column names distinct rows, so ``A[rows] -= ...`` adds nothing twice."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # (a bad frame is flagged, not warned of)
+        return _factor_solve(ops, A, g, perm, cols, n)
+
+
+def _factor_solve(ops, A, g, perm, cols, n):
+    xp = ops.xp
     B = A.shape[1]
-    b = (-g.index_select(1, perm)).t().contiguous()
-    diag = torch.empty(n, B, dtype=A.dtype, device=A.device)
-    tiny = torch.finfo(A.dtype).tiny
-    bad = ~torch.isfinite(A).all(0)
+    b = ops.contiguous(ops.T(-g[:, perm]))
+    diag = ops.empty((n, B))
+    tiny = xp.finfo(A.dtype).tiny
+    bad = ~xp.isfinite(A).all(0)
     for c, dc, r, rc, rr, ii, jj in cols:
         piv = A[dc]
         bad |= ~(piv > 0)
-        d = piv.clamp_min(tiny).sqrt()
+        d = xp.sqrt(ops.clamp_min(piv, tiny))
         diag[c] = d
         if len(r):
-            col = A.index_select(0, rc) / d
-            A.index_copy_(0, rc, col)
-            A.index_add_(0, rr, col.index_select(0, ii) * col.index_select(0, jj), alpha=-1.0)
+            col = A[rc] / d
+            A[rc] = col
+            A[rr] -= col[ii] * col[jj]
     for c, dc, r, rc, rr, ii, jj in cols:  # forward: L y = b (in place)
         b[c] /= diag[c]
         if len(r):
-            b.index_add_(0, r, A.index_select(0, rc) * b[c], alpha=-1.0)
+            b[r] -= A[rc] * b[c]
     for c, dc, r, rc, rr, ii, jj in reversed(cols):  # backward: L^T x = y (in place)
         if len(r):
-            b[c] -= (A.index_select(0, rc) * b.index_select(0, r)).sum(0)
+            b[c] -= (A[rc] * b[r]).sum(0)
         b[c] /= diag[c]
-    out = torch.empty_like(g)
-    out[:, perm] = b.t()
-    return out, bad.to(torch.int32)
+    out = ops.empty(tuple(g.shape))
+    out[:, perm] = ops.T(b)
+    return out, bad
 
 
-def tree_normal_solve(T, pj, w_sum, g, diag_add, J, orient_pair=None, Hl=None):
+def tree_normal_solve(ops, T, pj, w_sum, g, diag_add, J, orient_pair=None, Hl=None):
     """Build only the structurally non-zero entries of the normal matrix (batch last) and solve.
 
     Same matrix as the dense construction of :mod:`.refine`: rotation
     blocks ``tr(Q) I - Q^T`` of related joint pairs, rotation-translation
     blocks ``[m_i - S_i p_i]_x``, the translation block ``sum(w) I``; plus
     the orientation pair terms, the joint-limit blocks and ``diag_add``
-    (prior + damping, (B, n)) on the diagonal.
+    (prior + damping, (B, n)) on the diagonal. Returns ``(x, bad)``
+    (``bad``: a pivot was not positive or not finite).
     """
-    perm, _, cols, n, (vsrc, pi, pk, dp, diag_pairs, diag_pos) = _tree_plan(J, T.device)
+    perm, _, cols, n, (vsrc, pi, pk, dp, diag_pairs, diag_pos) = _tree_plan(J, ops)
     B = T.shape[0]
-    Tt = T[..., :13].permute(1, 2, 0).contiguous()  # (nj, 13, B)
-    Pt = pj.permute(1, 2, 0).contiguous()  # (nj, 3, B)
-    Tg = Tt.index_select(0, dp)  # (np, 13, B): sums over the keypoints both joints move
-    S, m, M = Tg[:, 0], Tg[:, 1:4], Tg[:, 4:13].unflatten(1, (3, 3))
-    pa, pb = Pt.index_select(0, pi), Pt.index_select(0, pk)
+    Tt = ops.contiguous(ops.permute(T[..., :13], (1, 2, 0)))  # (nj, 13, B)
+    Pt = ops.contiguous(ops.permute(pj, (1, 2, 0)))  # (nj, 3, B)
+    Tg = Tt[dp]  # (np, 13, B): sums over the keypoints both joints move
+    S, m, M = Tg[:, 0], Tg[:, 1:4], Tg[:, 4:13].reshape(-1, 3, 3, B)
+    pa, pb = Pt[pi], Pt[pk]
     u = m - S[:, None] * pb
     Q = M - m[:, :, None] * pb[:, None, :] - pa[:, :, None] * u[:, None, :]  # (np, 3, 3, B)
-    blk = -Q.transpose(1, 2)
-    blk.diagonal(dim1=1, dim2=2).add_((Q[:, 0, 0] + Q[:, 1, 1] + Q[:, 2, 2])[..., None])
+    blk = -ops.swap12(Q)
+    d3 = ops.index(np.arange(3))
+    extra = Q[:, 0, 0] + Q[:, 1, 1] + Q[:, 2, 2]
     if orient_pair is not None:  # (B, nj, nj)
-        op = orient_pair.permute(1, 2, 0)[pi, pk]  # (np, B)
-        blk.diagonal(dim1=1, dim2=2).add_(op[..., None])
+        extra = extra + ops.permute(orient_pair, (1, 2, 0))[pi, pk]  # (np, B)
+    blk[:, d3, d3] += extra[:, None]
     if Hl is not None:  # (B, nj, 3, 3) on the diagonal blocks
-        blk.index_add_(0, diag_pairs, Hl.permute(1, 2, 3, 0))
+        blk[diag_pairs] += ops.permute(Hl, (1, 2, 3, 0))
     v = Tt[:, 1:4] - Tt[:, 0:1] * Pt  # (nj, 3, B)
     x, y, z = v[:, 0], v[:, 1], v[:, 2]
-    o = torch.zeros_like(x)
-    rt = torch.stack([o, -z, y, z, o, -x, -y, x, o], 1)  # (nj, 9, B): [v]_x
-    tt = torch.zeros(9, B, dtype=T.dtype, device=T.device)
+    o = x * 0.0
+    rt = ops.xp.stack([o, -z, y, z, o, -x, -y, x, o], 1)  # (nj, 9, B): [v]_x
+    tt = ops.zeros((9, B))
     tt[0::4] = w_sum
-    src = torch.cat([blk.reshape(-1, B), rt.reshape(-1, B), tt], 0)
-    A = src.index_select(0, vsrc)
-    A.index_add_(0, diag_pos, diag_add.t())
-    return _tree_factor_solve(A, g, perm, cols, n)
+    A = ops.cat([blk.reshape(-1, B), rt.reshape(-1, B), tt], 0)[vsrc]
+    A[diag_pos] += ops.T(diag_add)
+    return _tree_factor_solve(ops, A, g, perm, cols, n)

@@ -1,5 +1,9 @@
 """The network's weights file: where the shipped one lies, its format version, loading and checking it.
 
+:func:`load_weights` reads and checks a file into numpy arrays without
+torch (:mod:`.weights_file`); :func:`load_network` builds the torch network
+from them.
+
 No ``bpy`` here.
 """
 
@@ -7,12 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+import numpy as np
 
-from .network import NUM_OUTPUTS, POSE_INPUTS, SKELETON_INPUTS, IKNet, num_features
+from .features import NUM_OUTPUTS, POSE_INPUTS, SKELETON_INPUTS, num_features
 from .skeleton import JOINTS, KEYPOINTS
+from .weights_file import read_torch_file
 
-__all__ = ["WeightsError", "DEFAULT_WEIGHTS", "FORMAT_VERSION", "format_version_problem", "load_network"]
+__all__ = ["WeightsError", "DEFAULT_WEIGHTS", "FORMAT_VERSION", "format_version_problem", "load_weights",
+           "load_network", "build_network", "layer_shapes"]
 
 
 #: Weights shipped with the extension.
@@ -39,21 +45,35 @@ def format_version_problem(path, version) -> str:
                ": this file is newer than the extension; update Neural IK or use the weights it ships with"))
 
 
-def load_network(path, device="cpu") -> tuple[IKNet, dict]:
-    """Load and validate a weights file; returns ``(network in eval mode, file dict)``.
+def layer_shapes(hp: dict, n_in: int) -> dict:
+    """The shape of every per-frame tensor of a network with hyperparameters ``hp`` and ``n_in`` features
+    (a temporal block's tensors are checked where the torch network loads them)."""
+    w = int(hp["width"])
+    shapes = {"feat_mean": (n_in,), "feat_std": (n_in,), "inp.weight": (w, n_in), "inp.bias": (w,),
+              "norm.weight": (w,), "norm.bias": (w,), "out.weight": (NUM_OUTPUTS, w), "out.bias": (NUM_OUTPUTS,)}
+    for i in range(int(hp["blocks"])):
+        for name, shape in (("norm.weight", (w,)), ("norm.bias", (w,)), ("fc1.weight", (w, w)), ("fc1.bias", (w,)),
+                            ("fc2.weight", (w, w)), ("fc2.bias", (w,))):
+            shapes[f"blocks.{i}.{name}"] = shape
+    return shapes
+
+
+def load_weights(path) -> dict:
+    """Read and check a weights file without torch; returns its dict, ``"state"`` as float32 numpy arrays.
 
     Raises
     ------
     WeightsError
-        Missing, unreadable/corrupt, wrong format version or wrong shapes.
+        Missing, unreadable/corrupt, wrong format version, wrong shapes or
+        values that are not finite.
     """
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"Neural IK weights not found: {path} (reinstall the extension or pass weights=<file>)")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as ex:  # pickle / zip errors vary
-        raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights file ({type(ex).__name__}: {ex})") from ex
+        blob = read_torch_file(path)
+    except ValueError as ex:
+        raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights file ({ex})") from ex
     if not isinstance(blob, dict) or blob.get("format") != "neural_ik":
         raise WeightsError(f"{path} is not a Neural IK weights file (no 'format': 'neural_ik' entry)")
     problem = format_version_problem(path, blob.get("format_version"))
@@ -78,13 +98,48 @@ def load_network(path, device="cpu") -> tuple[IKNet, dict]:
         raise WeightsError(f"{path}: wrong input/output size ({blob.get('num_features')}/{blob.get('num_outputs')}, "
                            f"expected {n_in}/{NUM_OUTPUTS})")
     try:
+        expected = layer_shapes(hp, n_in)
+        state = {k: np.asarray(v, dtype=np.float32) for k, v in state.items()}
+        wrong = [k for k, shape in expected.items() if k not in state or state[k].shape != shape]
+    except (KeyError, TypeError, ValueError) as ex:
+        raise WeightsError(f"{path}: weights do not fit the network (wrong shape or missing tensors): {ex}") from ex
+    if wrong:
+        raise WeightsError(f"{path}: weights do not fit the network (wrong shape or missing tensors): "
+                           f"{', '.join(wrong[:4])}")
+    if not all(np.isfinite(v).all() for v in state.values()):
+        raise WeightsError(f"{path}: weights contain NaN or infinite values")
+    return dict(blob, state=state, hparams=dict(hp, skeleton_input=kind, pose_input=pose))
+
+
+def build_network(blob: dict, path, device="cpu"):
+    """The torch network (eval mode, on ``device``) of a checked weights file's dict (:func:`load_weights`).
+
+    Raises
+    ------
+    WeightsError
+        Tensors the torch network does not have, or of other shapes.
+    """
+    import torch
+
+    from .network import IKNet
+
+    hp = blob["hparams"]
+    try:
         net = IKNet(int(hp["width"]), int(hp["blocks"]), 0.0, int(hp.get("temporal", 0)),
-                    int(hp.get("temporal_channels", 128)), kind, pose)
-        state = {k: v.float() for k, v in state.items()}
-        net.load_state_dict(state, strict=True)
+                    int(hp.get("temporal_channels", 128)), hp["skeleton_input"], hp["pose_input"])
+        net.load_state_dict({k: torch.from_numpy(v) for k, v in blob["state"].items()}, strict=True)
     except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as ex:
         raise WeightsError(f"{path}: weights do not fit the network (wrong shape or missing tensors): {ex}") from ex
-    for t in net.state_dict().values():
-        if not torch.isfinite(t).all():
-            raise WeightsError(f"{path}: weights contain NaN or infinite values")
-    return net.to(device).eval(), blob
+    return net.to(str(device)).eval()
+
+
+def load_network(path, device="cpu"):
+    """Load and validate a weights file; returns ``(torch network in eval mode, file dict)``.
+
+    Raises
+    ------
+    WeightsError
+        As :func:`load_weights`, or tensors the torch network does not have.
+    """
+    blob = load_weights(path)
+    return build_network(blob, path, device), blob

@@ -6,7 +6,7 @@ from .options import BakeError
 
 import threading
 
-__all__ = ["get_solver", "clear_solver_cache", "LazySolver", "preload_solver", "solver_loading"]
+__all__ = ["get_solver", "solve", "clear_solver_cache", "LazySolver", "preload_solver", "solver_loading"]
 
 #: The background load started by :func:`preload_solver`: its thread and what it was asked for.
 _PRELOAD = {"thread": None, "args": None}
@@ -25,7 +25,8 @@ def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
     from .. import device as _device
 
     _wait_for_preload()
-    if deps.import_torch() is None:  # torch found at registration but missing or broken (a shared library)
+    # (torch is imported where a solve needs it: CUDA, a long clip; a short CPU clip runs in numpy)
+    if deps.torch_state()[0] in ("missing", "broken"):
         raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)")
     from ..model import inference
     from ..model.cache import cached_solver
@@ -39,10 +40,26 @@ def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
         raise BakeError(f"cannot load the network weights: {ex}") from None
 
 
+def solve(solver, *args, **kwargs):
+    """``solver.solve(...)``; torch failing to import where the solve needs it (CUDA, a long clip) is a
+    :class:`.options.BakeError` that says so and offers the reinstall."""
+    import sys
+
+    try:
+        return solver.solve(*args, **kwargs)
+    except (ImportError, OSError) as ex:
+        if sys.modules.get("torch") is not None:   # (torch imported: not its failure)
+            raise
+        from .. import deps
+
+        deps.note_torch_import(ex)
+        raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)") from None
+
+
 def preload_solver(device: str = "auto", weights=None, precision: str = "auto") -> bool:
     """Load the solver of :func:`get_solver` in a background thread; returns at once.
 
-    Importing torch and reading the weights take a second or two: started
+    Reading the weights and the first solve's set-up take a fraction of a second: started
     when the add-on is enabled or effectors are added, the first Solve Frame
     does not wait for them. A later :func:`get_solver` waits for this load
     instead of starting a second one; a failure is reported by that call.
@@ -132,8 +149,8 @@ class LazySolver:
         return self._solver
 
     def solve(self, *args, **kwargs):
-        """:meth:`..model.inference.Solver.solve` of the loaded solver."""
-        return self.load().solve(*args, **kwargs)
+        """:meth:`..model.inference.Solver.solve` of the loaded solver (:func:`solve`)."""
+        return solve(self.load(), *args, **kwargs)
 
 
 def clear_solver_cache():

@@ -48,7 +48,7 @@ def _on_cpu(solver) -> bool:
 
 def network_start(job, kp, progress, cancel, batch_size, refine_steps=None) -> StartPose:
     """The network's (:class:`..model.inference.Solver`) answer to the keypoints ``kp`` (world heights)."""
-    from .cache import get_solver
+    from .cache import get_solver, solve
 
     o = job.options
     job.solver = job.solver or get_solver(o.device)
@@ -68,7 +68,7 @@ def network_start(job, kp, progress, cancel, batch_size, refine_steps=None) -> S
     if job.skeleton is not None:
         kwargs["skeleton"] = job.skeleton
     try:
-        solved = job.solver.solve(kp, job.mask, mode=job.mode, refine=bool(o.refine), progress=_progress, **kwargs)
+        solved = solve(job.solver, kp, job.mask, mode=job.mode, refine=bool(o.refine), progress=_progress, **kwargs)
     except BakeCancelled:
         raise
     except ValueError as ex:

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
     (["bench_gpu.py", "--device", "cpu", "--max-batch", "64"], "| sparse (6 effectors) | cpu |"),
     (["bench_readers.py", "--frames", "300", "--repeat", "1"], "read_keypoints csv"),
     (["bench_fk.py", "--repeats", "3"], "rig FK numpy, meta-rig's"),
+    (["bench_numpy_path.py", "--frames", "200", "--repeats", "1"], "\n    200 "),
 ])
 def test_benchmark_runs(argv, expect):
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / argv[0]), *argv[1:]], cwd=REPO,

@@ -57,7 +57,7 @@ def test_torch_state_never_imports(monkeypatch):
     state, version = deps.torch_state()
     assert state == "found" and version.startswith(deps.RUNTIME_REQUIREMENTS["torch"])
     assert "torch" not in sys.modules
-    assert "loads on the first solve" in deps.status_line()
+    assert "loads when a solve needs it" in deps.status_line()
     monkeypatch.setitem(sys.modules, "torch", None)
     assert deps.torch_state() == ("missing", "") and deps.missing()[0] == "torch"
     assert deps.status_line() == "PyTorch is not installed"

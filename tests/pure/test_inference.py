@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import inference as I  # noqa: E402
+from neural_ik.model import batches, inference as I  # noqa: E402
 from training import train as T  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, KEYPOINTS, Skeleton, keypoints_from_fk_np  # noqa: E402
 
@@ -159,11 +159,12 @@ def test_shipped_weights(poses):
     assert rs.mode == "sparse" and np.median(rs.error_mm) < 1.0
 
 
-def test_single_frame_numpy_path_matches_torch(weights, poses):
-    # one CPU frame runs the numpy twin of the network (+ numpy refinement); the batches in float32,
-    # as the twin computes
+def test_single_frame_numpy_path_matches_torch(weights, poses, monkeypatch):
+    # one CPU frame runs the numpy network (+ numpy refinement); the torch batches in float32,
+    # as numpy computes
     kp, sk = poses
     s = I.Solver(weights, device="cpu", precision="float32")
+    monkeypatch.setattr(batches, "NUMPY_MAX_FRAMES", 1)   # (two frames: torch)
     assert s._np_net is not None
     ori = np.full((len(kp), 6, 3, 3), np.nan)
     ori[:, 0] = np.eye(3)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import fk, limits, network as N, rotations as R  # noqa: E402
+from neural_ik.model import features, fk, limits, network as N, rotations as R  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, joint_index  # noqa: E402
 
 torch.set_num_threads(2)
@@ -176,7 +176,7 @@ def test_bone_directions_read_the_pose_the_same_for_other_proportions():
     np.testing.assert_allclose(a.numpy(), b.numpy(), atol=0.005)
     mask[:, joint_index("forearm_l")] = False
     c = N.bone_directions(kp, mask.double()).reshape(4, 31, 3)
-    hit = [i for i in range(31) if i + 1 == joint_index("forearm_l") or int(N._BONE_PARENT[i]) == joint_index("forearm_l")]
+    hit = [i for i in range(31) if i + 1 == joint_index("forearm_l") or int(features._BONE_PARENT[i]) == joint_index("forearm_l")]
     assert len(hit) == 2 and float(c[:, hit].abs().max()) == 0.0    # the upper arm and the forearm
     keep = [i for i in range(31) if i not in hit]
     np.testing.assert_allclose(c[:, keep].numpy(), a[:, keep].numpy())
