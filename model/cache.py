@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["cached_solver", "clear_solver_cache"]
+__all__ = ["cached_solver", "loaded_solver", "clear_solver_cache"]
 
 _SOLVERS: dict = {}
+
+
+def _key(device, weights, precision):
+    return (str(device), None if weights is None else str(weights), str(precision))
+
+
+def loaded_solver(device, weights=None, precision="auto"):
+    """The solver :func:`cached_solver` has already loaded for these arguments, or ``None``."""
+    return _SOLVERS.get(_key(device, weights, precision))
 
 
 def cached_solver(device, weights=None, precision="auto"):
@@ -17,7 +26,7 @@ def cached_solver(device, weights=None, precision="auto"):
     """
     from .inference import Solver
 
-    key = (str(device), None if weights is None else str(weights), str(precision))
+    key = _key(device, weights, precision)
     solver = _SOLVERS.get(key)
     if solver is None:
         solver = Solver(weights=weights, device=device, precision=precision)

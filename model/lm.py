@@ -238,11 +238,12 @@ class ArrayOps:
         costs milliseconds. Without either numpy's batched solve is as fast
         (docs/tuning.md#small_batch).
         """
-        if H.shape[0] == 1 and _LAPACK is not None:
-            c, info = _LAPACK[0](H[0], lower=1)   # LAPACK dpotrf/dpotrs directly (no wrapper checks)
+        lapack = _lapack() if H.shape[0] == 1 else None
+        if lapack is not None:
+            c, info = lapack[0](H[0], lower=1)   # LAPACK dpotrf/dpotrs directly (no wrapper checks)
             if info != 0:
                 return np.zeros_like(g), np.zeros(1, dtype=bool)
-            x, info = _LAPACK[1](c, g[0], lower=1)
+            x, info = lapack[1](c, g[0], lower=1)
             x = -x[None]
             return x, np.isfinite(x).all(1) & (info == 0)
         if "torch" in sys.modules:
@@ -280,12 +281,20 @@ def _cholesky(torch, H, g):
     return -torch.cholesky_solve(g[..., None], L)[..., 0], info == 0
 
 
-try:  # optional (not bundled with Blender's Python)
-    from scipy.linalg.lapack import dpotrf as _cf, dpotrs as _cs
+_LAPACK = []
 
-    _LAPACK = (_cf, _cs)
-except Exception:  # pragma: no cover
-    _LAPACK = None
+
+def _lapack():
+    """scipy's ``(dpotrf, dpotrs)``, or ``None`` without scipy (optional: not bundled with Blender's
+    Python); imported on a single pose's first solve, not by a bake, which never needs them."""
+    if not _LAPACK:
+        try:
+            from scipy.linalg.lapack import dpotrf, dpotrs
+
+            _LAPACK.append((dpotrf, dpotrs))
+        except Exception:  # pragma: no cover
+            _LAPACK.append(None)
+    return _LAPACK[0]
 
 
 class _TorchOps(ArrayOps):

@@ -24,11 +24,13 @@ The normal equations ``(J^T J + prior + damping) dx = -J^T r`` are solved
 per frame by a Cholesky factorisation, on the input's device. Only
 keypoints given in at least one frame and joints that move them are
 included, so sparse problems are cheap. Batches of at least
-:data:`.tree_solve.TREE_SOLVE_MIN_BATCH` frames build and factorise only the
+:data:`.tree_solve.TREE_SOLVE_MIN_BATCH` frames (numpy:
+:data:`.tree_solve.NUMPY_TREE_MIN_BATCH`) build and factorise only the
 structurally non-zero entries (:mod:`.tree_solve`); smaller ones the dense
 matrix. :func:`refine` runs it on torch tensors, :func:`refine_numpy` on
-float64 numpy arrays (a single pose: a torch call's fixed cost outweighs
-the work): the same problem, the same loop.
+float64 numpy arrays (a CPU clip up to the solver's numpy limit, one pose:
+torch's import and fixed costs outweigh the work): the same problem, the
+same loop.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from . import lm
 from .features import NUM_JOINTS
 from .limits import LIMITS_RAD
 from .skeleton import PARENTS, ancestor_matrix, forward_kinematics_np, keypoints_from_world_np
-from .tree_solve import ANC_INCL as _ANC_INCL, TREE_SOLVE_MIN_BATCH, tree_normal_solve
+from .tree_solve import ANC_INCL as _ANC_INCL, NUMPY_TREE_MIN_BATCH, TREE_SOLVE_MIN_BATCH, tree_normal_solve
 
 if TYPE_CHECKING:
     import torch
@@ -169,7 +171,7 @@ class _Refinement:
             Hl = (rpar * act[:, :, None, :]) @ ops.T(rpar) * opt["limit_weight"]
             gr += (rpar @ (s["viol"] * opt["limit_weight"])[..., None])[..., 0].reshape(B, -1)
         diag_add = self.prior_diag[None] + mu[:, None]
-        if B >= TREE_SOLVE_MIN_BATCH:  # sparse normal matrix, built and factorised batch-last
+        if B >= (NUMPY_TREE_MIN_BATCH if ops.name == "numpy" else TREE_SOLVE_MIN_BATCH):  # sparse, batch-last
             x, bad = tree_normal_solve(ops, T, pj, w_k.sum(1), g, diag_add, st["J"], pair, Hl)
             ok = ~bad
         else:

@@ -25,15 +25,18 @@ def get_solver(device: str = "auto", weights=None, precision: str = "auto"):
     from .. import device as _device
 
     _wait_for_preload()
-    # (torch is imported where a solve needs it: CUDA, a long clip; a short CPU clip runs in numpy)
-    if deps.torch_state()[0] in ("missing", "broken"):
-        raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)")
     from ..model import inference
-    from ..model.cache import cached_solver
+    from ..model.cache import cached_solver, loaded_solver
     try:
         resolved = _device.resolve_device(device)
     except ValueError as ex:
         raise BakeError(str(ex)) from None
+    solver = loaded_solver(resolved, weights, precision)
+    if solver is not None:   # (a Live Solve tick: no look at the installed packages)
+        return solver
+    # (torch is imported where a solve needs it: CUDA, a long clip; a short CPU clip runs in numpy)
+    if deps.torch_state()[0] in ("missing", "broken"):
+        raise BakeError(deps.status_line() + "; install it from the add-on preferences (Install PyTorch)")
     try:
         return cached_solver(resolved, weights, precision)
     except inference.WeightsError as ex:

@@ -125,7 +125,7 @@ def test_numpy_network_matches_torch_network(weights, clip):
         np.testing.assert_allclose(one[0][0], Ln[7], atol=1e-6)
 
 
-@pytest.mark.parametrize("frames", [40, 200], ids=["dense-normal-matrix", "tree-solve"])
+@pytest.mark.parametrize("frames", [8, 200], ids=["dense-normal-matrix", "tree-solve"])
 def test_numpy_clip_solve_matches_torch_solve(monkeypatch, frames):
     d = T.synthetic_pose_data(frames, seed=11, sigma_deg=20.0)
     sk = CANONICAL.scaled(1.1)
@@ -197,3 +197,13 @@ def test_the_cli_help_and_the_user_guide_name_the_numpy_limit():
     limit = BA.NUMPY_MAX_FRAMES
     assert f"clips over {limit} frames" in (REPO / "cli" / "parser.py").read_text()
     assert f"up to {limit:,} frames" in (REPO / "docs" / "user-guide.md").read_text()
+
+
+def test_a_bake_s_modules_import_no_scipy_linalg():
+    """scipy's LAPACK wrappers serve one pose's solve only; importing them cost a bake a tenth of a second."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import devpkg; devpkg.import_package(); "
+            "import neural_ik.model.inference, neural_ik.retarget.rigsolve, neural_ik.pipeline.core; "
+            "print('scipy.linalg' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -62,7 +62,7 @@ import_package()
 import numpy as np
 import torch
 from neural_ik.model import lm
-assert lm._LAPACK is None
+assert lm._lapack() is None
 H = np.array([[[4.0, 1.0], [1.0, 3.0]]])
 g = np.array([[1.0, 2.0]])
 x, ok = lm.NUMPY.solve_spd(H, g)
