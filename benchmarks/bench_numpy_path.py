@@ -15,7 +15,7 @@ faster. ``NUMPY_MAX_FRAMES`` (``model/batches.py``) should sit near the
 crossing. Poses are synthetic (no mocap data needed): the timings do not
 depend on the pose content.
 
-    .venv/bin/python benchmarks/bench_numpy_path.py [--frames 300,3000,8192,16384] [--repeats 3]
+    .venv/bin/python benchmarks/bench_numpy_path.py [--frames 300,3000,8192,16384] [--repeats 3] [--blas-threads 1]
 
 Run it on a quiet machine: both paths use every core.
 """
@@ -54,9 +54,10 @@ print("RESULT", t2 - t0, "torch" in sys.modules, float(np.nanmean(res.error_mm))
 """
 
 
-def _run(frames, limit):
+def _run(frames, limit, blas_threads):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads))
     out = subprocess.run([sys.executable, "-c", _CHILD.format(repo=REPO, frames=frames, limit=limit)],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, env=env)
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
     if out.returncode != 0 or not line:
         raise SystemExit(f"the child failed: {out.stderr[-2000:]}")
@@ -68,17 +69,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", default="300,3000,8192,16384")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="numpy's BLAS threads (default 1: what ./neural-ik sets, docs/tuning.md#openblas-threads)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.frames.split(",")]
     print(f"CPU solve, whole process (imports, weights, skeleton fit, network + refinement), {os.cpu_count()} "
-          f"cores; medians of {args.repeats}; the clip's synthesis not counted")
+          f"cores, numpy's BLAS on {args.blas_threads} thread(s); medians of {args.repeats}; the clip's synthesis "
+          "not counted")
     print(f"{'frames':>7s} {'numpy s':>8s} {'torch s':>8s} {'torch/numpy':>11s} {'err mm numpy/torch':>19s}  faster")
     for n in sizes:
         runs = {"numpy": [], "torch": []}
         errs = {}
         for _ in range(args.repeats):
             for path, limit in (("numpy", max(n, 1)), ("torch", 0)):
-                seconds, torch_loaded, err = _run(n, limit)
+                seconds, torch_loaded, err = _run(n, limit, args.blas_threads)
                 if torch_loaded != (path == "torch"):
                     raise SystemExit(f"the {path} run of {n} frames {'did not import' if path == 'torch' else 'imported'} torch")
                 runs[path].append(seconds)
