@@ -128,6 +128,33 @@ class DenseRows:
                 if self.direction(j, c, w["direction"], "direction", pitch.get(name, 0.0)) and name == "pelvis":
                     self.pelvis_row = True
         self._bridged_directions()
+        for sd in "lr":
+            self.toeless_foot(sd)
+
+    def toeless_foot(self, s):
+        """A rig's foot without a toe bone along the source's ankle-to-toe-tip line, where the source gives the tip.
+
+        The reader's convention (a foot without a toe bone has its End Site at
+        the toes, :func:`...readers.source_rig.end_point_names`) makes that
+        foot's tail the toe tip; with no toe bone, no other row holds the
+        foot's pitch, and the start pose's foot (the network's, its toe
+        bending the canonical tip) lifted the rig's toes off the floor.
+        """
+        plan, rig, src, mask = self.plan, self.rig, self.src, self.mask
+        f, ka, kt = _bone(plan, f"foot_{s}"), _K[f"foot_{s}"], _K[f"toe_tip_{s}"]
+        if f is None or _bone(plan, f"toe_{s}") is not None or not mask[:, kt].any():
+            return
+        tail = rig.tail[f] - rig.head[f]
+        L = float(np.linalg.norm(tail))
+        if L < 1e-6:
+            return
+        d = src[:, kt] - src[:, ka]
+        nd = vector_norm(d, keepdims=True)
+        ok = mask[:, ka] & mask[:, kt] & (nd[:, 0] > 1e-6)
+        u = np.where(ok[:, None], d / np.where(ok[:, None], nd, 1.0), 0.0)
+        self.info.rigid[len(self.tg.rows)] = L
+        self.tg.add({self.tg.point(f, rig.rest_rotation()[f].T @ tail): 1.0, self.tg.point(f): -1.0}, L * u,
+                    self.w["direction"] * ok, name=f"foot_{s}>toe_tip_{s}", kind="direction")
 
     def _bridged_directions(self):
         """Joints missing in the middle of a bone chain: the direction from the nearest ancestor both have.
