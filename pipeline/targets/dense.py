@@ -128,6 +128,40 @@ class DenseRows:
                 if self.direction(j, c, w["direction"], "direction", pitch.get(name, 0.0)) and name == "pelvis":
                     self.pelvis_row = True
         self._bridged_directions()
+        for sd in "lr":
+            self.toe_tip(sd, stands_at_rest(plan, rest_floor_gap))
+
+    def toe_tip(self, s, standing):
+        """The bone ending at the toe tip along the source's line to its toe tip, where the source gives the tip.
+
+        No other row holds its pitch: the start pose's (the network's, or a
+        skeleton's toe carried from a rest whose foot lies otherwise) lifted
+        the toes off the source's or put them through the floor. The toe
+        bone from the ball of the foot (its tail the toe tip, as a toe's End
+        Site is), on a rig not standing on its floor at rest: on one that
+        does, the foot is pitched onto the rig's flat foot and the toe's line
+        is left to the start pose (see docs/benchmarks.md, the floor rule).
+        On a rig without a toe bone, the foot from the ankle (the reader's
+        convention: such a foot's End Site is at the toes,
+        :func:`...readers.source_rig.end_point_names`).
+        """
+        plan, rig, src, mask = self.plan, self.rig, self.src, self.mask
+        f, t, kt = _bone(plan, f"foot_{s}"), _bone(plan, f"toe_{s}"), _K[f"toe_tip_{s}"]
+        b, ka = (t, _K[f"toe_{s}"]) if t is not None else (f, _K[f"foot_{s}"])
+        if b is None or (t is not None and standing) or not mask[:, kt].any() or not mask[:, ka].any():
+            return
+        tail = rig.tail[b] - rig.head[b]
+        L = float(np.linalg.norm(tail))
+        if L < 1e-6:
+            return
+        d = src[:, kt] - src[:, ka]
+        nd = vector_norm(d, keepdims=True)
+        ok = mask[:, ka] & mask[:, kt] & (nd[:, 0] > 1e-6)
+        u = np.where(ok[:, None], d / np.where(ok[:, None], nd, 1.0), 0.0)
+        self.info.rigid[len(self.tg.rows)] = L
+        self.tg.add({self.tg.point(b, rig.rest_rotation()[b].T @ tail): 1.0, self.tg.point(b): -1.0}, L * u,
+                    self.w["direction"] * ok, name=f"{'toe' if t is not None else 'foot'}_{s}>toe_tip_{s}",
+                    kind="direction")
 
     def _bridged_directions(self):
         """Joints missing in the middle of a bone chain: the direction from the nearest ancestor both have.

@@ -161,7 +161,9 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
       lowest rest point more than the reader's
       :data:`...readers.base.FLOOR_KEPT` under the floor (a file whose feet
       stand below its z = 0 keeps its heights: the rig's go with them) nor
-      more than a tenth of the leg above it;
+      more than a tenth of the leg above it, give or take that same
+      ``FLOOR_KEPT`` (a file whose feet stand above its z = 0 keeps its
+      heights too);
     - 0 when neither applies.
     """
     leg = float(plan.leg_length) if plan.leg_length > 0 else 0.0
@@ -177,7 +179,7 @@ def rig_sole(plan, fp, src, mask, n, fps, scale, rest_floor_gap=None) -> float:
             out.append(scale * h_src - pts[0][3])       # (pts[0]: the ankle)
     if not out:
         return 0.0
-    return float(np.clip(np.mean(out), -FLOOR_KEPT, 0.1 * leg))
+    return float(np.clip(np.mean(out), -FLOOR_KEPT, 0.1 * leg + FLOOR_KEPT))
 
 
 def foot_corrections(fp, src, mask, n, fps, scale, source_heights=None) -> dict:

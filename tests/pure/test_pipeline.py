@@ -22,6 +22,7 @@ from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
 from neural_ik.model.skeleton import CANONICAL, KEYPOINTS  # noqa: E402
 from neural_ik.pipeline import BakeError, BakeOptions, RigBake  # noqa: E402
 from neural_ik.pipeline.targets import foot_corrections, foot_points, planted_height  # noqa: E402
+from neural_ik.readers.base import FLOOR_KEPT  # noqa: E402
 from neural_ik.readers.source_rig import SourceRig  # noqa: E402
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.rigsolve import Targets, free_bones, solve_rig  # noqa: E402
@@ -703,11 +704,13 @@ def test_floor_on_a_rig_with_other_feet():
     assert on.figures.bone_direction_error_deg < 2.0, on.figures
 
 
-@pytest.mark.parametrize("sole", [-0.03, 0.01, 0.03])
+@pytest.mark.parametrize("sole", [-0.03, 0.01, 0.03, 0.12])
 def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     """Mocap joints stand a sole above the floor they were captured on (or, a file whose floor lies
-    above its feet, below it: the reader keeps such a file's heights). Baked back as keypoints onto
-    their own skeleton:
+    above its feet, below it: the reader keeps such a file's heights; or higher than a sole, a file
+    whose feet stand above its z = 0 by less than the reader's FLOOR_KEPT, kept too: before, the
+    hanging rig's floor was held within a tenth of the leg and cmu_hahne/01_14's own skeleton
+    sank). Baked back as keypoints onto their own skeleton:
 
     - hanging from its hips (a BVH import: where its floor is, its rest does not say), the joints
       stay where they were (before: its lowest rest foot point was taken for the floor and the
@@ -722,6 +725,8 @@ def test_keypoints_stand_on_the_rigs_floor_known_or_not(sole):
     plan, mapping, truth = _walk_on(_rig("T_default"))   # (its lowest foot points on z = 0 when planted)
     rest_sole = rest_floor_gap(plan, np.eye(4))
     assert abs(rest_sole - 0.03) < 1e-6                     # this rig stands 3 cm above its floor at rest
+    if sole > 0.1:
+        assert 0.1 * plan.leg_length < sole < 0.1 * plan.leg_length + FLOOR_KEPT   # (the premise)
     up_a_metre = np.eye(4)
     up_a_metre[2, 3] = 1.0                                  # (its object's floor: where the object is)
     assert abs(rest_floor_gap(plan, up_a_metre) - rest_sole) < 1e-9
