@@ -122,13 +122,17 @@ def weights_report(path):
 
 
 def _precision_in_use(args, in_use):
-    """``--precision`` and what the network's CPU batches compute in with it, e.g. "auto (bfloat16 on the CPU)"."""
+    """``--precision`` and what the network computes in on the CPU with it, e.g. "auto (float32 in numpy up
+    to 8192 frames, bfloat16 above on the CPU)"."""
     choice = precision_choice(args)
     if str(in_use).startswith("none"):
         return choice
-    from ..model.inference import resolve_precision
+    from ..model.inference import NUMPY_MAX_FRAMES, resolve_precision
 
-    return "{} ({} on the CPU)".format(choice, resolve_precision(choice))
+    torch_layers = resolve_precision(choice)
+    if choice == "bfloat16":
+        return "{} ({} on the CPU)".format(choice, torch_layers)
+    return "{} (float32 in numpy up to {} frames, {} above on the CPU)".format(choice, NUMPY_MAX_FRAMES, torch_layers)
 
 
 def run(args):

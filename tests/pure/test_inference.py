@@ -307,6 +307,8 @@ def test_the_cli_precision_reaches_the_solver(capsys):
         assert s.precision == "float32"
         assert cli_bake.get_solver(parser.parse_args(["bake", "x.npz", "--target", "rigify", "--device", "cpu",
                                                       "--precision", "bfloat16"])).load().precision == "bfloat16"
-        assert info._precision_in_use(args, "cpu") == "float32 (float32 on the CPU)"
+        assert info._precision_in_use(args, "cpu") == "float32 (float32 in numpy up to 8192 frames, float32 above on the CPU)"
+        args = parser.parse_args(["info", "--precision", "bfloat16"])
+        assert info._precision_in_use(args, "cpu") == "bfloat16 (bfloat16 on the CPU)"
     finally:
         clear_solver_cache()
