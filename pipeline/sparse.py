@@ -133,6 +133,10 @@ class SparsePath(BakePath):
     def iterations(self, iterations, free, copied):
         if iterations <= 0:
             return iterations
+        if self.job.n_frames == 1 and self.job.options.rig_iterations is None:
+            # one pose has a count of its own: the dense bakes' (for a two-bone neck the keypoints
+            # bend) would cost a Live Solve tick a third more (docs/tuning.md#sparse_pose_iterations)
+            return tuning.SPARSE_POSE_ITERATIONS
         # effectors must be met to the millimetre: the prior fades over more steps (more for
         # clips, whose every frame must converge, straight limbs included)
         return max(iterations, tuning.SPARSE_ITERATIONS if self.job.n_frames > 1 else tuning.SPARSE_POSE_ITERATIONS)
