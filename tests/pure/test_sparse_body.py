@@ -40,3 +40,30 @@ def test_effectors_of_another_body_are_scaled_onto_the_rig(size):
     legs = res.heads[:, rig.index(pelvis), 2] - res.heads[:, rig.index(foot), 2]
     rest = rig.head[rig.index(pelvis), 2] - rig.head[rig.index(foot), 2]
     assert np.percentile(legs, 90) > 0.9 * rest                   # standing tall on the rig's legs
+
+
+def test_one_pose_takes_its_own_rig_solve_iterations(monkeypatch):
+    """A pose's rig solve runs SPARSE_POSE_ITERATIONS, not the dense bakes' RIG_ITERATIONS (a Live
+    Solve tick's largest part); an explicit rig_iterations still counts, at least that many."""
+    from neural_ik.pipeline import tuning
+    from neural_ik.retarget import rigsolve
+
+    rig = rigs.humanoid("mixamo")
+    mapping = auto_map(rig)
+    kp = _six(walk_keypoints(1.0, 30.0)[10:11])
+    kp[0, KEYPOINTS.index("hand_l")] += (0.05, -0.2, 0.15)
+    asked = []
+    real = rigsolve.solve_rig
+
+    def spy(*a, **k):
+        asked.append(k["iterations"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(rigsolve, "solve_rig", spy)
+    for given, expected in ((None, tuning.SPARSE_POSE_ITERATIONS), (12, 12), (2, tuning.SPARSE_POSE_ITERATIONS)):
+        asked.clear()
+        job = RigBake(rig, mapping, kp, None, 30.0, BakeOptions(device="cpu", mode="sparse", rig_iterations=given))
+        job.run()
+        assert asked and asked[0] == expected, (given, asked)
+        assert job.figures.effector_reach_mm[1] < 1.0
+    assert tuning.SPARSE_POSE_ITERATIONS < tuning.RIG_ITERATIONS["network"]
