@@ -105,13 +105,16 @@ def weights_report(path):
     import zipfile
     if not zipfile.is_zipfile(path):
         return rows + [("weights status", "corrupt: not a PyTorch checkpoint (expected a zip archive from torch.save)")]
+    from ..model.weights import read_with_torch
     from ..model.weights_file import read_torch_file   # (no torch needed to read it)
     try:
         blob = read_torch_file(path)
     except Exception as ex:
-        text = " ".join(str(ex).split())
-        reason = text.split(". ")[0][:200]
-        return rows + [("weights status", "corrupt: {}: {}".format(type(ex).__name__, reason))]
+        blob = read_with_torch(path)   # (another torch version's file, where torch reads it)
+        if blob is None:
+            text = " ".join(str(ex).split())
+            reason = text.split(". ")[0][:200]
+            return rows + [("weights status", "corrupt: {}: {}".format(type(ex).__name__, reason))]
     if isinstance(blob, dict) and blob.get("format") == "neural_ik":
         from ..model.inference import format_version_problem
 

@@ -18,7 +18,7 @@ from .skeleton import JOINTS, KEYPOINTS
 from .weights_file import read_torch_file
 
 __all__ = ["WeightsError", "DEFAULT_WEIGHTS", "FORMAT_VERSION", "format_version_problem", "load_weights",
-           "load_network", "build_network", "layer_shapes"]
+           "load_network", "build_network", "layer_shapes", "read_with_torch"]
 
 
 #: Weights shipped with the extension.
@@ -58,6 +58,32 @@ def layer_shapes(hp: dict, n_in: int) -> dict:
     return shapes
 
 
+def read_with_torch(path):
+    """The file through ``torch.load(weights_only=True)``, its tensors as numpy arrays; ``None`` where
+    torch is not installed or cannot read it either."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        import torch
+
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # (torch's own errors vary: the caller reports the reader's)
+        return None
+
+    def plain(x):
+        if isinstance(x, torch.Tensor):
+            return x.detach().float().numpy() if x.dtype == torch.bfloat16 else x.detach().numpy()
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(plain(v) for v in x)
+        return x
+
+    return plain(blob)
+
+
 def load_weights(path) -> dict:
     """Read and check a weights file without torch; returns its dict, ``"state"`` as float32 numpy arrays.
 
@@ -73,7 +99,10 @@ def load_weights(path) -> dict:
     try:
         blob = read_torch_file(path)
     except ValueError as ex:
-        raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights file ({ex})") from ex
+        blob = read_with_torch(path)   # (a file of another torch version may pickle what the reader does not know)
+        if blob is None:
+            raise WeightsError(f"cannot read Neural IK weights {path}: the file is corrupt or not a weights "
+                               f"file ({ex})") from ex
     if not isinstance(blob, dict) or blob.get("format") != "neural_ik":
         raise WeightsError(f"{path} is not a Neural IK weights file (no 'format': 'neural_ik' entry)")
     problem = format_version_problem(path, blob.get("format_version"))

@@ -207,3 +207,24 @@ def test_a_bake_s_modules_import_no_scipy_linalg():
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_file_the_reader_does_not_know_is_read_by_torch(monkeypatch, weights):
+    """A weights file whose pickle names something the reader does not know (another torch version's
+    way of saving) is read through torch.load where torch is installed; the same weights come out."""
+    from neural_ik.model import weights as W
+
+    want = load_weights(weights)
+
+    def unknown(path):
+        raise ValueError("the file holds torch._utils._rebuild_tensor_v9, which a weights file does not")
+
+    monkeypatch.setattr(W, "read_torch_file", unknown)
+    got = W.load_weights(weights)
+    assert set(got["state"]) == set(want["state"])
+    for k, v in want["state"].items():
+        np.testing.assert_array_equal(got["state"][k], v)
+    bad = Path(weights).with_name("bad.pt")
+    bad.write_bytes(b"\\x00" * 64)
+    with pytest.raises(I.WeightsError, match="rebuild_tensor_v9"):
+        W.load_weights(bad)
