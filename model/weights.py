@@ -60,10 +60,12 @@ def layer_shapes(hp: dict, n_in: int) -> dict:
 
 def read_with_torch(path):
     """The file through ``torch.load(weights_only=True)``, its tensors as numpy arrays; ``None`` where
-    torch is not installed or cannot read it either."""
+    it is no zip archive (no ``torch.save`` file: importing torch would not help), torch is not
+    installed or cannot read it either."""
     import importlib.util
+    import zipfile
 
-    if importlib.util.find_spec("torch") is None:
+    if not zipfile.is_zipfile(path) or importlib.util.find_spec("torch") is None:
         return None
     try:
         import torch

@@ -225,6 +225,7 @@ def test_a_file_the_reader_does_not_know_is_read_by_torch(monkeypatch, weights):
     for k, v in want["state"].items():
         np.testing.assert_array_equal(got["state"][k], v)
     bad = Path(weights).with_name("bad.pt")
-    bad.write_bytes(b"\\x00" * 64)
+    with zipfile.ZipFile(bad, "w") as z:   # (an archive torch cannot read either)
+        z.writestr("bad/data.pkl", b"not a pickle")
     with pytest.raises(I.WeightsError, match="rebuild_tensor_v9"):
         W.load_weights(bad)
