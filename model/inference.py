@@ -240,10 +240,9 @@ class Solver(FrameBatches):
 
     def _network_on(self, dev):
         """The torch network on ``dev`` (each device's copy built once, when first needed)."""
-        key = str(dev).split(":")[0] if str(dev).startswith("cpu") else str(dev)
-        net = self._nets.get(key)
+        net = self._nets.get(str(dev))
         if net is None:
-            net = self._nets[key] = build_network(self._blob, self.weights_path, dev)
+            net = self._nets[str(dev)] = build_network(self._blob, self.weights_path, dev)
         return net
 
     def _skeleton_tensors(self, sk: Skeleton, dev):

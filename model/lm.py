@@ -24,6 +24,7 @@ length; frames that stop improving leave the batch).
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -281,20 +282,15 @@ def _cholesky(torch, H, g):
     return -torch.cholesky_solve(g[..., None], L)[..., 0], info == 0
 
 
-_LAPACK = []
-
-
+@functools.cache
 def _lapack():
     """scipy's ``(dpotrf, dpotrs)``, or ``None`` without scipy (optional: not bundled with Blender's
     Python); imported on a single pose's first solve, not by a bake, which never needs them."""
-    if not _LAPACK:
-        try:
-            from scipy.linalg.lapack import dpotrf, dpotrs
-
-            _LAPACK.append((dpotrf, dpotrs))
-        except Exception:  # pragma: no cover
-            _LAPACK.append(None)
-    return _LAPACK[0]
+    try:
+        from scipy.linalg.lapack import dpotrf, dpotrs
+    except Exception:  # pragma: no cover
+        return None
+    return dpotrf, dpotrs
 
 
 class _TorchOps(ArrayOps):

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pkg import pkg  # noqa: E402
 
 pkg()
-from neural_ik.model import batches as BA, inference as I, tree_solve as TS  # noqa: E402
+from neural_ik.model import batches as BA, inference as I  # noqa: E402
 from neural_ik.model.numpy_net import NumpyNet  # noqa: E402
 from neural_ik.model.weights import build_network, load_weights  # noqa: E402
 from neural_ik.model.weights_file import read_torch_file  # noqa: E402
@@ -146,24 +146,6 @@ def test_numpy_clip_solve_matches_torch_solve(monkeypatch, frames):
         assert np.median(diff) < 1e-4 and diff.max() < 5e-3
         assert abs(np.nanmean(a.error_mm) - np.nanmean(b.error_mm)) < 0.05
         assert np.nanmean(a.error_mm) < 1.0
-
-
-def test_numpy_tree_solve_matches_dense_solve():
-    rng = np.random.default_rng(2)
-    for J in (list(range(22)), [0, 1, 2, 3, 4, 5, 13, 14, 15, 16, 17]):
-        nj = len(J)
-        n = 3 * nj + 3
-        anc = TS.ANC_INCL[np.ix_(J, J)]
-        pat = np.ones((n, n), dtype=bool)
-        pat[: 3 * nj, : 3 * nj] = np.kron(anc | anc.T, np.ones((3, 3), dtype=bool))
-        X = rng.standard_normal((8, n, 2 * n))
-        H = (X @ np.swapaxes(X, 1, 2) / n) * pat + 0.5 * np.eye(n)
-        g = rng.standard_normal((8, n))
-        x, bad = TS.tree_cholesky_solve(H.copy(), g, J)
-        np.testing.assert_allclose(x, -np.linalg.solve(H, g[..., None])[..., 0], atol=1e-9)
-        assert not bad.any()
-        H[3] = -H[3]
-        assert TS.tree_cholesky_solve(H, g, J)[1][3]
 
 
 _SOLVE_SCRIPT = """
