@@ -303,7 +303,8 @@ class _TorchOps(ArrayOps):
         self.torch = self.xp = torch
         self.device = torch.device(device)
         self.synchronous = self.device.type == "cpu"
-        self.exact = False   # (products of float32 steps drift: a caller poses unit quaternions again)
+        # (products of float32 steps drift: a caller poses unit quaternions again; float64's do not)
+        self.exact = self.dtype == torch.float64
 
     def asarray(self, a):
         return self.torch.as_tensor(a, dtype=self.dtype, device=self.device)

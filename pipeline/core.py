@@ -195,6 +195,8 @@ class RigBake:
         self.targets = None
         self.target_info = None
         self.residual = None
+        #: Where the rig solve ran: ``"cpu"`` (numpy), or the GPU the network solved the clip on (torch).
+        self.rig_device = "cpu"
         self.scale = None
         self.up = None
         #: Source skeleton for the network (None: fitted from the keypoints).

@@ -120,7 +120,12 @@ class FitStage:
                     chunk=512, prior_decay=self.path.prior_decay(),
                     prior_floor=tuning.SPARSE_POSE_PRIOR_FLOOR if one else tuning.SPARSE_PRIOR_FLOOR,
                     root_fixed=(np.eye(3) - np.outer(n, n)) if job.options.in_place else None,
-                    all_heads=not one or not job.light)
+                    all_heads=not one or not job.light, device=self._rig_device())
+
+    def _rig_device(self) -> str:
+        """The GPU the network solved the clip on (the rig solve's torch path runs there too), else the CPU."""
+        dev = str(getattr(self.job.solved, "device", "cpu"))
+        return dev if dev.startswith("cuda") else "cpu"
 
     def _solve(self, init, scale):
         """``(quats, locs, heads, targets, info, iterations)``: the rig-space solve of the path's targets."""
@@ -146,6 +151,7 @@ class FitStage:
             return quats, locs, heads, targets, info
         # (0 iterations still measures the residuals of the start pose)
         kw = self._solve_options(prior, iterations, n)
+        job.rig_device = kw["device"]
         fit, targets, info = self.path.solve(init, targets, info, free, prior, kw, self.span, (src, scale))
         quats, locs, heads = fit.quaternions, fit.locations, fit.heads
         job.residual = fit.residual

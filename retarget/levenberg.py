@@ -30,7 +30,7 @@ DAMPING = lm.Damping(start=1e-3, decay=1.0 / 3.0, floor=1e-7)
 def _consts(pb, ops) -> dict:
     """The problem's constants as the backend's arrays."""
     if ops.name != "numpy":
-        return pb.torch()
+        return pb.torch(ops.device)
     return dict(pslot=pb.pslot, poff=pb.poff, C=pb.C, prior=pb.prior, root_fixed=pb.root_fixed,
                 lock_f=pb.lock_f, lock_e=pb.lock_e)
 
@@ -72,13 +72,14 @@ def jacobian(pb, wproj, pts, X, ops, out=None):
             pb.pair_CA.astype(dt, copy=False), pb.pair_M.astype(dt, copy=False), pb.pair_r, pb.pair_k,
             pb.pair_fslot, pb.Mroot.astype(dt, copy=False))
     else:
-        tt = pb.torch()
+        tt = pb.torch(ops.device)
         pair_CA, pair_M, pair_r, pair_k, pair_fslot, Mroot = (
             tt[k].to(pts.dtype) if tt[k].is_floating_point() else tt[k]
             for k in ("pair_CA", "pair_M", "pair_r", "pair_k", "pair_fslot", "Mroot"))
     S = pair_M.shape[0]
     width = 3 * nF + (3 if rs >= 0 else 0)
-    Jd = ops.xp.zeros((n, R, 3, width), dtype=pts.dtype) if out is None else out.reshape(n, R, 3, width)
+    where = {} if ops.name == "numpy" else {"device": pts.device}
+    Jd = ops.xp.zeros((n, R, 3, width), dtype=pts.dtype, **where) if out is None else out.reshape(n, R, 3, width)
     if S:
         swap = ops.swap01
         # q[s, t] = sum_p CA[r_s, p, k_s] pts[t, p]: one (S, P) x (P, 3n) product
@@ -114,7 +115,7 @@ def levenberg_marquardt(pb, ops, basis, loc, tgt, wts, proj, *, iterations, prio
     s, done = lm.levenberg_marquardt(chunk, iterations=iterations, damping=DAMPING, prior_decay=prior_decay,
                                      prior_floor=prior_floor, min_iterations=min_iterations, tol=tol, rtol=rtol,
                                      keep=("basis", "loc", "W", "X", "pts"), progress=progress)
-    posed = (s["W"], s["X"], s["pts"]) if ops.exact else None
+    posed = tuple(ops.numpy(s[k]) for k in ("W", "X", "pts")) if ops.exact else None
     return ops.numpy(s["basis"]), ops.numpy(s["loc"]), done, posed
 
 

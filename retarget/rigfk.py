@@ -39,16 +39,18 @@ class RigFK:
         self.par = par
         self.tree = Tree(par)
         self.dtype = dtype
-        self._torch = None
+        self._torch = {}   # device -> the rest as tensors there
 
     def __call__(self, basis, loc):
         """basis (T, n, 3, 3), loc (T, n, 3) tensors -> W (T, n, 3, 3), X (T, n, 3), base_rot (T, n, 3, 3)."""
-        if self._torch is None:
+        key = str(basis.device)
+        if key not in self._torch:
             import torch
 
             dt = torch_dtype(self.dtype)
-            self._torch = (torch.as_tensor(self.rel_rot_np, dtype=dt), torch.as_tensor(self.rel_pos_np, dtype=dt))
-        rel_rot, rel_pos = self._torch
+            self._torch[key] = (torch.as_tensor(self.rel_rot_np, dtype=dt, device=basis.device),
+                                torch.as_tensor(self.rel_pos_np, dtype=dt, device=basis.device))
+        rel_rot, rel_pos = self._torch[key]
         return level_fk(self.tree, basis, rel_pos, rest_rot=rel_rot, loc=loc, base=True)
 
     def numpy(self, basis, loc):

@@ -90,7 +90,7 @@ class Problem:
         self.lock_f = lf
         self.lock_e = np.array(le).reshape(-1, 3)
         self.dtype = dtype
-        self._t = None
+        self._t = {}
 
     def projections(self, targets, c0, c1, T):
         """(n, R, 3, 3) per-frame projections of frames ``c0:c1``, or (R, 3, 3)."""
@@ -98,18 +98,21 @@ class Problem:
             return self.proj
         return np.stack([np.broadcast_to(row["proj"], (T, 3, 3))[c0:c1] for row in targets.rows], 1)
 
-    def torch(self):
+    def torch(self, device="cpu"):
+        """The problem's constants as torch tensors on ``device`` (kept per device)."""
         import torch
 
-        if self._t is None:
-            t = lambda a: torch.as_tensor(a, dtype=torch_dtype(self.dtype))  # noqa: E731
-            self._t = dict(pslot=torch.as_tensor(self.pslot), poff=t(self.poff), C=t(self.C),
-                           pair_CA=t(self.pair_CA), pair_M=t(self.pair_M), Mroot=t(self.Mroot), prior=t(self.prior),
-                           pair_r=torch.as_tensor(self.pair_r), pair_k=torch.as_tensor(self.pair_k),
-                           pair_fslot=torch.as_tensor(self.pair_fslot),
-                           root_fixed=None if self.root_fixed is None else t(self.root_fixed),
-                           lock_f=torch.as_tensor(self.lock_f, dtype=torch.long), lock_e=t(self.lock_e))
-        return self._t
+        key = str(device)
+        if key not in self._t:
+            t = lambda a: torch.as_tensor(a, dtype=torch_dtype(self.dtype), device=device)  # noqa: E731
+            i = lambda a, dt=None: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
+            self._t[key] = dict(pslot=i(self.pslot), poff=t(self.poff), C=t(self.C),
+                                pair_CA=t(self.pair_CA), pair_M=t(self.pair_M), Mroot=t(self.Mroot),
+                                prior=t(self.prior), pair_r=i(self.pair_r), pair_k=i(self.pair_k),
+                                pair_fslot=i(self.pair_fslot),
+                                root_fixed=None if self.root_fixed is None else t(self.root_fixed),
+                                lock_f=i(self.lock_f, torch.long), lock_e=t(self.lock_e))
+        return self._t[key]
 
 
 def cached_problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype) -> Problem:

@@ -215,6 +215,9 @@ MAX_THREADS = 2
 #: A batch's worker processes share the cores: one left alone at the end of a batch takes
 #: the cores the others freed (``cli.batch``).
 THREADS_ALLOWED = None
+#: Frames per chunk of the torch path on a GPU: thousands fill it, and one chunk's Jacobian
+#: stays far below its memory (docs/tuning.md#gpu_chunk).
+GPU_CHUNK = 16384
 
 
 def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior_rotation=0.02,
@@ -222,7 +225,7 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
               rtol: float = FINISHED_RTOL,
               prior_decay: float = 0.3, prior_floor: float = 1e-3, root_fixed=None,
               dtype=None, progress=None, all_heads: bool = True, backend: str = "auto",
-              overwrite: bool = False) -> RigSolveResult:
+              device: str = "cpu", overwrite: bool = False) -> RigSolveResult:
     """Solve the rig's free bones and root translation to meet ``targets``.
 
     Parameters
@@ -266,13 +269,16 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     dtype : torch.dtype, optional
         Precision of the torch path (default float32).
     backend : {"auto", "numpy", "torch"}
-        ``auto`` and ``numpy``: float64 numpy (:data:`.levenberg.NUMPY`,
+        ``auto``: torch where ``device`` is a GPU, else numpy. ``numpy``: float64 numpy (:data:`.levenberg.NUMPY`,
         float32 normal equations where the prior stays; long clips in
         chunks of :data:`NUMPY_CHUNK` frames on two threads): on the CPU as
         fast as torch or faster, also where the network has loaded torch
         (docs/tuning.md#numpy_chunk), and a bake that needs no network never
         imports torch. ``torch``: chunks of more than :data:`SMALL_BATCH`
-        frames in torch, the same loop.
+        frames in torch on ``device``, the same loop (on a GPU, chunks of
+        :data:`GPU_CHUNK` frames).
+    device : str or torch.device
+        Where the torch path runs (default the CPU).
     progress : callable, optional
         ``progress(done_frames, total_frames)``.
     all_heads : bool
@@ -291,6 +297,11 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     quats = np.asarray(quats)           # (float32 or float64; read a chunk at a time in float64)
     locations = np.asarray(locations)
     T = quats.shape[0]
+    on_gpu = not str(device).startswith("cpu")
+    if on_gpu and dtype is None:   # (a GPU's float64 is fast enough, and its steps are the numpy path's)
+        import torch
+
+        dtype = torch.float64
     pb = cached_problem(rig, targets, free, root, prior_rotation, prior_translation, locked, root_fixed, dtype)
     run = _ChunkSolve(rig, quats, locations, targets, pb, overwrite=overwrite, all_heads=all_heads,
                       progress=progress)
@@ -299,13 +310,15 @@ def solve_rig(rig, quats, locations, targets: Targets, free, root: int, *, prior
     min_iterations = min(min_iterations, int(iterations))
     if backend not in ("auto", "numpy", "torch"):
         raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
-    use_torch = int(iterations) > 0 and T > SMALL_BATCH and backend == "torch"
-    run.use_torch = use_torch
+    use_torch = int(iterations) > 0 and T > SMALL_BATCH and (backend == "torch" or (backend == "auto" and on_gpu))
+    run.use_torch, run.device = use_torch, device
     run.lm = dict(iterations=iterations, prior_decay=prior_decay, prior_floor=prior_floor,
                   min_iterations=min_iterations, tol=tol, rtol=rtol)
     workers = 1 if use_torch or int(iterations) <= 0 else max(min(MAX_THREADS, os.cpu_count() or 1), 1)
     # (the residuals alone, no step: no Jacobian to keep in cache, so the caller's chunks)
     step = int(chunk) if use_torch or int(iterations) <= 0 else min(int(chunk), NUMPY_CHUNK)
+    if use_torch and on_gpu:
+        step = max(step, GPU_CHUNK)
     # numpy's BLAS on one thread: its small products and 70 x 70 solves gain nothing from
     # more, and two chunks at once each starting BLAS threads crawl
     # (and torch's, where it is loaded and the numpy path runs: set once here, not by each
@@ -360,7 +373,7 @@ class _ChunkSolve:
         T, nb = quats.shape[:2]
         self.quats, self.locations, self.targets, self.pb, self.progress = quats, locations, targets, pb, progress
         self.T = T
-        self.use_torch = False
+        self.use_torch, self.device = False, "cpu"
         self.lm = {}
         self.out_quats = quats if overwrite else quats.copy()      # (a chunk reads its frames before it stores them)
         self.out_locs = locations if overwrite else locations.copy()
@@ -396,7 +409,8 @@ class _ChunkSolve:
         if int(self.lm["iterations"]) <= 0:   # only the residuals of the start pose
             it = 0
         elif self.use_torch and n > SMALL_BATCH:
-            basis, loc, it, posed = levenberg_marquardt(pb, torch_ops(pb.dtype), basis, loc, tgt, w, proj, **kw)
+            basis, loc, it, posed = levenberg_marquardt(pb, torch_ops(pb.dtype, self.device), basis, loc, tgt, w, proj,
+                                                     **kw)
         else:
             with torch_threads(1):
                 basis, loc, it, posed = levenberg_marquardt(pb, NUMPY, basis, loc, tgt, w, proj, **kw)

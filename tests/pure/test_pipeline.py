@@ -566,7 +566,7 @@ def test_rig_solve_jacobian_matches_finite_differences(backend):
     else:
         t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
         saved = pb.dtype, pb._t
-        pb.dtype, pb._t = torch.float64, None
+        pb.dtype, pb._t = torch.float64, {}
         try:
             J = levenberg.jacobian(pb, t(wproj), t(pts), t(X), levenberg.torch_ops(torch.float64)).numpy()
         finally:
