@@ -25,7 +25,8 @@ per frame by a Cholesky factorisation, on the input's device. Only
 keypoints given in at least one frame and joints that move them are
 included, so sparse problems are cheap. Batches of at least
 :data:`.tree_solve.TREE_SOLVE_MIN_BATCH` frames (numpy:
-:data:`.tree_solve.NUMPY_TREE_MIN_BATCH`) build and factorise only the
+:data:`.tree_solve.NUMPY_TREE_MIN_BATCH`, a GPU:
+:data:`.tree_solve.CUDA_TREE_SOLVE_MIN_BATCH`) build and factorise only the
 structurally non-zero entries (:mod:`.tree_solve`); smaller ones the dense
 matrix. :func:`refine` runs it on torch tensors, :func:`refine_numpy` on
 float64 numpy arrays (a CPU clip up to the solver's numpy limit, one pose:
@@ -43,7 +44,8 @@ from . import lm
 from .features import NUM_JOINTS
 from .limits import LIMITS_RAD
 from .skeleton import PARENTS, ancestor_matrix, forward_kinematics_np, keypoints_from_world_np
-from .tree_solve import ANC_INCL as _ANC_INCL, NUMPY_TREE_MIN_BATCH, TREE_SOLVE_MIN_BATCH, tree_normal_solve
+from . import tree_solve as _tree
+from .tree_solve import ANC_INCL as _ANC_INCL, tree_normal_solve
 
 if TYPE_CHECKING:
     import torch
@@ -171,7 +173,7 @@ class _Refinement:
             Hl = (rpar * act[:, :, None, :]) @ ops.T(rpar) * opt["limit_weight"]
             gr += (rpar @ (s["viol"] * opt["limit_weight"])[..., None])[..., 0].reshape(B, -1)
         diag_add = self.prior_diag[None] + mu[:, None]
-        if B >= (NUMPY_TREE_MIN_BATCH if ops.name == "numpy" else TREE_SOLVE_MIN_BATCH):  # sparse, batch-last
+        if B >= _tree_min_batch(ops):  # sparse, batch-last
             x, bad = tree_normal_solve(ops, T, pj, w_k.sum(1), g, diag_add, st["J"], pair, Hl)
             ok = ~bad
         else:
@@ -272,6 +274,13 @@ def _orient_joints(orient_joints):
         orient_joints = EFFECTOR_JOINTS
     return tuple(int(j) for j in orient_joints)
 
+
+
+def _tree_min_batch(ops) -> int:
+    """The batch from which :meth:`_Refinement.step` factorises the tree (smaller batches: the dense matrix)."""
+    if ops.name == "numpy":
+        return _tree.NUMPY_TREE_MIN_BATCH
+    return _tree.CUDA_TREE_SOLVE_MIN_BATCH if ops.device.type == "cuda" else _tree.TREE_SOLVE_MIN_BATCH
 
 def refine(
     local_rot: torch.Tensor,

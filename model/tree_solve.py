@@ -19,7 +19,7 @@ from . import lm
 from .features import NUM_JOINTS
 from .skeleton import PARENTS
 
-__all__ = ["ANC_INCL", "TREE_SOLVE_MIN_BATCH", "NUMPY_TREE_MIN_BATCH", "tree_cholesky_solve", "tree_normal_solve"]
+__all__ = ["ANC_INCL", "TREE_SOLVE_MIN_BATCH", "CUDA_TREE_SOLVE_MIN_BATCH", "NUMPY_TREE_MIN_BATCH", "tree_cholesky_solve", "tree_normal_solve"]
 
 #: ``[e, j]``: joint ``j`` is joint ``e`` or one of its ancestors (the orientation of ``e`` depends on it).
 ANC_INCL = np.zeros((NUM_JOINTS, NUM_JOINTS), dtype=bool)
@@ -31,6 +31,10 @@ for _e in range(NUM_JOINTS):
 
 #: Torch batches at least this large use the tree factorisation (smaller ones LAPACK).
 TREE_SOLVE_MIN_BATCH = 128
+#: On a GPU from this many frames: below it the dense matrix and batched Cholesky run several
+#: times faster there, the tree's column loop launching hundreds of small kernels
+#: (docs/tuning.md#cuda_tree_solve_min_batch).
+CUDA_TREE_SOLVE_MIN_BATCH = 131072
 #: Numpy batches at least this large use it: numpy's dense build costs more per frame than torch's
 #: in-place one (docs/tuning.md#numpy_max_frames).
 NUMPY_TREE_MIN_BATCH = 16

@@ -164,3 +164,14 @@ def test_large_batch_refinement_matches_small_batches():
     L, t = RF.refine(init, r0, target, w, off, eo, steps=4, orient_targets=ot, orient_weights=ow)
     L2, t2 = RF.refine(init[:8], r0[:8], target[:8], w[:8], off, eo, steps=4, orient_targets=ot[:8], orient_weights=ow[:8])
     assert torch.allclose(L[:8], L2, atol=1e-8) and torch.allclose(t[:8], t2, atol=1e-8)
+
+
+def test_each_backend_factorises_the_tree_from_its_own_batch():
+    """numpy and torch on the CPU from small batches; a GPU only from very large ones (its dense
+    matrix and batched Cholesky outrun the tree's column loop of small kernels below that)."""
+    from neural_ik.model import lm
+
+    assert RF._tree_min_batch(lm.NUMPY) == TS.NUMPY_TREE_MIN_BATCH
+    assert RF._tree_min_batch(lm.torch_ops(torch.float32, "cpu")) == TS.TREE_SOLVE_MIN_BATCH
+    assert RF._tree_min_batch(lm.torch_ops(torch.float32, "cuda")) == TS.CUDA_TREE_SOLVE_MIN_BATCH
+    assert TS.NUMPY_TREE_MIN_BATCH <= TS.TREE_SOLVE_MIN_BATCH < 4096 < TS.CUDA_TREE_SOLVE_MIN_BATCH
