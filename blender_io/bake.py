@@ -113,6 +113,9 @@ class BakeResult:
     start : str
         Which path gave the start pose: ``"network"`` (the keypoints through the network) or
         ``"source"`` (a source skeleton's own rotations, copied; the network did not run).
+    devices : dict or None
+        Where the stages ran: ``{"network": "cpu" or "cuda" (None where it did not run),
+        "rig_solve": "cpu" or "cuda"}``.
     keys : dict or None
         A bake onto a file's armature (no action): ``(property, bone index,
         array index) -> (T,) float32`` per keyed channel.
@@ -138,6 +141,7 @@ class BakeResult:
     figures: object = None
     mode: str = ""
     start: str = ""
+    devices: dict | None = None
     keys: dict | None = None
     rotation_modes: list | None = None
     preview: object = None
@@ -398,6 +402,8 @@ class BakeJob:
             figures=f,
             mode=self.core.mode,
             start=self.core.start,
+            devices={"rig_solve": str(self.core.rig_device),
+                     "network": str(getattr(self.core.solved, "device", "cpu")) if self.core.start == "network" else None},
             **extra,
         )
 

@@ -78,6 +78,7 @@ def result_row(result, clip, source, target, seconds):
         "layout": getattr(clip, "layout", None),
         "mode": getattr(result, "mode", None),
         "start": getattr(result, "start", None) or None,
+        "devices": getattr(result, "devices", None),
         "seconds": {k: round(v, 4) for k, v in stages.items()},
         "seconds_total": round(total, 4),
         "frames_per_second": round(frames / total, 2) if total > 0 else None,

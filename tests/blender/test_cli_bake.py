@@ -251,6 +251,7 @@ def test_bake_npz_onto_rigify_and_reimport_bvh(run_cli, tmp_path):
     assert row["status"] == "done" and row["frames"] == 60 and row["fps"] == 30.0
     assert row["target"] == "rigify" and row["mode"] == "dense"
     assert row["start"] == "network"            # keypoints alone: the network ran
+    assert row["devices"]["rig_solve"] == row["devices"]["network"] in ("cpu", "cuda")   # (the same device)
     assert set(row["seconds"]) >= {"read", "solve", "fit", "write", "export"}
     assert row["frames_per_second"] > 0
     assert 0 <= row["keypoint_error_mm"]["mean"] <= row["keypoint_error_mm"]["max"]

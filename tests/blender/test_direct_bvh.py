@@ -266,3 +266,4 @@ def test_bake_without_blender_when_it_writes_bvh_only(run_cli, mods, tmp_path):
     row = json.loads((tmp_path / "direct.json").read_text())["clips"][0]
     assert row["status"] == "done" and row["action"] is None and row["outputs"] == [str(tmp_path / "direct.bvh")]
     assert row["start"] == "source"             # the source skeleton's rotations: no network
+    assert row["devices"] == {"network": None, "rig_solve": "cpu"}

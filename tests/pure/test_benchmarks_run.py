@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("argv,expect", [
     (["bench_model.py", "--quick"], "| dense (32 keypoints) | 4096 |"),
     (["bench_gpu.py", "--device", "cpu", "--max-batch", "64"], "| sparse (6 effectors) | cpu |"),
+    (["bench_gpu.py", "--device", "cpu", "--max-batch", "16", "--bake-frames", "120"],
+     "| 120 | cpu | cpu (network) | cpu |"),
     (["bench_readers.py", "--frames", "300", "--repeat", "1"], "read_keypoints csv"),
     (["bench_fk.py", "--repeats", "3"], "rig FK numpy, meta-rig's"),
     (["bench_numpy_path.py", "--frames", "200", "--repeats", "1"], "\n    200 "),
