@@ -146,31 +146,36 @@ def _end_turns(obj, mapping, rig, now, moved, rotations) -> dict:
     """Bone index -> armature-space rotation for the hands, feet (their toes with them) and head:
     the empty's turn where given, the bone's turn now where the effector did not move."""
     out = {}
+    to_armature = _orthonormal(np.array(obj.matrix_world)[:3, :3]).T   # (its scale ignored)
     for e in _END_EFFECTORS:
         if e not in now or (moved[e] and e not in rotations):
             continue
         world = _orthonormal(rotations[e]) if e in rotations else now[e][1]
-        out[rig.index(mapping.entries[e])] = _armature_rotation(obj, world)
+        out[rig.index(mapping.entries[e])] = to_armature @ world
         child = _END_CHILDREN.get(e)
         if child in now:
-            out[rig.index(mapping.entries[child])] = _armature_rotation(obj, world @ now[e][1].T @ now[child][1])
+            out[rig.index(mapping.entries[child])] = to_armature @ (world @ now[e][1].T @ now[child][1])
     return out
 
 
 def _effector_bones_now(obj, mapping) -> dict:
     """Effector (and toe) name -> (world head, world rotation) of its mapped pose bone as posed now."""
     mw = np.array(obj.matrix_world)
-    out = {}
+    names, mats = [], []
     for e in SPARSE_EFFECTORS + tuple(_END_CHILDREN.values()):
         pb = obj.pose.bones.get(mapping.entries.get(e, ""))
-        if pb is None:
-            continue
-        m = mw @ np.array(pb.matrix)
-        out[e] = (m[:3, 3].copy(), _orthonormal(m[:3, :3]))
-    return out
+        if pb is not None:
+            names.append(e)
+            mats.append(mw @ np.array(pb.matrix))
+    if not names:
+        return {}
+    mats = np.array(mats)
+    rots = _orthonormal(mats[:, :3, :3])    # (one decomposition for all of them)
+    return {e: (mats[i, :3, 3].copy(), rots[i]) for i, e in enumerate(names)}
 
 
 def _orthonormal(m):
+    """The nearest rotation to a matrix or to each of a stack (scale and shear taken out)."""
     u, _, vt = np.linalg.svd(np.asarray(m, dtype=np.float64))
     return u @ vt
 
@@ -185,11 +190,6 @@ def _moved(target, now, rotation=None) -> bool:
         return False
     cos = (np.trace(now[1].T @ _orthonormal(rotation)) - 1.0) / 2.0
     return bool(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))) > UNTOUCHED_DEG)
-
-
-def _armature_rotation(obj, world):
-    """A world rotation in the armature's space (its object rotation taken out, scale ignored)."""
-    return _orthonormal(np.array(obj.matrix_world)[:3, :3]).T @ _orthonormal(world)
 
 
 def _unchanged(kp, now, t0, warnings) -> dict:

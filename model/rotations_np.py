@@ -8,6 +8,8 @@ Quaternions are ``(w, x, y, z)``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
@@ -251,10 +253,37 @@ def matrix_to_quat(mat: np.ndarray) -> np.ndarray:
     m = np.asarray(mat, dtype=np.float64)
     shape = m.shape[:-2]
     m = m.reshape(-1, 3, 3)
+    if m.shape[0] <= FEW_MATRICES:
+        return _matrix_to_quat_few(m).reshape(shape + (4,))
     out = np.empty((m.shape[0], 4))
     for s in range(0, m.shape[0], 1 << 16):
         out[s:s + (1 << 16)] = _matrix_to_quat_block(m[s:s + (1 << 16)])
     return out.reshape(shape + (4,))
+
+
+#: Up to this many matrices :func:`matrix_to_quat` works in Python floats, one at a time: a live
+#: solve converts a few bones' matrices a dozen times a tick, and the block's array set-up costs
+#: more (docs/tuning.md#few_matrices).
+FEW_MATRICES = 32
+
+
+def _matrix_to_quat_few(m):
+    """:func:`_matrix_to_quat_block`'s formulas and choice, one matrix at a time (the same numbers)."""
+    out = np.empty((m.shape[0], 4))
+    for i, ((m00, m01, m02), (m10, m11, m12), (m20, m21, m22)) in enumerate(m.tolist()):
+        d0 = 1.0 + m00 + m11 + m22
+        d1 = 1.0 + m00 - m11 - m22
+        d2 = 1.0 - m00 + m11 - m22
+        d3 = 1.0 - m00 - m11 + m22
+        hi01, hi23 = d1 > d0, d3 > d2
+        if (d3 if hi23 else d2) > (d1 if hi01 else d0):
+            q = (m10 - m01, m02 + m20, m12 + m21, d3) if hi23 else (m02 - m20, m01 + m10, d2, m12 + m21)
+        else:
+            q = (m21 - m12, d1, m01 + m10, m02 + m20) if hi01 else (d0, m21 - m12, m02 - m20, m10 - m01)
+        s = math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+        s = -s if q[0] < 0 else s
+        out[i] = (q[0] / s, q[1] / s, q[2] / s, q[3] / s)
+    return out
 
 
 def _matrix_to_quat_block(m):

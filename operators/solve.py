@@ -65,12 +65,11 @@ def effector_objects(root):
 
 def effector_rotations(root) -> dict:
     """Current world rotations (3, 3) of the effector empties (scale taken out): name -> rotation."""
-    out = {}
-    for name, obj in effector_objects(root).items():
-        m = np.array(obj.matrix_world)[:3, :3]
-        u, _, vt = np.linalg.svd(m)
-        out[name] = u @ vt
-    return out
+    objs = effector_objects(root)
+    if not objs:
+        return {}
+    u, _, vt = np.linalg.svd(np.array([np.array(o.matrix_world)[:3, :3] for o in objs.values()]))
+    return dict(zip(objs, u @ vt))     # (one decomposition for all of them: Live Solve asks every tick)
 
 
 def effector_rotation_targets(context):

@@ -105,6 +105,7 @@ class RigDescription:
             p = self.parents[i]
             depth[i] = 0 if p < 0 else depth[p] + 1
         self.depth = depth
+        self._ancestors = None   # (bone -> its ancestors, nearest first; a set of them: built when first asked)
 
     # -- construction --------------------------------------------------------
     @classmethod
@@ -188,16 +189,26 @@ class RigDescription:
 
     def ancestors(self, i: int) -> list:
         """Indices of the ancestors of ``i``, nearest first."""
-        out = []
-        p = self.parents[i]
-        while p >= 0:
-            out.append(int(p))
-            p = self.parents[p]
-        return out
+        return list(self._ancestor_table()[i][0])
 
     def is_ancestor(self, a: int, b: int) -> bool:
         """Whether bone ``a`` is a strict ancestor of bone ``b``."""
-        return a in self.ancestors(b)
+        return a in self._ancestor_table()[b][1]
+
+    def _ancestor_table(self) -> list:
+        """Per bone: its ancestors (a tuple, nearest first) and their set; once per rig (a live
+        solve asks a hundred times a tick)."""
+        if self._ancestors is None:
+            table = []
+            for i in range(len(self.names)):
+                out = []
+                p = self.parents[i]
+                while p >= 0:
+                    out.append(int(p))
+                    p = self.parents[p]
+                table.append((tuple(out), frozenset(out)))
+            self._ancestors = table
+        return self._ancestors
 
     def descendants(self, i: int) -> list:
         """All descendants of ``i`` (depth first)."""

@@ -129,3 +129,20 @@ def test_matrix_to_quat_matches_the_four_formulas_in_each_case():
         assert (largest == k).sum() > 500
         np.testing.assert_allclose(got[largest == k], q[largest == k], atol=1e-12)
     assert (got[:, 0] >= 0).all()
+
+
+def test_a_few_matrices_take_the_block_formulas_number_for_number():
+    """matrix_to_quat's Python-float path (up to FEW_MATRICES) gives the block path's very numbers:
+    any turn, half turns about each axis (the other formulas), a non-finite matrix, and both sides
+    of the size where it switches."""
+    from neural_ik.model import rotations_np as RN
+
+    rng = np.random.default_rng(3)
+    m = RN.axis_angle_to_matrix(rng.normal(size=(300, 3)) * 2.0)
+    for k, axis in enumerate(np.eye(3)):
+        m[10 + k] = RN.axis_angle_to_matrix(np.pi * axis)
+    m[20] = np.nan
+    np.testing.assert_array_equal(RN._matrix_to_quat_few(m), RN._matrix_to_quat_block(m))
+    for n in (1, RN.FEW_MATRICES, RN.FEW_MATRICES + 1):
+        np.testing.assert_array_equal(RN.matrix_to_quat(m[:n]), RN._matrix_to_quat_block(m[:n]))
+    assert RN.matrix_to_quat(m[0]).shape == (4,) and RN.matrix_to_quat(m[:6].reshape(2, 3, 3, 3)).shape == (2, 3, 4)
