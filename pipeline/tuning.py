@@ -133,6 +133,9 @@ STAND_PERCENTILE = 20.0
 FOOT_PITCH_MAX = 30.0
 #: The least: a smaller difference is within what planted frames vary by (see docs/tuning.md#foot_pitch_min).
 FOOT_PITCH_MIN = 4.0
+#: How far (share of the ankle-to-ball length) a foot along the source's may put its ball below its
+#: clearance before its direction turns up about the ankle (see docs/tuning.md#foot_floor_slack).
+FOOT_FLOOR_SLACK = 0.05
 #: Seconds over which a foot given by its ankle alone turns to lie flat as its ankle stands, and back.
 FOOT_TURN_BLEND = CONTACT_BLEND
 #: ... from this long before its ankle stands: a heel-first landing rolls flat (see docs/tuning.md#foot_turn_lead).
