@@ -60,9 +60,6 @@ class TargetInfo:
         ``"foot_l"``/``"foot_r"`` -> degrees by which the source's foot
         direction was pitched onto the rig's flat foot
         (:func:`foot_pitch_corrections`).
-    floor_lifted : int
-        Foot-frames on which a standing foot's ball would have gone through
-        the floor and its direction was turned up about the ankle.
     """
 
     effectors: dict = field(default_factory=dict)
@@ -75,7 +72,6 @@ class TargetInfo:
     rigid: dict = field(default_factory=dict)
     sole: float = 0.0
     foot_pitch: dict = field(default_factory=dict)
-    floor_lifted: int = 0
 
 
 def floor_normal(object_matrix) -> np.ndarray:

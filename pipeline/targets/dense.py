@@ -79,7 +79,6 @@ class DenseRows:
         self.rig = plan.rig
         self.x = src * scale
         self.feet_dir = {}         # foot joint -> its pitched direction (T, 3), for the ball's contact
-        self.feet_row = {}         # foot joint -> its direction row
         self.floor_known = False   # (the rig stands on its floor at rest: its feet's clearances are known)
         self.pelvis_row = False    # (whether a row leaves the pelvis along the spine)
         self.root_rows = []
@@ -109,8 +108,6 @@ class DenseRows:
         if pitch:   # (a foot: the source's flat foot onto the rig's, foot_pitch_corrections)
             u = np.where(ok[:, None], pitch_down(np.where(ok[:, None], u, 0.0), self.n, pitch), u)
             self.feet_dir[JOINTS[ja]] = u
-        if JOINTS[ja].startswith("foot_"):
-            self.feet_row[JOINTS[ja]] = len(tg.rows)
         if rigid:
             self.info.rigid[len(tg.rows)] = L
         tg.add({tg.point(bb): 1.0, tg.point(ba): -1.0}, L * u, weight * ok, name=f"{JOINTS[ja]}>{JOINTS[jb]}",
@@ -395,18 +392,14 @@ class DenseRows:
             tg.add({tg.point(fp[s][0][1]): 1.0}, ankle, self.w["height"] * mask[:, ka],
                    axes=np.outer(n, n), name=f"ankle_{s} height", kind="height")
             heights.append(np.full(int(mask[:, ka].sum()), delta))
-        cs = {}
-        for pi, (pname, _bone_, _off, h_rig) in enumerate(fp[s][:2]):
+        for pi, (pname, bone, off, h_rig) in enumerate(fp[s][:2]):
             k = _K[f"{_CONTACT_KEYPOINT[pname]}_{s}"]
-            if mask[:, k].any():
-                cs[pname] = self._contact_frames(k, h_src if pname == "ankle" else h_src * h_rig / max(fp[s][0][3], 1e-9))
-                contacts[:, 2 * si + pi] = cs[pname]
-        self._foot_above_floor(s, fp, ankle, mask[:, ka])
-        for pname, bone, off, _h in fp[s][:2]:
-            c = cs.get(pname)
-            if c is None or not c.any():
+            if not mask[:, k].any():
                 continue
-            k = _K[f"{_CONTACT_KEYPOINT[pname]}_{s}"]
+            c = self._contact_frames(k, h_src if pname == "ankle" else h_src * h_rig / max(fp[s][0][3], 1e-9))
+            contacts[:, 2 * si + pi] = c
+            if not c.any():
+                continue
             tgt = ankle if pname == "ankle" else x[:, k] + n * delta
             if pname == "ball" and f"foot_{s}" in self.feet_dir:
                 # a foot pitched onto the rig's flat foot: its ball where the rig's own foot puts it, from
@@ -433,62 +426,6 @@ class DenseRows:
             return ankle
         h = fp[s][0][3] - tuning.FOOT_FLOOR_SLACK * self._foot_length(fp, s)
         return ankle + np.outer(np.maximum(h - ankle @ self.n, 0.0), self.n)
-
-    def _foot_above_floor(self, s, fp, ankle, ok):
-        """The foot's direction turned up where it would put the ball through the floor.
-
-        A rig's foot longer than the source's, along the source's foot
-        (markerless capture's tiptoe), put its ball below the floor while the
-        ankle stood where the source's did. On every frame on which the ball,
-        along the foot's direction row from the ankle's target ``ankle``,
-        would be more than the slack (:data:`..tuning.FOOT_FLOOR_SLACK`) below
-        its rest clearance, that row turns up about the ankle until the ball
-        is there (its length kept: nothing changes where the ball just
-        touches, so the turn sets in without a jump), a pitched foot's ball
-        target with it, and the toe lies along the floor.
-        """
-        key = f"foot_{s}"
-        if not self.floor_known or key not in self.feet_row or len(fp[s]) < 2:
-            return
-        n = self.n
-        h, L = fp[s][1][3], self._foot_length(fp, s)
-        row = self.tg.rows[self.feet_row[key]]
-        d = row["target"].astype(np.float64)                   # the foot's segment along the source's foot
-        u = d / np.maximum(vector_norm(d, keepdims=True), 1e-12)
-        flat = u - np.outer(u @ n, n)
-        fl = vector_norm(flat, keepdims=True)[:, 0]
-        h = h - tuning.FOOT_FLOOR_SLACK * L     # (a foot that dips less is left as the source has it)
-        depth = h - (ankle + L * u) @ n
-        low = ok & (row["weight"] > 0) & (depth > 1e-9) & (fl > 1e-6)   # (straight down: no heading to keep)
-        if not low.any() or L < 1e-6:
-            return
-        heading = flat[low] / fl[low, None]
-        up = np.clip((h - ankle[low] @ n) / L, -1.0, 1.0)[:, None]
-        u_new = heading * np.sqrt(1.0 - up * up) + n * up
-        row["target"][low] = (vector_norm(d[low], keepdims=True) * u_new).astype(row["target"].dtype)
-        if key in self.feet_dir:
-            self.feet_dir[key] = self.feet_dir[key].copy()
-            self.feet_dir[key][low] = u_new
-        self._toe_along_floor(s, low, heading, np.clip(depth[low] / (0.1 * L), 0.0, 1.0))
-        self.info.floor_lifted += int(low.sum())
-
-    def _toe_along_floor(self, s, low, heading, share):
-        """A row for the toe bone along the floor (``heading``) on the frames ``low``, weighted by ``share``
-        (from nothing where the ball just touches the floor: no jump where it sets in)."""
-        t = _bone(self.plan, f"toe_{s}")
-        if t is None:
-            return
-        tail = self.rig.tail[t] - self.rig.head[t]
-        Lt = float(np.linalg.norm(tail))
-        if Lt < 1e-6:
-            return
-        tgt = np.zeros((self.T, 3))
-        tgt[low] = Lt * heading
-        w = np.zeros(self.T)
-        w[low] = self.w["direction"] * share
-        self.info.rigid[len(self.tg.rows)] = Lt
-        self.tg.add({self.tg.point(t, self.rig.rest_rotation()[t].T @ tail): 1.0, self.tg.point(t): -1.0}, tgt,
-                    w, name=f"toe_{s} along the floor", kind="direction")
 
     def _contact_frames(self, k, h_pt):
         """Frames (T,) bool in which source point ``k``, lowered to flat-foot height ``h_pt``, stands on the floor."""
