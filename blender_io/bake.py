@@ -403,7 +403,8 @@ class BakeJob:
             mode=self.core.mode,
             start=self.core.start,
             devices={"rig_solve": str(self.core.rig_device),
-                     "network": str(getattr(self.core.solved, "device", "cpu")) if self.core.start == "network" else None},
+                     "network": (str(getattr(self.core.solved, "device", "cpu"))
+                                 if self.core.start == "network" else None)},
             **extra,
         )
 

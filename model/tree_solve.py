@@ -19,7 +19,8 @@ from . import lm
 from .features import NUM_JOINTS
 from .skeleton import PARENTS
 
-__all__ = ["ANC_INCL", "TREE_SOLVE_MIN_BATCH", "CUDA_TREE_SOLVE_MIN_BATCH", "NUMPY_TREE_MIN_BATCH", "tree_cholesky_solve", "tree_normal_solve"]
+__all__ = ["ANC_INCL", "TREE_SOLVE_MIN_BATCH", "CUDA_TREE_SOLVE_MIN_BATCH", "NUMPY_TREE_MIN_BATCH",
+           "tree_cholesky_solve", "tree_normal_solve"]
 
 #: ``[e, j]``: joint ``j`` is joint ``e`` or one of its ancestors (the orientation of ``e`` depends on it).
 ANC_INCL = np.zeros((NUM_JOINTS, NUM_JOINTS), dtype=bool)

@@ -133,8 +133,8 @@ STAND_PERCENTILE = 20.0
 FOOT_PITCH_MAX = 30.0
 #: The least: a smaller difference is within what planted frames vary by (see docs/tuning.md#foot_pitch_min).
 FOOT_PITCH_MIN = 4.0
-#: How far (share of the ankle-to-ball length) a foot along the source's may put its ball below its
-#: clearance before its direction turns up about the ankle (see docs/tuning.md#foot_floor_slack).
+#: How far (share of the ankle-to-ball length) an ankle target may lie below the ankle's rest
+#: clearance before it is lifted to it, on a rig standing on its floor (docs/tuning.md#foot_floor_slack).
 FOOT_FLOOR_SLACK = 0.05
 #: Seconds over which a foot given by its ankle alone turns to lie flat as its ankle stands, and back.
 FOOT_TURN_BLEND = CONTACT_BLEND
