@@ -49,7 +49,6 @@ import torch
 from _pkg import import_package  # the script's folder is on sys.path
 
 SIZES = (1, 16, 256, 4096, 65536, 262144)
-META_RIG = Path(__file__).resolve().parent.parent / "tests" / "data" / "rigify_metarig.json"
 
 
 def _sync(dev):
@@ -213,12 +212,11 @@ def main(argv=None):
 
 
 def _metarig():
-    from neural_ik.retarget.rig import RigDescription
+    """Rigify's meta-rig as stored data (the tests' copy: no Blender here)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import rigs
 
-    blob = json.loads(META_RIG.read_text())
-    return RigDescription.from_foreach(blob["names"], blob["parents"], np.array(blob["matrix_local"], np.float32),
-                                       np.array(blob["head"], np.float32), np.array(blob["tail"], np.float32),
-                                       world_matrix=np.eye(4), name="metarig")
+    return rigs.rigify_metarig_description()
 
 
 def _bake(rig, mapping, kp, device):

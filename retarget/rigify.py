@@ -56,11 +56,11 @@ _HELPER_PREFIXES = ("MCH-", "ORG-", "DEF-", "VIS_", "WGT-")
 def is_generated_rigify(rig) -> bool:
     """Whether ``rig`` is an armature Rigify generated (its helper bones are there); remembered on the rig."""
     hit = rig.__dict__.get("_generated_rigify")
-    if hit is None or hit[0] is not rig.names:
+    if hit is None:    # (a description is read-only: its names do not change)
         names = rig.names
-        hit = (names, any(n.startswith("MCH-") for n in names) and any(n.startswith("ORG-") for n in names))
-        rig.__dict__["_generated_rigify"] = hit
-    return hit[1]
+        hit = rig.__dict__["_generated_rigify"] = (any(n.startswith("MCH-") for n in names)
+                                                   and any(n.startswith("ORG-") for n in names))
+    return hit
 
 
 #: Joints with a bone on each side: a template's ``"{S}"`` is L/R, ``"{Side}"`` Left/Right, ``"{s}"`` l/r.
