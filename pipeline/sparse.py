@@ -16,7 +16,7 @@ from . import tuning
 from .filters import smooth, smooth_columns
 from .paths import BakePath, pose_jumps
 from .plans import cached_plan, hip_height, leg_length
-from .source import source_rest_is_human
+from .source import rest_is_human, source_rest_is_human
 from .start import network_start
 
 __all__ = ["SparsePath", "settle_in_time", "mend_islands", "cuts", "stretches"]
@@ -68,8 +68,9 @@ class SparsePath(BakePath):
         """The rig's size over the body's of a clip of effectors without a skeleton, or None (one pose, no feet).
 
         The pelvis' height over the lower ankle, where the legs are straightest (the clip's 90th
-        percentile), against the rig's at rest; within :data:`.tuning.SAME_BODY` of 1 the body is
-        taken as the rig's own (effectors made for it).
+        percentile), against the rig's at rest (:meth:`_rig_hip_height`; None where its rest does
+        not stand); within :data:`.tuning.SAME_BODY` of 1 the body is taken as the rig's own
+        (effectors made for it).
         """
         from .targets import floor_normal
 
@@ -81,8 +82,7 @@ class SparsePath(BakePath):
             rig, ent = job.plan.rig, job.plan.mapping.entries
             n = floor_normal(job.object_matrix)
             if all(j in ent and rig.has(ent[j]) for j in ("pelvis", "foot_l", "foot_r")):
-                h = [rig.head[rig.index(ent[j])] @ n for j in ("pelvis", "foot_l", "foot_r")]
-                rig_h = (h[0] - min(h[1:])) * job.unit
+                rig_h = self._rig_hip_height(n)
                 k = [KEYPOINTS.index(j) for j in ("pelvis", "foot_l", "foot_r")]
                 z = job.src_m[:, k] @ n
                 src = z[:, 0] - np.minimum(z[:, 1], z[:, 2])
@@ -92,6 +92,19 @@ class SparsePath(BakePath):
                     if np.isfinite(ratio) and ratio > 0 and abs(ratio - 1.0) > tuning.SAME_BODY:
                         self.body_ratio = ratio
         return self.body_ratio
+
+    def _rig_hip_height(self, n) -> float:
+        """The rig's pelvis over its lower ankle at rest (world units), or 0 where the rest does not
+        stand: no human pose (:func:`.source.rest_is_human`: a skeleton's rest as some files give it,
+        its legs along an axis) or lying (the height under half the legs' length); such a rest says
+        nothing of the rig's standing height."""
+        job = self.job
+        rig, ent = job.plan.rig, job.plan.mapping.entries
+        h = [rig.head[rig.index(ent[j])] @ n for j in ("pelvis", "foot_l", "foot_r")]
+        height = float(h[0] - min(h[1:]))
+        if not rest_is_human(job.plan) or height < 0.5 * job.plan.leg_length:
+            return 0.0
+        return height * job.unit
 
     def scale(self, scale):
         from .targets import floor_normal

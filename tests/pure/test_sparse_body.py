@@ -42,6 +42,32 @@ def test_effectors_of_another_body_are_scaled_onto_the_rig(size):
     assert np.percentile(legs, 90) > 0.9 * rest                   # standing tall on the rig's legs
 
 
+def _lying(rig):
+    """``rig`` with its whole rest turned to lie along the armature's X axis (a BVH skeleton's rest as some
+    studios write it: no standing pose)."""
+    from neural_ik.retarget.rig import RigDescription
+
+    R = np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])   # Z (up) onto X
+    M = np.eye(4)
+    M[:3, :3] = R
+    return RigDescription(names=list(rig.names), parents=rig.parents.copy(), matrix_local=M @ rig.matrix_local,
+                          head=rig.head @ R.T, tail=rig.tail @ R.T, world_matrix=rig.world_matrix, name="lying")
+
+
+def test_effectors_onto_a_rig_lying_at_rest_keep_their_size():
+    """A rig whose rest lies down says nothing of its standing height: the effectors of its own body are
+    taken at the rig's size (the rest's pelvis-over-ankle height, nearly nothing, read them as a giant's
+    and put the body at the armature's origin, 1.7 m from them), and they are met."""
+    rig = _lying(rigs.humanoid("mixamo"))
+    mapping = auto_map(rig)
+    job = RigBake(rig, mapping, _six(walk_keypoints(2.0, 30.0)), None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+    job.run()
+    assert job.scale * job.unit == pytest.approx(1.0, abs=0.02)
+    assert job.figures.effector_reach_mm[1] < 1.0
+    pelvis = job.full_result().heads[:, rig.index(mapping.entries["pelvis"])]
+    np.testing.assert_allclose(pelvis, walk_keypoints(2.0, 30.0)[:, KEYPOINTS.index("pelvis")], atol=2e-3)
+
+
 def test_one_pose_takes_its_own_rig_solve_iterations(monkeypatch):
     """A pose's rig solve runs SPARSE_POSE_ITERATIONS, not the dense bakes' RIG_ITERATIONS (a Live
     Solve tick's largest part); an explicit rig_iterations still counts, at least that many."""
