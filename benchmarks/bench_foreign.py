@@ -30,7 +30,10 @@ Per folder a table (frame-weighted means over clips):
   its parent's, so independent of the bones' rest frames), over the body's
   joints and over those with a child in the body;
 - **reach mm** (sparse): distance of the pelvis, head, wrists and ankles to
-  their targets;
+  their targets, and the largest (**reach max**); on ``rigify`` to the
+  source's effectors moved and scaled as one (the clip's best scale and
+  shift: how the bake sizes another body is its own choice, a shape it does
+  not keep is a miss);
 - **floor cm**: the lowest foot point (heads and tails of the foot bones and
   their children) over the frames where a foot of the source stands (an
   ankle or toe within 3 cm of its low and under 0.25 m/s, as the bake's own
@@ -156,6 +159,18 @@ def rotation_error(local_pred, local_ref):
 def joint_error(pred, ref):
     """Mean distance (mm) between joint positions (T, J, 3) given in metres."""
     return float(np.mean(np.linalg.norm(np.asarray(pred) - np.asarray(ref), axis=-1)) * 1000.0)
+
+
+def reach_error(pred, ref, similar):
+    """Mean and max distance (mm) of effectors (T, E, 3) in metres; ``similar``: after the best uniform scale and
+    shift of ``ref`` onto ``pred`` (least squares, one for the clip)."""
+    p = np.asarray(pred, dtype=np.float64).reshape(-1, 3)
+    r = np.asarray(ref, dtype=np.float64).reshape(-1, 3)
+    if similar:
+        p, r = p - p.mean(axis=0), r - r.mean(axis=0)
+        r = r * float(np.sum(p * r) / max(np.sum(r * r), 1e-12))
+    d = np.linalg.norm(p - r, axis=-1) * 1000.0
+    return float(d.mean()), float(d.max())
 
 
 def jitter(pos):
@@ -348,7 +363,8 @@ def measure(pred, ref, fps, *, own, sparse, contact, floor, stand):
     out["joint"] = joint_error(jp, jr)
     out["jitter"] = jitter(jp)
     if sparse:
-        out["reach"] = joint_error(pred.role_heads(EFFECTOR_KEYS), ref.role_heads(EFFECTOR_KEYS))
+        out["reach"], out["reach_max"] = reach_error(pred.role_heads(EFFECTOR_KEYS), ref.role_heads(EFFECTOR_KEYS),
+                                                     similar=not own)
     out.update(rig_figures(pred, fps, contact=contact, floor=floor, stand=stand, foot_from=ref))
     return out
 
@@ -377,7 +393,7 @@ def rig_figures(posed, fps, *, contact, floor, stand, foot_from=None):
 # the run
 
 COLUMNS = (("joint", "joint mm", "{:.1f}"), ("rot_all", "rot deg", "{:.1f}"), ("rot_child", "rot child", "{:.1f}"),
-           ("reach", "reach mm", "{:.1f}"), ("floor", "floor cm", "{:+.1f}"), ("upright", "upright %", "{:.0f}"),
+           ("reach", "reach mm", "{:.1f}"), ("reach_max", "reach max", "{:.1f}"), ("floor", "floor cm", "{:+.1f}"), ("upright", "upright %", "{:.0f}"),
            ("knees", "knees back", "{:d}"), ("jitter", "jitter mm/f2", "{:.2f}"), ("skate", "skate mm/f", "{:.2f}"))
 
 
@@ -394,6 +410,8 @@ def aggregate(rows):
             continue
         if key == "knees":
             out[key] = int(sum(v for v, _ in vals))
+        elif key == "reach_max":
+            out[key] = float(max(v for v, _ in vals))
         else:
             out[key] = float(sum(v * wi for v, wi in vals) / sum(wi for _, wi in vals))
     return out

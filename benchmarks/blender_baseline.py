@@ -73,8 +73,8 @@ HEAD_NAMES = ("Head", "head", "spine.006", "mixamorig:Head")
 
 #: Metres per file unit of each folder of ../shared/mocap/foreign (its README) and up axis.
 FOLDER_UNITS = {
-    "cmu_hahne": (0.0564, "Y", None),   # CMU units: no --units value exists for them
-    "cmu_ad": (0.0564, "Y", None),
+    "cmu_hahne": (0.0254 / 0.45, "Y", "cmu"),   # CMU units (1/0.45 inch)
+    "cmu_ad": (0.0254 / 0.45, "Y", "cmu"),
     "cmu_sl": (1.0, "Y", "m"),
     "fair1": (0.0254, "Z", "in"),
     "sfu": (0.0254, "Y", "in"),

@@ -148,6 +148,20 @@ def test_same_clip_measures_zero_and_a_floating_rig_does_not():
     assert fl["rot_all"] == pytest.approx(0.0, abs=1e-4)
 
 
+def test_reach_onto_another_rig_ignores_its_size_and_sees_a_missed_effector():
+    """Onto another rig the reach is taken after the clip's best scale and shift: a bake sizing the body its own
+    way reads 0, a hand 5 cm off on ten frames reads so in the max."""
+    ref, _ = _walk()
+    eff = ref.role_heads(bf.EFFECTOR_KEYS)
+    sized = 1.07 * eff + np.array([0.3, -0.2, 0.01])
+    assert bf.reach_error(sized, eff, similar=True) == pytest.approx((0.0, 0.0), abs=1e-9)
+    assert bf.reach_error(sized, eff, similar=False)[0] > 10.0
+    missed = sized.copy()
+    missed[:10, bf.EFFECTOR_KEYS.index("hand_l"), 0] += 0.05
+    mean, worst = bf.reach_error(missed, eff, similar=True)
+    assert worst > 45.0 and 0.0 < mean < 5.0
+
+
 def test_rotation_error_ignores_rest_frames_and_sees_a_twist():
     rng = np.random.default_rng(1)
     rolls = np.stack([_rot(rng.normal(size=3), rng.uniform(0, 180)) for _ in NAMES])
