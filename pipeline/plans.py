@@ -23,8 +23,9 @@ def leg_length(skel) -> float:
     return float(np.mean([np.linalg.norm(o[_J[f"calf_{s}"]]) + np.linalg.norm(o[_J[f"foot_{s}"]]) for s in "lr"]))
 
 
-def hip_height(plan, n=(0.0, 0.0, 1.0)) -> float:
-    """Rest height along ``n`` of the pelvis bone's head over the lowest ankle or ball (foot and toe heads); 0 without.
+def hip_height(plan, n=(0.0, 0.0, 1.0), feet=("foot_l", "foot_r", "toe_l", "toe_r")) -> float:
+    """Rest height along ``n`` of the pelvis bone's head over the lowest of ``feet`` (ankles and balls: foot and toe
+    heads); 0 without.
 
     Joints only, no bone tails: two conventions of one skeleton (joint
     orients or none, tails along the bone or along an axis) have the same
@@ -32,8 +33,7 @@ def hip_height(plan, n=(0.0, 0.0, 1.0)) -> float:
     """
     rig, ent = plan.rig, plan.mapping.entries
     n = np.asarray(n, dtype=np.float64)
-    feet = [rig.head[rig.index(ent[j])] @ n for j in ("foot_l", "foot_r", "toe_l", "toe_r")
-            if j in ent and rig.has(ent[j])]
+    feet = [rig.head[rig.index(ent[j])] @ n for j in feet if j in ent and rig.has(ent[j])]
     if not feet or "pelvis" not in ent or not rig.has(ent["pelvis"]):
         return 0.0
     return max(float(rig.head[rig.index(ent["pelvis"])] @ n) - min(feet), 0.0)

@@ -22,6 +22,8 @@ from .start import network_start
 __all__ = ["SparsePath", "settle_in_time", "mend_islands", "cuts", "stretches"]
 
 _K = {n: i for i, n in enumerate(KEYPOINTS)}
+#: The foot points a body's height (its pelvis over them) is measured from: what the legs span.
+ANKLES = ("foot_l", "foot_r")
 #: The bones of the limbs, which reach for the effectors (a weaker prior than the torso's).
 _LIMBS = ("upperarm_l", "forearm_l", "hand_l", "upperarm_r", "forearm_r", "hand_r", "thigh_l", "calf_l",
           "foot_l", "thigh_r", "calf_r", "foot_r", "clavicle_l", "clavicle_r")
@@ -67,10 +69,13 @@ class SparsePath(BakePath):
     def _body_ratio(self):
         """The rig's size over the body's of a clip of effectors without a skeleton, or None (one pose, no feet).
 
-        The pelvis' height over the lower ankle, where the legs are straightest (the clip's 90th
-        percentile), against the rig's at rest (:meth:`_rig_hip_height`; None where its rest does
-        not stand); within :data:`.tuning.SAME_BODY` of 1 the body is taken as the rig's own
-        (effectors made for it).
+        The smaller of two ratios, each the rig's rest length over the clip's
+        :data:`.tuning.STANDING_PERCENTILE` of the body's (where it stands straight): the pelvis'
+        height over the lower ankle (against :meth:`_rig_hip_height`; None where the rig's rest does
+        not stand) and the pelvis-to-head distance. Bent knees all clip long (a dance) make the
+        legs read short, never the torso; the smaller keeps the legs and the torso able to span
+        the scaled effectors. Within :data:`.tuning.SAME_BODY` of 1 the body is taken as the rig's
+        own (effectors made for it).
         """
         from .targets import floor_normal
 
@@ -79,19 +84,38 @@ class SparsePath(BakePath):
             return None
         if "body_ratio" not in self.__dict__:
             self.body_ratio = None
-            rig, ent = job.plan.rig, job.plan.mapping.entries
             n = floor_normal(job.object_matrix)
-            if all(j in ent and rig.has(ent[j]) for j in ("pelvis", "foot_l", "foot_r")):
-                rig_h = self._rig_hip_height(n)
-                k = [KEYPOINTS.index(j) for j in ("pelvis", "foot_l", "foot_r")]
-                z = job.src_m[:, k] @ n
-                src = z[:, 0] - np.minimum(z[:, 1], z[:, 2])
-                src = src[np.isfinite(src)]
-                if src.size and rig_h > 0:
-                    ratio = rig_h / float(np.percentile(src, 90))
-                    if np.isfinite(ratio) and ratio > 0 and abs(ratio - 1.0) > tuning.SAME_BODY:
-                        self.body_ratio = ratio
+            legs = self._part_ratio(self._rig_hip_height(n), ("pelvis", "foot_l", "foot_r"),
+                                    lambda p: (p[:, 0] - np.minimum(p[:, 1], p[:, 2])) @ n)
+            if legs is not None:
+                torso = self._part_ratio(self._rig_torso(), ("pelvis", "head"),
+                                         lambda p: vector_norm(p[:, 1] - p[:, 0]))
+                ratio = legs if torso is None else min(legs, torso)
+                if abs(ratio - 1.0) > tuning.SAME_BODY:
+                    self.body_ratio = ratio
         return self.body_ratio
+
+    def _part_ratio(self, rig_length, joints, measure):
+        """``rig_length`` over the standing percentile of ``measure`` (T,) of the clip's ``joints`` (T, J, 3),
+        or None without them on the rig (``rig_length`` 0) or in the clip."""
+        job = self.job
+        rig, ent = job.plan.rig, job.plan.mapping.entries
+        if rig_length <= 0 or not all(j in ent and rig.has(ent[j]) for j in joints):
+            return None
+        src = measure(job.src_m[:, [KEYPOINTS.index(j) for j in joints]].astype(np.float64))
+        src = src[np.isfinite(src)]
+        if not src.size:
+            return None
+        ratio = rig_length / float(np.percentile(src, tuning.STANDING_PERCENTILE))
+        return ratio if np.isfinite(ratio) and ratio > 0 else None
+
+    def _rig_torso(self) -> float:
+        """The rig's pelvis-to-head distance at rest (world units), 0 where its rest is no human pose."""
+        job = self.job
+        rig, ent = job.plan.rig, job.plan.mapping.entries
+        if not all(j in ent and rig.has(ent[j]) for j in ("pelvis", "head")) or not rest_is_human(job.plan):
+            return 0.0
+        return float(np.linalg.norm(rig.head[rig.index(ent["head"])] - rig.head[rig.index(ent["pelvis"])])) * job.unit
 
     def _rig_hip_height(self, n) -> float:
         """The rig's pelvis over its lower ankle at rest (world units), or 0 where the rest does not
@@ -99,9 +123,7 @@ class SparsePath(BakePath):
         its legs along an axis) or lying (the height under half the legs' length); such a rest says
         nothing of the rig's standing height."""
         job = self.job
-        rig, ent = job.plan.rig, job.plan.mapping.entries
-        h = [rig.head[rig.index(ent[j])] @ n for j in ("pelvis", "foot_l", "foot_r")]
-        height = float(h[0] - min(h[1:]))
+        height = hip_height(job.plan, n, ANKLES)
         if not rest_is_human(job.plan) or height < 0.5 * job.plan.leg_length:
             return 0.0
         return height * job.unit
@@ -112,11 +134,11 @@ class SparsePath(BakePath):
         job = self.job
         if job.source_rig is None or not source_rest_is_human(job.source_rig):
             return scale   # (effectors alone: the network's skeleton has the body's size, see _skeleton)
-        # a file's effectors: its pelvis must stand over its feet on the rig as in the file, so the
-        # scale is the ratio of the hip heights at rest (the legs' lengths leave out where the hips
-        # sit below the pelvis and how high the ankle is)
+        # a file's effectors: the rig's legs must span its pelvis-to-ankle distances, so the scale is
+        # the ratio of the pelvis' heights over the ankles at rest (the legs' lengths leave out where
+        # the hips sit below the pelvis; the balls, how high an ankle stands over them)
         splan = cached_plan(job.source_rig.rig, job.source_rig.mapping)
-        src_h, rig_h = hip_height(splan), hip_height(job.plan, floor_normal(job.object_matrix))
+        src_h, rig_h = hip_height(splan, feet=ANKLES), hip_height(job.plan, floor_normal(job.object_matrix), ANKLES)
         return rig_h / src_h if src_h > 0 and rig_h > 0 else scale
 
     def prepare(self, init):

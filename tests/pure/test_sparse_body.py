@@ -42,6 +42,22 @@ def test_effectors_of_another_body_are_scaled_onto_the_rig(size):
     assert np.percentile(legs, 90) > 0.9 * rest                   # standing tall on the rig's legs
 
 
+def test_effectors_with_knees_bent_all_clip_are_the_rig_own():
+    """The rig's own body walking crouched (pelvis, head and hands lower, the feet on the floor): its legs never
+    straighten, its torso does; taken as made for the rig (scale 1), every effector met.
+
+    From the legs alone the body read 9 % smaller than the rig and its effectors were scaled up, missing their
+    own skeleton's (cmu_sl's dances: 3 cm)."""
+    rig = rigs.humanoid("mixamo")
+    walk = walk_keypoints(2.0, 30.0)
+    low = [KEYPOINTS.index(j) for j in ("pelvis", "head", "hand_l", "hand_r")]
+    walk[:, low, 2] -= 0.08 * (walk[:, KEYPOINTS.index("pelvis"), 2].max() - walk[:, KEYPOINTS.index("foot_l"), 2].min())
+    job = RigBake(rig, auto_map(rig), _six(walk), None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+    job.run()
+    assert job.scale * job.unit == pytest.approx(1.0, abs=1e-6)
+    assert job.figures.effector_reach_mm[1] < 1.0, job.figures.unreachable
+
+
 def _lying(rig):
     """``rig`` with its whole rest turned to lie along the armature's X axis (a BVH skeleton's rest as some
     studios write it: no standing pose)."""
@@ -93,3 +109,39 @@ def test_one_pose_takes_its_own_rig_solve_iterations(monkeypatch):
         assert asked and asked[0] == expected, (given, asked)
         assert job.figures.effector_reach_mm[1] < 1.0
     assert tuning.SPARSE_POSE_ITERATIONS < tuning.RIG_ITERATIONS["network"]
+
+
+def _low_ankles(rig, drop):
+    """``rig`` with its ankles ``drop`` lower (longer shins, flatter feet), as some mocap skeletons have them."""
+    from neural_ik.retarget.rig import RigDescription
+
+    d = rig.to_dict()
+    for s in ("Left", "Right"):
+        f, c = d["names"].index(f"mixamorig:{s}Foot"), d["names"].index(f"mixamorig:{s}Leg")
+        d["head"][f][2] -= drop
+        d["tail"][c][2] -= drop
+        for i in (f, c):
+            d["matrix_local"][i] = rigs.bone_matrix(np.array(d["head"][i]), np.array(d["tail"][i])).tolist()
+    return RigDescription.from_dict(d)
+
+
+def test_file_effectors_from_low_ankles_are_reached_on_the_meta_rig():
+    """A file's six effectors (its skeleton known) whose ankles sit as low as its balls, onto Rigify's meta-rig
+    (ankles high over the balls): scaled by the pelvis' heights over the ankles, every effector is reached.
+
+    Scaled by the heights over the lowest foot point, the pelvis stood as high as the rig's hips over its balls,
+    the legs could not span the pelvis-to-ankle distance: the feet and pelvis missed on a third of the frames.
+    """
+    from neural_ik.readers.source_rig import SourceRig
+    from neural_ik.retarget.solve import target_keypoints
+    from walks import walk_on
+
+    plan_src, mapping_src, truth = walk_on(_low_ankles(rigs.humanoid("mixamo", pose="T"), 0.05))
+    kp = target_keypoints(plan_src, truth.quaternions, truth.locations) @ plan_src.K.T
+    src = SourceRig(plan_src.rig, mapping_src, truth.quaternions, truth.locations)
+    target = rigs.rigify_metarig_description()
+    job = RigBake(target, auto_map(target), _six(kp), None, 30.0, BakeOptions(device="cpu", mode="sparse"),
+                  source_rig=src)
+    job.run()
+    assert not job.figures.unreachable, job.figures.unreachable
+    assert job.figures.effector_reach_mm[1] < 0.5, job.figures.effector_reach_mm
