@@ -413,7 +413,7 @@ class Solver(FrameBatches):
             new_end = np.array(sk.end_offsets, dtype=np.float64)
             for k in range(1, NUM_KEYPOINTS):
                 if ok[:, k].sum() >= 3:
-                    v = np.median(loc[ok[:, k], k], axis=0)
+                    v = _median_offset(loc[ok[:, k], k])
                     if k < NUM_JOINTS:
                         new_off[k] = v
                     else:
@@ -421,4 +421,12 @@ class Solver(FrameBatches):
             sk = Skeleton(new_off, new_end)
         return sk
 
+
+def _median_offset(loc):
+    """One offset from its measures ``loc`` (T, 3) in its parent's frame: the median's direction at the median
+    length (a median of vectors scattered about one direction is shorter than they are: a bone measured
+    0.1 % short scaled a whole clip by it)."""
+    v = np.median(loc, axis=0)
+    n = float(np.linalg.norm(v))
+    return v * (float(np.median(np.linalg.norm(loc, axis=-1))) / n) if n > 1e-12 else v
 
