@@ -202,7 +202,8 @@ class RigBake:
         #: Source skeleton for the network (None: fitted from the keypoints).
         self.skeleton = None
         #: A pose being dragged (Solve Frame, Live Solve): the result's heads only
-        #: for the bones the rig solve poses (NaN elsewhere).
+        #: for the bones the rig solve poses (NaN elsewhere), and of the figures the
+        #: effectors' reach and the joints' error only (what its status line says).
         self.light = False
         #: Whether the source skeleton is the rig's own (set at the solve of a dense bake with one).
         self.same_skeleton = False

@@ -89,6 +89,8 @@ def measure(job) -> BakeFigures:
         metrics.distance_sums(res.heads[a:b, bs] * u, job.src_m[a:b, js] * s, job.mask[a:b, js])
         for a, b in frame_chunks(job.n_frames, job.chunk))
     _effector_figures(job, f)
+    if job.light:
+        return f
     # floor, upright, knees (world heights)
     f.floor_error_cm, f.floor_reference = _floor_error(job, res)
     if "head" in ent:   # (the two bones' heights only: a long clip's every bone would take memory)

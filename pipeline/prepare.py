@@ -142,8 +142,10 @@ def facing_apart(kp, valid) -> np.ndarray:
     hips, hv = line("thigh_l", "thigh_r")
     arms, av = line("upperarm_l", "upperarm_r")
     clav, cv = line("clavicle_l", "clavicle_r")
-    arms = np.where(av[:, None], arms, clav)
     ok = hv & (av | cv)
+    if not ok.any():   # (effectors alone: neither line)
+        return ok
+    arms = np.where(av[:, None], arms, clav)
     with np.errstate(invalid="ignore"):
         n = np.linalg.norm(hips, axis=-1) * np.linalg.norm(arms, axis=-1)
         cos = np.einsum("ti,ti->t", np.nan_to_num(hips), np.nan_to_num(arms)) / np.where(n > 1e-9, n, 1.0)

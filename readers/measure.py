@@ -6,6 +6,8 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..model.rotations_np import vector_norm
@@ -37,6 +39,10 @@ def frame_sides(p):
         return np.fmax(np.fmax(d[:, 0], d[:, 1]), d[:, 2])
 
 
+#: Frames up to which :func:`frame_extents` reduces over the points at once.
+FEW_FRAMES = 8
+
+
 def frame_extents(p) -> np.ndarray:
     """The sides (T, 3) of each frame's bounding box of points ``p`` (T, J, 3), missing (NaN) points
     left out; NaN for a frame without points.
@@ -48,6 +54,10 @@ def frame_extents(p) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     if p.shape[1] == 0:
         return np.full((p.shape[0], 3), np.nan)
+    if p.shape[0] <= FEW_FRAMES:   # (a dragged pose: two reductions, not a pass per point)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmax(p, axis=1) - np.nanmin(p, axis=1)
     hi, lo = p[:, 0].copy(), p[:, 0].copy()
     for j in range(1, p.shape[1]):
         np.fmax(hi, p[:, j], out=hi)

@@ -666,3 +666,6 @@ def test_frame_extents_are_numpys_nan_ignoring_bounding_boxes():
     np.testing.assert_array_equal(got, ref)
     assert np.isnan(got[10:20]).all() and np.isinf(got[5, 1])
     assert frame_extents(np.zeros((3, 0, 3))).shape == (3, 3)
+    for a, b in ((5, 6), (0, 8), (9, 17), (10, 11)):   # a few frames (a dragged pose) take another path
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(frame_extents(p[a:b]), ref[a:b])
