@@ -21,15 +21,22 @@ from .rigify import apply_constants
 
 __all__ = ["solve_current_frame", "UNTOUCHED_M", "UNTOUCHED_DEG"]
 
+#: ``PoseBone.rotation_mode``'s value for quaternions, as ``foreach_get`` reads the enum.
+_QUATERNION = 0
+
 
 def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
     """Set pose-bone rotations (in each bone's mode) and the root location.
 
-    Quaternion bones are written in one ``foreach_set`` (Live Solve sets a
-    pose many times a second), the others one by one in their own mode.
+    Quaternion bones are written in one ``foreach_set`` and every bone's mode
+    read in one ``foreach_get`` (Live Solve sets a pose many times a second),
+    the others one by one in their own mode.
     """
     pbs = obj.pose.bones
     n = len(pbs)
+    at = {name: i for i, name in enumerate(pbs.keys())}
+    modes = np.empty(n, dtype=np.int32)
+    pbs.foreach_get("rotation_mode", modes)
     buf = np.empty(n * 4, dtype=np.float32)
     pbs.foreach_get("rotation_quaternion", buf)
     buf = buf.reshape(n, 4)
@@ -37,20 +44,22 @@ def _set_pose(obj, names, quats, locations, root, rotation_mode="BONE"):
     for b, name in enumerate(names):
         if name is None:
             continue
-        pb = pbs[name]
-        q = quats[b]
-        if rotation_mode == "QUATERNION" and pb.rotation_mode != "QUATERNION":
-            pb.rotation_mode = "QUATERNION"
-        mode = pb.rotation_mode
+        i = at[name]
         if b == root:
-            pb.location = locations[b]
-        if mode == "QUATERNION":
-            buf[pbs.find(name)] = q
+            pbs[i].location = locations[b]
+        if rotation_mode == "QUATERNION" and modes[i] != _QUATERNION:
+            pbs[i].rotation_mode = "QUATERNION"
+            modes[i] = _QUATERNION
+        if modes[i] == _QUATERNION:
+            buf[i] = quats[b]
             quat_bones = True
-        elif mode == "AXIS_ANGLE":
+            continue
+        pb = pbs[i]
+        q = quats[b]
+        if pb.rotation_mode == "AXIS_ANGLE":
             pb.rotation_axis_angle = axis_angle_continuous(q[None, None])[0, 0]
         else:
-            pb.rotation_euler = quats_to_euler_continuous(q[None, None], mode)[0, 0]
+            pb.rotation_euler = quats_to_euler_continuous(q[None, None], pb.rotation_mode)[0, 0]
     if quat_bones:
         pbs.foreach_set("rotation_quaternion", buf.ravel())
 

@@ -34,7 +34,7 @@ def armature_arrays(obj) -> dict:
     n = len(bones)
     names = bones.keys()   # (one call: a list comprehension over the bones takes three times as long)
     index = {name: i for i, name in enumerate(names)}
-    parents = np.array([index[b.parent.name] if b.parent else -1 for b in bones], dtype=np.int64)
+    parents = np.array([index[p.name] if (p := b.parent) is not None else -1 for b in bones], dtype=np.int64)
     mats = np.empty(n * 16, dtype=np.float32)
     bones.foreach_get("matrix_local", mats)
     # foreach_get flattens matrices column-major (Blender's memory layout)

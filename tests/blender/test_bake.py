@@ -275,6 +275,26 @@ def test_solve_current_frame_poses_without_keys(ext, bake, sk, rnp):
     np.testing.assert_allclose(hand, kp[5, sk.joint_index("hand_l")], atol=2e-4)
 
 
+@pytest.mark.parametrize("rotation_mode", ["BONE", "QUATERNION"])
+def test_solve_current_frame_poses_bones_in_their_modes(ext, bake, sk, rnp, rotation_mode):
+    """Solve Frame writes Euler, axis-angle and quaternion bones alike (the hand lands on its keypoint);
+    ``rotation_mode="QUATERNION"`` turns every solved bone to quaternions."""
+    local, root, kp = motion(sk, rnp)
+    obj = make_rig("mixamo")
+    modes = {"mixamorig:LeftArm": "XYZ", "mixamorig:LeftForeArm": "AXIS_ANGLE", "mixamorig:Spine": "ZXY"}
+    for name, mode in modes.items():
+        obj.pose.bones[name].rotation_mode = mode
+    pose_solve = importlib.import_module(ext.__name__ + ".blender_io.pose_solve")
+    out = pose_solve.solve_current_frame(obj, kp[5:6], None, bake.BakeOptions(rotation_mode=rotation_mode),
+                                         solver=ExactSolver(local[5:6], root[5:6], sk.CANONICAL))
+    assert out["keypoint_error_mm"][1] < 0.5
+    bpy.context.view_layer.update()
+    for name, mode in modes.items():
+        assert obj.pose.bones[name].rotation_mode == ("QUATERNION" if rotation_mode == "QUATERNION" else mode)
+    hand = np.array(obj.pose.bones["mixamorig:LeftHand"].head)
+    np.testing.assert_allclose(hand, kp[5, sk.joint_index("hand_l")], atol=2e-4)
+
+
 def test_stored_mapping_is_used(ext, bake, sk, rnp):
     local, root, kp = motion(sk, rnp)
     obj = make_rig("mixamo")
