@@ -393,7 +393,8 @@ def rig_figures(posed, fps, *, contact, floor, stand, foot_from=None):
 # the run
 
 COLUMNS = (("joint", "joint mm", "{:.1f}"), ("rot_all", "rot deg", "{:.1f}"), ("rot_child", "rot child", "{:.1f}"),
-           ("reach", "reach mm", "{:.1f}"), ("reach_max", "reach max", "{:.1f}"), ("floor", "floor cm", "{:+.1f}"), ("upright", "upright %", "{:.0f}"),
+           ("reach", "reach mm", "{:.1f}"), ("reach_max", "reach max", "{:.1f}"), ("floor", "floor cm", "{:+.1f}"),
+           ("upright", "upright %", "{:.0f}"),
            ("knees", "knees back", "{:d}"), ("jitter", "jitter mm/f2", "{:.2f}"), ("skate", "skate mm/f", "{:.2f}"))
 
 

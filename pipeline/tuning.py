@@ -158,6 +158,6 @@ HYPEREXTENSION_MIN = 4.0
 #: A clip of effectors without a skeleton whose pelvis-over-ankle height is within this share of the
 #: rig's is taken as made for the rig (its effectors kept as they are); another body is scaled.
 SAME_BODY = 0.05
-#: The percentile of a clip's pelvis-over-ankle heights taken as its standing height: its legs at their
-#: straightest (a dance's bent knees put the 90th percentile short of it: the rig's legs then could not reach).
+#: The percentile of a clip's pelvis-over-ankle heights and pelvis-to-head distances taken as its standing
+#: size: legs and back at their straightest (a dance's bent knees put the 90th short: the legs could not reach).
 STANDING_PERCENTILE = 98.0

@@ -6,8 +6,6 @@ No ``bpy`` here.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..model.rotations_np import vector_norm
@@ -55,8 +53,7 @@ def frame_extents(p) -> np.ndarray:
     if p.shape[1] == 0:
         return np.full((p.shape[0], 3), np.nan)
     if p.shape[0] <= FEW_FRAMES:   # (a dragged pose: two reductions, not a pass per point)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with quiet():
             return np.nanmax(p, axis=1) - np.nanmin(p, axis=1)
     hi, lo = p[:, 0].copy(), p[:, 0].copy()
     for j in range(1, p.shape[1]):
