@@ -153,6 +153,8 @@ def detect_layout(joint_names) -> tuple[str | None, float]:
     given = set(normalize_name(n) for n in joint_names)
     if not given:
         return None, 0.0
+    if given <= set(normalize_name(n) for n in LAYOUTS["canonical"].joint_names):
+        return "canonical", 1.0    # the tool's own names, however few (six effectors are a sixth of them)
     best, best_key = None, (0.0, 0)
     for lay in LAYOUTS.values():
         known = lay.normalized_names()

@@ -180,3 +180,10 @@ def test_bad_mappings(tmp_path):
         load_mapping(bad)
     with pytest.raises(KeyError, match="known"):
         get_layout("nonsense")
+
+
+def test_six_canonical_effectors_are_the_canonical_layout():
+    """A file of six effectors under the tool's own names is the canonical layout, exactly: no "detected as"
+    warning naming another layout that happens to share the names (the UE mannequin's pelvis, hand_l...)."""
+    got, score = detect_layout(["pelvis", "head", "hand_l", "hand_r", "foot_l", "foot_r"])
+    assert got == "canonical" and score == pytest.approx(1.0)
