@@ -289,6 +289,7 @@ class NEURAL_IK_OT_bake(bpy.types.Operator):
         job = bake_mod.BakeJob(obj, kp, mask, fps, options, source_name=name, scene=context.scene,
                                source_rig=src)
         job.into = s.bake_into
+        job.core.placed_effectors = s.source == 'EFFECTORS'
         self._source = name
         return job
 

@@ -205,6 +205,9 @@ class RigBake:
         #: for the bones the rig solve poses (NaN elsewhere), and of the figures the
         #: effectors' reach and the joints' error only (what its status line says).
         self.light = False
+        #: Whether the effectors are an animator's empties (Add Effectors): met where they are, never
+        #: moved to the rig's standing height as another body's are (:meth:`.sparse.SparsePath._lift`).
+        self.placed_effectors = False
         #: Whether the source skeleton is the rig's own (set at the solve of a dense bake with one).
         self.same_skeleton = False
         self.shared = None          # (rig bone, source bone) pairs sharing a name, and same_skeleton

@@ -33,6 +33,10 @@ class SparsePath(BakePath):
     """A few effectors: the network's guess as the start pose, smoothed, then met exactly."""
 
     names_missed = True
+    #: How far the effectors were raised (armature units; :meth:`_lift`), set with the targets.
+    lift = 0.0
+    #: Where the rig's floor lies under its lowest rest foot point (:meth:`_sole`), set with the targets.
+    sole = None
 
     def _clip(self) -> bool:
         """Whether the job is a clip to smooth and settle over time (not one pose or a handful of frames)."""
@@ -161,9 +165,61 @@ class SparsePath(BakePath):
         from .targets import sparse_targets
 
         job = self.job
-        targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps)
+        self.sole = self._sole()
+        self.lift = self._lift(src, n, scale)
+        targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps,
+                                       lift=self.lift, sole=self.sole or 0.0)
+        if self.lift:
+            job.warnings.append(f"the effectors were moved {self.lift / job.unit * 100.0:+.1f} cm vertically so "
+                                "that the ankles stand as high as the rig's where they stand")
         prior = sparse_prior(job)
         return targets, info, np.array([prior.get(b, tuning.SPARSE_PRIOR_LIMB) for b in free])
+
+    def _lift(self, src, n, scale) -> float:
+        """How far (armature units, along ``n``) another body's effectors are raised so that its ankles
+        stand at the rig's flat-foot ankle height where they stand.
+
+        Scaled by the body's size, a source's ankles stand as high as its own
+        feet put them (a CMU ankle joint a few centimetres lower than the
+        meta-rig's): the rig's foot would sink or float by the difference. One
+        shift for the clip (its motion unchanged), the mean over the feet
+        seen standing (:func:`.targets.stance`, the median height there); 0 for
+        an animator's empties (:attr:`.core.RigBake.placed_effectors`), one pose,
+        a rig whose rest does not stand on its floor (a skeleton hanging from
+        its hips keeps the source's heights), ankles never seen standing, a
+        shift under :data:`.tuning.SPARSE_LIFT_MIN` or over
+        :data:`.tuning.SPARSE_LIFT_MAX` (said in a warning).
+        """
+        from .targets import foot_points, stance
+
+        job = self.job
+        if job.placed_effectors or not self._clip() or self.sole is None:
+            return 0.0
+        fp = foot_points(job.plan, n)
+        out = []
+        for s in "lr":
+            k = _K[f"foot_{s}"]
+            if s not in fp or not job.mask[:, k].any():
+                continue
+            on = stance(src, job.mask, n, job.fps, k)
+            if on.sum() >= 3:
+                out.append(fp[s][0][3] + self.sole - scale * float(np.median(src[on, k] @ n)))
+        lift = float(np.mean(out)) if out else 0.0
+        if abs(lift) > tuning.SPARSE_LIFT_MAX * job.plan.leg_length:
+            where = "above" if lift < 0 else "below"
+            job.warnings.append(f"where they stand, the ankles are {abs(lift) / job.unit * 100.0:.1f} cm {where} the "
+                                "rig's standing ankle height (on tiptoe or in the air?): the effectors keep their heights")
+            return 0.0
+        return lift if abs(lift) >= tuning.SPARSE_LIFT_MIN * job.unit else 0.0
+
+    def _sole(self):
+        """How far (armature units) the rig's floor lies under its lowest rest foot point where its rest stands
+        on its object's floor (a character modelled on the ground), else None (a skeleton hanging from its hips)."""
+        from .targets import rest_floor_gap, stands_at_rest
+
+        job = self.job
+        gap = rest_floor_gap(job.plan, job.object_matrix)
+        return max(float(gap), 0.0) if rest_is_human(job.plan) and stands_at_rest(job.plan, gap) else None
 
     def iterations(self, iterations, free, copied):
         if iterations <= 0:
@@ -355,7 +411,7 @@ def second_pass(job, fit, targets, info, src, scale, free, prior, kw):
         return fit, targets, info
     plan = job.plan
     targets, info = sparse_targets(plan, src, job.mask, scale, init_heads=fit.heads, stretched=far,
-                                  n=job.up, fps=job.fps)
+                                  n=job.up, fps=job.fps, lift=job.path.lift, sole=job.path.sole or 0.0)
     sub = np.flatnonzero(again)
     kw = dict(kw, prior_rotation=np.asarray(prior) * tuning.SPARSE_SECOND_PASS_PRIOR,
               iterations=max(int(kw["iterations"]), tuning.SPARSE_SECOND_PASS_ITERATIONS))

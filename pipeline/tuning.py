@@ -158,6 +158,12 @@ HYPEREXTENSION_MIN = 4.0
 #: A clip of effectors without a skeleton whose pelvis-over-ankle height is within this share of the
 #: rig's is taken as made for the rig (its effectors kept as they are); another body is scaled.
 SAME_BODY = 0.05
+#: Another body's effectors are raised to the rig's standing ankle height by at least this much (metres):
+#: a smaller shift is the stance's noise, and it would move every effector off the file's.
+SPARSE_LIFT_MIN = 0.005
+#: ... and by at most this share of the rig's leg length: skeletons put their ankle joints a few centimetres
+#: apart over the sole; an ankle standing farther off stands on tiptoe or in the air (a markerless dance).
+SPARSE_LIFT_MAX = 0.1
 #: The percentile of a clip's pelvis-over-ankle heights and pelvis-to-head distances taken as its standing
 #: size: legs and back at their straightest (a dance's bent knees put the 90th short: the legs could not reach).
 STANDING_PERCENTILE = 98.0

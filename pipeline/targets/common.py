@@ -44,7 +44,8 @@ class TargetInfo:
         Point indices (rig heels and balls, see :func:`foot_points`).
     floor_offset : float
         Vertical shift given to the root target (armature units): the median
-        correction of the source's planted points onto the rig's floor.
+        correction of the source's planted points onto the rig's floor; six
+        effectors: the shift of every effector (``SparsePath._lift``).
     reach : dict
         Effector -> chain length (armature units), for reachability.
     clamped : dict
@@ -55,7 +56,8 @@ class TargetInfo:
         heads keep their distance (their whole error counts).
     sole : float
         How far (armature units) the rig's floor lies below its lowest rest
-        foot point (:func:`rig_sole`; 0 where the source is a skeleton).
+        foot point (:func:`rig_sole`; 0 where the source is a skeleton; six
+        effectors: the rig's rest gap where its rest stands).
     foot_pitch : dict
         ``"foot_l"``/``"foot_r"`` -> degrees by which the source's foot
         direction was pitched onto the rig's flat foot

@@ -13,7 +13,8 @@ from .common import (CHAIN_ROOTS, _CHAINS, _K, TargetInfo, _blend_frames, _bone,
 from .feet import foot_points, stance
 
 
-def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=None, stretched=None, n=None, fps=None):
+def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=None, stretched=None, n=None, fps=None,
+                   lift=0.0, sole=0.0):
     """Targets for effectors (and elbow/knee hints) at ``scale * src``.
 
     Elbows and knees without a hint in the source keep, weakly, where the
@@ -39,11 +40,17 @@ def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=No
     the ankle stands (the heel lands first) and out after; and the foot's
     direction never puts its ball under the floor it stood on.
 
+    ``lift`` (armature units, along ``n``): every effector raised by it (another body's ankles brought
+    to the rig's standing height, :meth:`..sparse.SparsePath._lift`). ``sole``: how far the rig's floor
+    lies under its lowest rest foot point (``TargetInfo.sole``, where the figures measure the floor
+    from); the ankles' stances are ``TargetInfo.contacts``.
+
     Returns
     -------
     Targets, TargetInfo
     """
-    rows = SparseRows(plan, src, mask, scale, weights, n, fps)
+    rows = SparseRows(plan, src, mask, scale, weights, n, fps, lift)
+    rows.info.sole = float(sole)
     for name in SPARSE_EFFECTORS + SPARSE_HINTS:
         rows.effector(name, init_heads, stretched)
     if init_heads is not None:
@@ -58,20 +65,25 @@ def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=No
 class SparseRows:
     """The rows of one sparse source being built (:func:`sparse_targets`)."""
 
-    def __init__(self, plan, src, mask, scale, weights, n, fps):
+    def __init__(self, plan, src, mask, scale, weights, n, fps, lift=0.0):
         self.plan, self.src, self.mask, self.w, self.n, self.fps = plan, src, mask, weights, n, fps
         self.tg = Targets()
-        self.info = TargetInfo()
+        self.info = TargetInfo(floor_offset=float(lift))
         self.x = src * scale
+        if lift:
+            self.x = self.x + (float(lift) * np.asarray(n, dtype=np.float64)).astype(self.x.dtype)
         self.rest = plan.rig.head
-        # where each ankle given alone stands (its foot's own points unknown)
+        # where each ankle stands, and the ankles given alone (their foot's own points unknown)
         self.still, self.along, self.fp = {}, {}, {}
         if n is not None and fps and len(src) >= 3:
             self.fp = foot_points(plan, n)
-            for s in "lr":
+            self.info.contacts = np.zeros((len(src), 4), dtype=bool)
+            for si, s in enumerate("lr"):
                 ka = _K[f"foot_{s}"]
-                if mask[:, ka].any() and not mask[:, _K[f"toe_{s}"]].any():
-                    self.still[s] = stance(src, mask, n, fps, ka)
+                if mask[:, ka].any():
+                    self.info.contacts[:, 2 * si] = on = stance(src, mask, n, fps, ka)
+                    if not mask[:, _K[f"toe_{s}"]].any():
+                        self.still[s] = on
 
     def _reach(self, name):
         """The chain's length at rest (armature units) of a limb effector, where the rig has its chain."""

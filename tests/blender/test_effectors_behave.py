@@ -106,3 +106,25 @@ def test_effectors_behave(ext, kind):
 def _orthonormal(m):
     u, _, vt = np.linalg.svd(np.asarray(m, dtype=np.float64))
     return u @ vt
+
+
+def test_baked_empties_are_met_where_they_are(ext):
+    """A clip baked from the animator's empties, every empty keyed 4 cm lower than Add Effectors put it
+    (the feet through the floor): the hands land on their empties, the body is not moved to the rig's
+    standing height as another body's effectors are, and the status line says how far the feet sink."""
+    obj, empties = _metarig("m")
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 1, 30
+    for e in empties.values():
+        e.location.z -= 0.04
+        for f in (1, 30):
+            e.keyframe_insert("location", frame=f)
+    assert bpy.ops.neural_ik.bake() == {'FINISHED'}
+    status = scene.neural_ik.status
+    assert "vertically" not in status
+    for f in (1, 15, 30):
+        scene.frame_set(f)
+        for side in "LR":
+            head = np.array(obj.matrix_world) @ np.append(np.array(obj.pose.bones[f"hand.{side}"].head), 1.0)
+            assert np.linalg.norm(head[:3] - np.array(empties[f"hand_{side.lower()}"].matrix_world.translation)) < 1e-3
+    assert "feet -4.0 cm from the floor" in status, status

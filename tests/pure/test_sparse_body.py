@@ -145,3 +145,48 @@ def test_file_effectors_from_low_ankles_are_reached_on_the_meta_rig():
     job.run()
     assert not job.figures.unreachable, job.figures.unreachable
     assert job.figures.effector_reach_mm[1] < 0.5, job.figures.effector_reach_mm
+
+
+def _sunk_walk(depth):
+    """The walk's six effectors ``depth`` metres lower: a body whose ankle joints stand that much lower than
+    the rig's when its feet stand (a CMU skeleton's against the meta-rig's)."""
+    walk = walk_keypoints(3.0, 30.0)
+    walk[..., 2] -= depth
+    return _six(walk)
+
+
+def _bake_sunk(depth, placed=False):
+    rig = rigs.humanoid("mixamo")
+    job = RigBake(rig, auto_map(rig), _sunk_walk(depth), None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+    job.placed_effectors = placed
+    job.run()
+    return job
+
+
+def test_another_body_effectors_stand_at_the_rig_ankle_height(monkeypatch):
+    """Another body's effectors whose ankles stand 4 cm lower than the rig's: raised as one so that the feet
+    stand on the rig's floor where they stand (the bake's own floor figure within 5 mm), every effector met,
+    the shift named. Kept at their heights (the shift switched off), the same feet sink 4 cm."""
+    from neural_ik.pipeline import tuning
+
+    job = _bake_sunk(0.04)
+    f = job.figures
+    assert job.path.lift == pytest.approx(0.04, abs=0.01)
+    assert abs(f.floor_error_cm) < 0.5, f.floor_error_cm
+    assert f.effector_reach_mm[1] < 1.0
+    assert any(f"moved {job.path.lift * 100:+.1f} cm vertically" in w for w in job.warnings), job.warnings
+    monkeypatch.setattr(tuning, "SPARSE_LIFT_MIN", 1.0)
+    kept = _bake_sunk(0.04).figures
+    assert kept.floor_error_cm < -3.0, kept.floor_error_cm
+
+
+def test_placed_effectors_keep_their_heights():
+    """An animator's empties (Add Effectors) are met where they are, the floor figure saying how far the feet
+    sink; one pose is never moved either."""
+    job = _bake_sunk(0.04, placed=True)
+    assert job.path.lift == 0.0
+    assert job.figures.floor_error_cm < -3.0
+    assert not any("vertically" in w for w in job.warnings)
+    one = RigBake(job.full_rig, job.mapping, _sunk_walk(0.04)[:1], None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+    one.run()
+    assert one.path.lift == 0.0 and one.figures.effector_reach_mm[1] < 1.0
