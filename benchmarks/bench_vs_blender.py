@@ -27,7 +27,11 @@ Each row says which path ran, read from Neural IK's own report (``start``:
 - **blender**: ``benchmarks/blender_baseline.py --batch DIR --target
   TARGET`` (one process: start, the target loaded once, then per clip
   Blender's BVH import, two-bone IK with measured pole targets plus
-  rotation copies, ``nla.bake`` with visual keying).
+  rotation copies, ``nla.bake`` with visual keying);
+- **floor** (keypoint rows): ``benchmarks/network_floor.py DIR``, the least
+  a keypoint bake can take (start, imports, the reader and the network on
+  every frame, nothing else); Blender's time over it is the largest ratio
+  the network path can reach on the machine (``at most``).
 
 Both are timed as whole processes from outside, alternately, ``--repeats``
 times (default 3) after one untimed warm-up run of each; the table gives
@@ -128,10 +132,13 @@ def run_row(row, args, env, tmp):
         neural += ["--jobs", str(args.jobs)]
     blender = [sys.executable, os.path.join(HERE, "blender_baseline.py"), "--batch", row["bvh_dir"], "--target",
                row["blender_target"], "--scale", str(row["scale"]), "--up", row["up"]]
-    times = {"neural-ik": [], "blender": []}
+    sides = [("neural-ik", neural, out_n), ("blender", blender, out_b)]
+    if row["input"] == "keypoints":   # the least any keypoint bake of these clips can take (network_floor.py)
+        sides.append(("floor", [sys.executable, os.path.join(HERE, "network_floor.py"), row["neural_dir"]], out_n))
+    times = {name: [] for name, _cmd, _out in sides}
     quality = None
     for r in range(-1, args.repeats):   # run -1: the warm-up, not timed
-        for name, cmd, out in (("neural-ik", neural, out_n), ("blender", blender, out_b)):
+        for name, cmd, out in sides:
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out, exist_ok=True)
             wall, _proc = time_process(cmd, env=env)
@@ -175,17 +182,22 @@ def plan_rows(args, clips, tmp):
 
 
 def print_table(results):
-    print("\n{:<18} {:<10} {:<7} {:<8} {:>7} {:>12} {:>11} {:>14} {:>13} {:>7}".format(
+    print("\n{:<18} {:<10} {:<7} {:<8} {:>7} {:>12} {:>11} {:>14} {:>13} {:>7} {:>8} {:>9}".format(
         "clips", "input", "target", "path", "frames", "neural-ik s", "blender s", "neural-ik fr/s", "blender fr/s",
-        "ratio"))
+        "ratio", "floor s", "at most"))
     for r in results:
-        print("{:<18} {:<10} {:<7} {:<8} {:>7} {:>12.2f} {:>11.2f} {:>14.0f} {:>13.0f} {:>6.2f}x".format(
+        floor = r["seconds"].get("floor")
+        print("{:<18} {:<10} {:<7} {:<8} {:>7} {:>12.2f} {:>11.2f} {:>14.0f} {:>13.0f} {:>6.2f}x {:>8} {:>9}".format(
             r["set"], r["input"], r["target"], r["quality"]["path"], r["frames"], r["seconds"]["neural-ik"],
             r["seconds"]["blender"], r["fps"]["neural-ik"], r["fps"]["blender"],
-            r["fps"]["neural-ik"] / r["fps"]["blender"]))
+            r["fps"]["neural-ik"] / r["fps"]["blender"], "-" if floor is None else "{:.2f}".format(floor),
+            "-" if floor is None else "{:.1f}x".format(r["seconds"]["blender"] / floor)))
     print("(whole processes: start, imports, target, every clip; ratio = neural-ik frames/s / blender frames/s;\n"
           " path: what gave Neural IK's start pose on every clip, 'network' (keypoints through the network)\n"
-          " or 'source' (the BVH's own rotations copied, no network); Blender always bakes the BVH)")
+          " or 'source' (the BVH's own rotations copied, no network); Blender always bakes the BVH;\n"
+          " floor: network_floor.py, one process that reads the clips in turn and runs the network alone on\n"
+          " every frame (no refinement, no rig solve, nothing written); at most = blender s / floor s, the\n"
+          " largest ratio the network path can reach here)")
     print("\nneural-ik's bakes, as its report gives them (a fast bake is worth nothing if these are off):")
     for r in results:
         q = r["quality"]

@@ -30,3 +30,27 @@ def test_benchmark_runs(argv, expect):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert expect in r.stdout, r.stdout[-3000:]
+
+
+def test_network_floor_runs(tmp_path):
+    """network_floor.py: every frame of every clip through the network, in one process; an empty folder fails."""
+    import numpy as np
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from _pkg import pkg
+
+    pkg()
+    from neural_ik.cli.demo_motion import walk_keypoints
+    from neural_ik.model.skeleton import KEYPOINTS
+
+    for i, frames in enumerate((40, 25)):
+        np.savez(tmp_path / f"clip{i}.npz", positions=walk_keypoints(frames / 30.0, 30.0), joint_names=np.array(KEYPOINTS),
+                 fps=30.0, units="m", up_axis="Z")
+    script = str(REPO / "benchmarks" / "network_floor.py")
+    r = subprocess.run([sys.executable, script, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "network_floor: 65 frames in" in r.stderr, r.stderr[-3000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = subprocess.run([sys.executable, script, str(empty)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
