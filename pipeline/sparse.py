@@ -170,7 +170,7 @@ class SparsePath(BakePath):
         targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps,
                                        lift=self.lift, sole=self.sole or 0.0)
         if self.lift:
-            job.warnings.append(f"the effectors were moved {self.lift / job.unit * 100.0:+.1f} cm vertically so "
+            job.warnings.append(f"the effectors were moved {self.lift * job.unit * 100.0:+.1f} cm vertically so "
                                 "that the ankles stand as high as the rig's where they stand")
         prior = sparse_prior(job)
         return targets, info, np.array([prior.get(b, tuning.SPARSE_PRIOR_LIMB) for b in free])
@@ -207,10 +207,10 @@ class SparsePath(BakePath):
         lift = float(np.mean(out)) if out else 0.0
         if abs(lift) > tuning.SPARSE_LIFT_MAX * job.plan.leg_length:
             where = "above" if lift < 0 else "below"
-            job.warnings.append(f"where they stand, the ankles are {abs(lift) / job.unit * 100.0:.1f} cm {where} the "
+            job.warnings.append(f"where they stand, the ankles are {abs(lift) * job.unit * 100.0:.1f} cm {where} the "
                                 "rig's standing ankle height (on tiptoe or in the air?): the effectors keep their heights")
             return 0.0
-        return lift if abs(lift) >= tuning.SPARSE_LIFT_MIN * job.unit else 0.0
+        return lift if abs(lift) >= tuning.SPARSE_LIFT_MIN / job.unit else 0.0
 
     def _sole(self):
         """How far (armature units) the rig's floor lies under its lowest rest foot point where its rest stands

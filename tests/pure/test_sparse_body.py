@@ -155,28 +155,33 @@ def _sunk_walk(depth):
     return _six(walk)
 
 
-def _bake_sunk(depth, placed=False):
-    rig = rigs.humanoid("mixamo")
-    job = RigBake(rig, auto_map(rig), _sunk_walk(depth), None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+def _bake_sunk(depth, placed=False, cm=False):
+    """The sunk walk baked onto the Mixamo-style rig; ``cm``: its bones in centimetres, the object scaled 0.01."""
+    rig = rigs.humanoid("mixamo", scale=100.0 if cm else 1.0)
+    M = np.diag([0.01, 0.01, 0.01, 1.0]) if cm else None
+    job = RigBake(rig, auto_map(rig), _sunk_walk(depth), None, 30.0, BakeOptions(device="cpu", mode="sparse"),
+                  object_matrix=M)
     job.placed_effectors = placed
     job.run()
     return job
 
 
-def test_another_body_effectors_stand_at_the_rig_ankle_height(monkeypatch):
+@pytest.mark.parametrize("cm", [False, True])
+def test_another_body_effectors_stand_at_the_rig_ankle_height(monkeypatch, cm):
     """Another body's effectors whose ankles stand 4 cm lower than the rig's: raised as one so that the feet
     stand on the rig's floor where they stand (the bake's own floor figure within 5 mm), every effector met,
-    the shift named. Kept at their heights (the shift switched off), the same feet sink 4 cm."""
+    the shift named (in centimetres of the world, on a rig in centimetres too). Kept at their heights (the
+    shift switched off), the same feet sink 4 cm."""
     from neural_ik.pipeline import tuning
 
-    job = _bake_sunk(0.04)
+    job = _bake_sunk(0.04, cm=cm)
     f = job.figures
-    assert job.path.lift == pytest.approx(0.04, abs=0.01)
+    assert job.path.lift * job.unit == pytest.approx(0.04, abs=0.01)
     assert abs(f.floor_error_cm) < 0.5, f.floor_error_cm
     assert f.effector_reach_mm[1] < 1.0
-    assert any(f"moved {job.path.lift * 100:+.1f} cm vertically" in w for w in job.warnings), job.warnings
+    assert any(f"moved {job.path.lift * job.unit * 100:+.1f} cm vertically" in w for w in job.warnings), job.warnings
     monkeypatch.setattr(tuning, "SPARSE_LIFT_MIN", 1.0)
-    kept = _bake_sunk(0.04).figures
+    kept = _bake_sunk(0.04, cm=cm).figures
     assert kept.floor_error_cm < -3.0, kept.floor_error_cm
 
 
