@@ -37,6 +37,8 @@ class SparsePath(BakePath):
     lift = 0.0
     #: Where the rig's floor lies under its lowest rest foot point (:meth:`_sole`), set with the targets.
     sole = None
+    #: The ankles' stances of a clip (:func:`.targets.sparse.ankle_stances`), set with the targets.
+    stances = None
 
     def _clip(self) -> bool:
         """Whether the job is a clip to smooth and settle over time (not one pose or a handful of frames)."""
@@ -164,11 +166,15 @@ class SparsePath(BakePath):
     def targets(self, src, n, scale, init, free):
         from .targets import sparse_targets
 
+        from .targets.sparse import ankle_stances
+
         job = self.job
         self.sole = self._sole()
+        # (once a clip: the lift and both passes' targets read them)
+        self.stances = ankle_stances(src, job.mask, n, job.fps) if self._clip() else None
         self.lift = self._lift(src, n, scale)
         targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps,
-                                       lift=self.lift, sole=self.sole or 0.0)
+                                       lift=self.lift, sole=self.sole or 0.0, stances=self.stances)
         if self.lift:
             job.warnings.append(f"the effectors were moved {self.lift * job.unit * 100.0:+.1f} cm vertically so "
                                 "that the ankles stand as high as the rig's where they stand")
@@ -183,27 +189,23 @@ class SparsePath(BakePath):
         feet put them (a CMU ankle joint a few centimetres lower than the
         meta-rig's): the rig's foot would sink or float by the difference. One
         shift for the clip (its motion unchanged), the mean over the feet
-        seen standing (:func:`.targets.stance`, the median height there); 0 for
+        seen standing (:attr:`stances`, the median height there); 0 for
         an animator's empties (:attr:`.core.RigBake.placed_effectors`), one pose,
         a rig whose rest does not stand on its floor (a skeleton hanging from
         its hips keeps the source's heights), ankles never seen standing, a
         shift under :data:`.tuning.SPARSE_LIFT_MIN` or over
         :data:`.tuning.SPARSE_LIFT_MAX` (said in a warning).
         """
-        from .targets import foot_points, stance
+        from .targets import foot_points
 
         job = self.job
         if job.placed_effectors or not self._clip() or self.sole is None:
             return 0.0
         fp = foot_points(job.plan, n)
         out = []
-        for s in "lr":
-            k = _K[f"foot_{s}"]
-            if s not in fp or not job.mask[:, k].any():
-                continue
-            on = stance(src, job.mask, n, job.fps, k)
-            if on.sum() >= 3:
-                out.append(fp[s][0][3] + self.sole - scale * float(np.median(src[on, k] @ n)))
+        for s, on in self.stances.items():
+            if s in fp and on.sum() >= 3:
+                out.append(fp[s][0][3] + self.sole - scale * float(np.median(src[on, _K[f"foot_{s}"]] @ n)))
         lift = float(np.mean(out)) if out else 0.0
         if abs(lift) > tuning.SPARSE_LIFT_MAX * job.plan.leg_length:
             where = "above" if lift < 0 else "below"
@@ -411,7 +413,8 @@ def second_pass(job, fit, targets, info, src, scale, free, prior, kw):
         return fit, targets, info
     plan = job.plan
     targets, info = sparse_targets(plan, src, job.mask, scale, init_heads=fit.heads, stretched=far,
-                                  n=job.up, fps=job.fps, lift=job.path.lift, sole=job.path.sole or 0.0)
+                                  n=job.up, fps=job.fps, lift=job.path.lift, sole=job.path.sole or 0.0,
+                                  stances=job.path.stances)
     sub = np.flatnonzero(again)
     kw = dict(kw, prior_rotation=np.asarray(prior) * tuning.SPARSE_SECOND_PASS_PRIOR,
               iterations=max(int(kw["iterations"]), tuning.SPARSE_SECOND_PASS_ITERATIONS))

@@ -14,7 +14,7 @@ from .feet import foot_points, stance
 
 
 def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=None, stretched=None, n=None, fps=None,
-                   lift=0.0, sole=0.0):
+                   lift=0.0, sole=0.0, stances=None):
     """Targets for effectors (and elbow/knee hints) at ``scale * src``.
 
     Elbows and knees without a hint in the source keep, weakly, where the
@@ -43,13 +43,14 @@ def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=No
     ``lift`` (armature units, along ``n``): every effector raised by it (another body's ankles brought
     to the rig's standing height, :meth:`..sparse.SparsePath._lift`). ``sole``: how far the rig's floor
     lies under its lowest rest foot point (``TargetInfo.sole``, where the figures measure the floor
-    from); the ankles' stances are ``TargetInfo.contacts``.
+    from); the ankles' stances (``stances``, side -> (T,) bool, :func:`ankle_stances` of ``src``, where
+    the caller has them) are ``TargetInfo.contacts``.
 
     Returns
     -------
     Targets, TargetInfo
     """
-    rows = SparseRows(plan, src, mask, scale, weights, n, fps, lift)
+    rows = SparseRows(plan, src, mask, scale, weights, n, fps, lift, stances)
     rows.info.sole = float(sole)
     for name in SPARSE_EFFECTORS + SPARSE_HINTS:
         rows.effector(name, init_heads, stretched)
@@ -62,10 +63,15 @@ def sparse_targets(plan, src, mask, scale, weights=tuning.WEIGHTS, init_heads=No
     return rows.tg, rows.info
 
 
+def ankle_stances(src, mask, n, fps) -> dict:
+    """Side -> (T,) bool: the frames where that ankle stands (:func:`.feet.stance`), for the ankles given."""
+    return {s: stance(src, mask, n, fps, _K[f"foot_{s}"]) for s in "lr" if mask[:, _K[f"foot_{s}"]].any()}
+
+
 class SparseRows:
     """The rows of one sparse source being built (:func:`sparse_targets`)."""
 
-    def __init__(self, plan, src, mask, scale, weights, n, fps, lift=0.0):
+    def __init__(self, plan, src, mask, scale, weights, n, fps, lift=0.0, stances=None):
         self.plan, self.src, self.mask, self.w, self.n, self.fps = plan, src, mask, weights, n, fps
         self.tg = Targets()
         self.info = TargetInfo(floor_offset=float(lift))
@@ -77,11 +83,11 @@ class SparseRows:
         self.still, self.along, self.fp = {}, {}, {}
         if n is not None and fps and len(src) >= 3:
             self.fp = foot_points(plan, n)
+            stances = ankle_stances(src, mask, n, fps) if stances is None else stances
             self.info.contacts = np.zeros((len(src), 4), dtype=bool)
-            for si, s in enumerate("lr"):
-                ka = _K[f"foot_{s}"]
-                if mask[:, ka].any():
-                    self.info.contacts[:, 2 * si] = on = stance(src, mask, n, fps, ka)
+            for si, (s, on) in enumerate((s, stances.get(s)) for s in "lr"):
+                if on is not None:
+                    self.info.contacts[:, 2 * si] = on
                     if not mask[:, _K[f"toe_{s}"]].any():
                         self.still[s] = on
 
