@@ -459,6 +459,36 @@ def _parser_choices():
     return {a.dest: tuple(a.choices or ()) for a in sub._actions}
 
 
+def swapped_chain(posed):
+    """``"arms"``, ``"legs"`` or None: the chain whose sides the source swaps all clip long, as the bake
+    finds it (:func:`neural_ik.pipeline.prepare.swapped_sides` on the role points)."""
+    from neural_ik.model.skeleton import KEYPOINTS
+    from neural_ik.pipeline.prepare import swapped_sides
+
+    kp = np.full((len(posed.world), len(KEYPOINTS), 3), np.nan)
+    for k in ("thigh", "upperarm", "clavicle", "foot", "toe"):
+        for s in "lr":
+            if posed.roles.get(f"{k}_{s}") is not None:
+                kp[:, KEYPOINTS.index(f"{k}_{s}")] = posed.heads(posed.roles[f"{k}_{s}"])
+    return swapped_sides(kp, np.isfinite(kp).all(-1))
+
+
+def swapped_back(posed, chain):
+    """``posed`` with the left and right roles of ``chain`` exchanged, and its bones' names (which a bake
+    onto the clip's own skeleton is compared by): itself without a chain."""
+    if chain is None:
+        return posed
+    from neural_ik.pipeline.prepare import SIDE_PARTS
+
+    roles, names = dict(posed.roles), list(posed.names)
+    for k in SIDE_PARTS[chain]:
+        a, b = roles.get(f"{k}_l"), roles.get(f"{k}_r")
+        if a is not None and b is not None:
+            roles[f"{k}_l"], roles[f"{k}_r"] = b, a
+            names[a], names[b] = posed.names[b], posed.names[a]
+    return dataclasses.replace(posed, roles=roles, names=names)
+
+
 def neural_bake(path, target_obj, args, solver, roles_src_names, sparse, joints_only=False):
     """Bake ``path`` onto ``target_obj`` through the CLI's entry points; returns (first frame, frames).
 
@@ -513,6 +543,7 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
     contact = contacts(src.ankles_toes(), fps)
     stand = contacts(src.ankles_toes(), fps, height=STAND_HEIGHT, speed=STAND_SPEED)
     src_floor = float(np.nanmin(src.foot()[..., 2]))
+    swapped = swapped_chain(src)
     out = {}
     hints = [] if opts.no_hints else _hints(folder, choices)
     for kind in opts.targets:
@@ -540,6 +571,7 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
             ft, _ = bb.foot_points(bb.rest_world(target)[None], bb.bone_lengths(target), troles, tparents)
             floor = float(np.nanmin(ft[..., 2]))
             ref = transformed(src, s, np.array([0.0, 0.0, floor - s * src_floor]))
+        unswapped = swapped_back(ref, swapped)
         out[(kind, "-", "source")] = dict(rig_figures(ref, fps, contact=contact, floor=floor, stand=stand), frames=n,
                                           jitter=jitter(ref.heads(ref.roles["_body"]) if own
                                                         else ref.role_heads(LIMB_KEYS)))
@@ -574,7 +606,10 @@ def run_clip(path, folder, opts, solver, choices, pole_cache, log):
                     out[key] = {"refused": "baked {} frames, the source has {}".format(count, n)}
                     continue
                 pred = read_posed(target, range(start, start + n))
-                row = measure(pred, ref, fps, own=own, sparse=sparse, contact=contact, floor=floor, stand=stand)
+                # a bake that swapped the source's sides back is measured against them swapped back
+                # (six effectors alone do not show it; onto its own skeleton the file is followed)
+                back = swapped and not sparse and not (own and method == "neural-ik")
+                row = measure(pred, unswapped if back else ref, fps, own=own, sparse=sparse, contact=contact, floor=floor, stand=stand)
                 row["seconds"] = seconds
                 out[key] = row
         bb.delete_object(target)

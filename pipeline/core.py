@@ -111,6 +111,7 @@ class RigBake:
         self.source_fps = float(source_fps)
         self.source_rig = src.source_rig
         self._plan_rig(rig, mapping)
+        src = self._swapped_back(src)
         self.locked = dict(locked or {})
         if self.unit < 0.999 or self.unit > 1.001:
             self.warnings.append(f"armature object scale {self.unit:g}: keypoints converted to its units")
@@ -139,6 +140,32 @@ class RigBake:
         bad = [rig.names[b] for b in sorted(used) if length[b] < 1e-6]
         if bad:
             raise BakeError(f"zero-length bones: {', '.join(bad)}; give them a length in Edit Mode")
+
+    def _swapped_back(self, src):
+        """The source with the chain whose left and right it swaps all clip long (``src.swapped``) swapped back.
+
+        Onto another rig, the performer's arm on the right is the character's
+        right arm: the keypoints' sides are exchanged, and the source
+        skeleton's rotations (its chain turned through the body) are left
+        unused. Onto the source's own skeleton the clip comes back as read.
+        """
+        from .prepare import FACING_APART_DEGREES, swap_sides
+        from .source import shared_bones
+
+        if src.swapped is None:
+            return src
+        if self.source_rig is not None and shared_bones(self.source_rig, self.plan, self.minv, self.unit)[1]:
+            self.warnings.append(f"the source's {src.swapped} have their left and right swapped (the chest faces away "
+                                 "from the hips on nearly every frame); onto its own skeleton the bake follows the file")
+            return src
+        src.keypoints = swap_sides(src.keypoints, src.swapped)
+        src.mask = swap_sides(src.mask, src.swapped)
+        said = "; its skeleton's rotations are not used" if self.source_rig is not None else ""
+        self.source_rig = src.source_rig = None
+        self.warnings.append(f"the source's {src.swapped} have their left and right swapped on nearly every frame (the "
+                             f"chest faces over {FACING_APART_DEGREES:g} degrees away from the hips, the feet point the "
+                             f"{'hips' if src.swapped == 'arms' else 'chest'}' way): swapped back{said}")
+        return src
 
     def _armature_keypoints(self, src):
         """The source keypoints in the armature's axes (:attr:`src_m`, metres) and in the body frame (:attr:`kp_body`)."""

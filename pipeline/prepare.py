@@ -17,7 +17,8 @@ from ..errors import setting
 from .options import BakeError
 
 __all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_required", "ground_keypoints",
-           "resolve_frames", "REQUIRED_KEYPOINTS", "facing_apart", "FACING_APART_DEGREES"]
+           "resolve_frames", "REQUIRED_KEYPOINTS", "facing_apart", "FACING_APART_DEGREES", "swapped_sides",
+           "swap_sides", "SIDE_PARTS"]
 
 #: Keypoints that must be present on every baked frame: only the pelvis; the
 #: network infers every other joint (a long gap elsewhere is masked).
@@ -39,6 +40,10 @@ class PreparedSource:
     first_source_frame : int
     source_frames : int
         Frames of the slice before resampling.
+    swapped : str or None
+        ``"arms"`` or ``"legs"``: the chain whose left and right the source
+        swaps on nearly every frame (:func:`swapped_sides`), for the bake to
+        swap back (its keypoints are as read).
     """
 
     keypoints: np.ndarray
@@ -48,6 +53,7 @@ class PreparedSource:
     warnings: list
     first_source_frame: int
     source_frames: int
+    swapped: str | None = None
 
 
 def prepare_keypoints(keypoints, mask):
@@ -108,7 +114,7 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
     if missing:
         warnings.append("missing and inferred by the network: " + ", ".join(missing))
     twisted = facing_apart(kp, valid)
-    if twisted.any():
+    if twisted.any() and swapped_sides(kp, valid) is None:
         bad = np.flatnonzero(twisted)
         warnings.append(f"the chest faces away from the hips (their left-to-right lines over {FACING_APART_DEGREES:g} "
                         f"degrees apart) on {bad.size} of {len(kp)} frames (first: source frame {int(bad[0]) + offset}): "
@@ -131,10 +137,9 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
 FACING_APART_DEGREES = 140.0
 
 
-def facing_apart(kp, valid) -> np.ndarray:
-    """Frames (T,) bool on which the shoulders' left-to-right line points over
-    :data:`FACING_APART_DEGREES` away from the hips' (thighs' heads; upper arms' heads, else the
-    clavicles'); False where a point is missing."""
+def _side_lines(kp, valid):
+    """``(hips, arms, judged)``: the hips' and the shoulders' left-to-right lines (T, 3) and the frames with both
+    (upper arms' heads, else the clavicles')."""
     def line(a, b):
         ia, ib = KEYPOINTS.index(a), KEYPOINTS.index(b)
         return kp[:, ia] - kp[:, ib], valid[:, ia] & valid[:, ib]
@@ -142,14 +147,71 @@ def facing_apart(kp, valid) -> np.ndarray:
     hips, hv = line("thigh_l", "thigh_r")
     arms, av = line("upperarm_l", "upperarm_r")
     clav, cv = line("clavicle_l", "clavicle_r")
-    ok = hv & (av | cv)
-    if not ok.any():   # (effectors alone: neither line)
-        return ok
     arms = np.where(av[:, None], arms, clav)
     with np.errstate(invalid="ignore"):
         n = np.linalg.norm(hips, axis=-1) * np.linalg.norm(arms, axis=-1)
-        cos = np.einsum("ti,ti->t", np.nan_to_num(hips), np.nan_to_num(arms)) / np.where(n > 1e-9, n, 1.0)
-    return ok & (n > 1e-9) & (cos < np.cos(np.radians(FACING_APART_DEGREES)))
+    return np.nan_to_num(hips), np.nan_to_num(arms), hv & (av | cv) & (n > 1e-9)
+
+
+def facing_apart(kp, valid) -> np.ndarray:
+    """Frames (T,) bool on which the shoulders' left-to-right line points over
+    :data:`FACING_APART_DEGREES` away from the hips' (thighs' heads; upper arms' heads, else the
+    clavicles'); False where a point is missing."""
+    hips, arms, ok = _side_lines(kp, valid)
+    if not ok.any():   # (effectors alone: neither line)
+        return ok
+    n = np.linalg.norm(hips, axis=-1) * np.linalg.norm(arms, axis=-1)
+    cos = np.einsum("ti,ti->t", hips, arms) / np.where(ok, n, 1.0)
+    return ok & (cos < np.cos(np.radians(FACING_APART_DEGREES)))
+
+
+#: The keypoints of each chain whose left and right a source can swap (``part_l`` and ``part_r``).
+SIDE_PARTS = {"arms": ("clavicle", "upperarm", "forearm", "hand", "hand_tip", "thumb"),
+              "legs": ("thigh", "calf", "foot", "toe", "toe_tip", "heel")}
+#: Share of the frames whose chest faces away from the hips, and of those whose feet point one
+#: chain's way, past which the other chain's left and right are swapped all clip long (a
+#: mislabelled skeleton, a converter's slip; a pose estimator's flip of a few frames is left as it is).
+SWAPPED_SHARE = 0.8
+
+
+def swapped_sides(kp, valid) -> str | None:
+    """``"arms"`` or ``"legs"``: the chain whose left and right the source swaps on nearly every frame.
+
+    The chest faces away from the hips (:func:`facing_apart`) on at least
+    :data:`SWAPPED_SHARE` of the frames where both are seen, and on as many
+    of those the feet (heel to toe, both sides' sum: which foot is which
+    does not matter) point the way the hips face (the arms are swapped) or
+    the way the chest faces (the legs are). ``None`` otherwise, and without
+    toes: nothing says which.
+    """
+    hips, arms, ok = _side_lines(kp, valid)
+    twisted = facing_apart(kp, valid)
+    if not ok.any() or twisted.sum() < SWAPPED_SHARE * ok.sum():
+        return None
+    fwd = np.zeros((len(kp), 3))
+    seen = twisted.copy()
+    for s in "lr":
+        a, t = KEYPOINTS.index(f"foot_{s}"), KEYPOINTS.index(f"toe_{s}")
+        seen &= valid[:, a] & valid[:, t]
+        fwd += np.nan_to_num(kp[:, t] - kp[:, a])
+    if not seen.any():
+        return None
+    up = np.array([0.0, 0.0, 1.0])
+    hips_way = np.einsum("ti,ti->t", np.cross(hips, up), fwd)[seen]   # (left x up: the way the hips face)
+    if np.mean(hips_way > 0) >= SWAPPED_SHARE:
+        return "arms"
+    if np.mean(hips_way < 0) >= SWAPPED_SHARE:
+        return "legs"
+    return None
+
+
+def swap_sides(kp, chain):
+    """``kp`` (T, 32, ...) with the left and right keypoints of ``chain`` (:data:`SIDE_PARTS`) exchanged (a copy)."""
+    out = np.array(kp, copy=True)
+    for part in SIDE_PARTS[chain]:
+        a, b = KEYPOINTS.index(f"{part}_l"), KEYPOINTS.index(f"{part}_r")
+        out[:, [a, b]] = out[:, [b, a]]
+    return out
 
 
 def ground_keypoints(kp, valid):
@@ -220,4 +282,4 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
         kp, source_rig = clip.positions, clip.source_rig
         warnings.append(f"resampled {n} frames at {source_fps:g} fps to {kp.shape[0]} frames at {fps:g} fps")
     valid = np.isfinite(kp).all(-1)
-    return PreparedSource(kp, valid, fps, source_rig, warnings, a, n)
+    return PreparedSource(kp, valid, fps, source_rig, warnings, a, n, swapped_sides(kp, valid))
