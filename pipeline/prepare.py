@@ -214,6 +214,19 @@ def swap_sides(kp, chain):
     return out
 
 
+def _stances_apart(kp, valid, fps) -> list:
+    """A warning where the clip's stances stand far apart in height (:func:`.stances.stance_spread`)."""
+    from . import tuning
+    from .stances import stance_spread
+
+    spread = stance_spread(kp, valid, fps)
+    if spread is None or spread <= tuning.STANCE_SPREAD_WARN:
+        return []
+    return [f"where the feet stand, their heights lie {spread * 100.0:.0f} cm apart over the clip (raised ground, "
+            "tiptoe, or a markerless capture's height drifting): one floor is kept, where they stand most, so "
+            "some stances go through it or stand above it"]
+
+
 def ground_keypoints(kp, valid):
     """Shift ``kp`` vertically so its lowest foot point is on the floor (:func:`..readers.measure.floor_height`).
 
@@ -274,6 +287,7 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
                 source_rig = source_rig.translated((0.0, 0.0, shift))
             warnings.append(f"grounded: the motion was moved {shift * 100.0:+.1f} cm vertically "
                             "so that the feet touch the floor")
+    warnings += _stances_apart(kp, valid, source_fps)
     n = b - a
     if abs(fps - source_fps) > 1e-6 and n >= 2:
         from ..readers import KeypointClip, resample

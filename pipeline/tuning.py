@@ -167,3 +167,15 @@ SPARSE_LIFT_MAX = 0.1
 #: The percentile of a clip's pelvis-over-ankle heights and pelvis-to-head distances taken as its standing
 #: size: legs and back at their straightest (a dance's bent knees put the 90th short: the legs could not reach).
 STANDING_PERCENTILE = 98.0
+
+# -- stances at heights apart ------------------------------------------------------------------------
+#: Warn when a clip's stances stand this far apart in height (metres; 10th to 90th percentile): one
+#: floor is kept (see docs/tuning.md#stance_spread_warn).
+STANCE_SPREAD_WARN = 0.10
+#: A foot point stands where it is within STANCE_LOW (metres) of its lowest height within
+#: STANCE_WINDOW seconds either side, slower than STANCE_SPEED (m/s), for STANCE_RUN seconds at least.
+STANCE_WINDOW = 1.0
+STANCE_LOW = 0.03
+#: (markerless feet shake: a planted one reads up to a metre per second)
+STANCE_SPEED = 1.0
+STANCE_RUN = 0.03
