@@ -460,28 +460,29 @@ def _parser_choices():
 
 
 def swapped_chain(posed):
-    """``"arms"``, ``"legs"`` or None: the chain whose sides the source swaps all clip long, as the bake
-    finds it (:func:`neural_ik.pipeline.prepare.swapped_sides` on the role points)."""
+    """``(chain, parts)`` or None: the chain whose sides the source swaps all clip long and its
+    keypoints to swap back, as the bake finds them (:func:`neural_ik.pipeline.prepare.swapped_sides`
+    on the role points)."""
     from neural_ik.model.skeleton import KEYPOINTS
-    from neural_ik.pipeline.prepare import swapped_sides
+    from neural_ik.pipeline.prepare import swapped_parts, swapped_sides
 
     kp = np.full((len(posed.world), len(KEYPOINTS), 3), np.nan)
     for k in ("thigh", "upperarm", "clavicle", "foot", "toe"):
         for s in "lr":
             if posed.roles.get(f"{k}_{s}") is not None:
                 kp[:, KEYPOINTS.index(f"{k}_{s}")] = posed.heads(posed.roles[f"{k}_{s}"])
-    return swapped_sides(kp, np.isfinite(kp).all(-1))
+    valid = np.isfinite(kp).all(-1)
+    chain = swapped_sides(kp, valid)
+    return None if chain is None else (chain, swapped_parts(kp, valid, chain))
 
 
-def swapped_back(posed, chain):
-    """``posed`` with the left and right roles of ``chain`` exchanged, and its bones' names (which a bake
-    onto the clip's own skeleton is compared by): itself without a chain."""
-    if chain is None:
+def swapped_back(posed, swapped):
+    """``posed`` with the left and right roles of the swapped parts (:func:`swapped_chain`) exchanged, and
+    their bones' names (which a bake onto the clip's own skeleton is compared by): itself without any."""
+    if swapped is None:
         return posed
-    from neural_ik.pipeline.prepare import SIDE_PARTS
-
     roles, names = dict(posed.roles), list(posed.names)
-    for k in SIDE_PARTS[chain]:
+    for k in swapped[1]:
         a, b = roles.get(f"{k}_l"), roles.get(f"{k}_r")
         if a is not None and b is not None:
             roles[f"{k}_l"], roles[f"{k}_r"] = b, a

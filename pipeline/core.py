@@ -111,6 +111,8 @@ class RigBake:
         self.source_fps = float(source_fps)
         self.source_rig = src.source_rig
         self._plan_rig(rig, mapping)
+        #: The keypoints swapped back (:meth:`_swapped_back`): ``(chain, parts)``, or None.
+        self.swapped = None
         src = self._swapped_back(src)
         self.locked = dict(locked or {})
         if self.unit < 0.999 or self.unit > 1.001:
@@ -149,7 +151,7 @@ class RigBake:
         skeleton's rotations (its chain turned through the body) are left
         unused. Onto the source's own skeleton the clip comes back as read.
         """
-        from .prepare import FACING_APART_DEGREES, swap_sides
+        from .prepare import FACING_APART_DEGREES, swap_sides, swapped_parts
         from .source import shared_bones
 
         if src.swapped is None:
@@ -158,8 +160,10 @@ class RigBake:
             self.warnings.append(f"the source's {src.swapped} have their left and right swapped (the chest faces away "
                                  "from the hips on nearly every frame); onto its own skeleton the bake follows the file")
             return src
-        src.keypoints = swap_sides(src.keypoints, src.swapped)
-        src.mask = swap_sides(src.mask, src.swapped)
+        parts = swapped_parts(src.keypoints, src.mask, src.swapped)
+        self.swapped = (src.swapped, parts)
+        src.keypoints = swap_sides(src.keypoints, src.swapped, parts)
+        src.mask = swap_sides(src.mask, src.swapped, parts)
         said = "; its skeleton's rotations are not used" if self.source_rig is not None else ""
         self.source_rig = src.source_rig = None
         self.warnings.append(f"the source's {src.swapped} have their left and right swapped on nearly every frame (the "

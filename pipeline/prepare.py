@@ -18,7 +18,7 @@ from .options import BakeError
 
 __all__ = ["PreparedSource", "prepare_source", "prepare_keypoints", "check_required", "ground_keypoints",
            "resolve_frames", "REQUIRED_KEYPOINTS", "facing_apart", "FACING_APART_DEGREES", "swapped_sides",
-           "swap_sides", "SIDE_PARTS"]
+           "swap_sides", "swapped_parts", "SIDE_PARTS"]
 
 #: Keypoints that must be present on every baked frame: only the pelvis; the
 #: network infers every other joint (a long gap elsewhere is masked).
@@ -205,13 +205,29 @@ def swapped_sides(kp, valid) -> str | None:
     return None
 
 
-def swap_sides(kp, chain):
-    """``kp`` (T, 32, ...) with the left and right keypoints of ``chain`` (:data:`SIDE_PARTS`) exchanged (a copy)."""
+def swap_sides(kp, chain, parts=None):
+    """``kp`` (T, 32, ...) with the left and right keypoints of ``chain`` (:data:`SIDE_PARTS`, or its
+    ``parts``) exchanged (a copy)."""
     out = np.array(kp, copy=True)
-    for part in SIDE_PARTS[chain]:
+    for part in SIDE_PARTS[chain] if parts is None else parts:
         a, b = KEYPOINTS.index(f"{part}_l"), KEYPOINTS.index(f"{part}_r")
         out[:, [a, b]] = out[:, [b, a]]
     return out
+
+
+def swapped_parts(kp, valid, chain) -> tuple:
+    """The keypoints of ``chain`` (:func:`swapped_sides`) to swap back: all but the clavicles where their
+    heads stand on the hips' sides (the clavicles' channels turned the arms through the body, not their names)."""
+    parts = SIDE_PARTS[chain]
+    if chain != "arms":
+        return parts
+    a, b = KEYPOINTS.index("clavicle_l"), KEYPOINTS.index("clavicle_r")
+    ia, ib = KEYPOINTS.index("thigh_l"), KEYPOINTS.index("thigh_r")
+    ok = valid[:, a] & valid[:, b] & valid[:, ia] & valid[:, ib]
+    if not ok.any():
+        return parts
+    agree = np.einsum("ti,ti->t", kp[ok, a] - kp[ok, b], kp[ok, ia] - kp[ok, ib]) > 0
+    return tuple(p for p in parts if p != "clavicle") if np.mean(agree) >= SWAPPED_SHARE else parts
 
 
 def _stances_apart(kp, valid, fps) -> list:

@@ -282,6 +282,20 @@ ISSUE11_TARGETS = (
 )
 
 
+def _swapped_reference(src, heads, chain, parts):
+    """``(heads, bones)``: the source's bone heads (T, B, 3) with the left and right bones of ``parts``
+    exchanged, and those bones (:attr:`neural_ik.pipeline.core.RigBake.swapped`)."""
+    ent, rig = src.mapping.entries, src.rig
+    perm, gone = np.arange(heads.shape[1]), set()
+    for part in parts:
+        a, b = ent.get(f"{part}_l"), ent.get(f"{part}_r")
+        if a is not None and b is not None and rig.has(a) and rig.has(b):
+            ia, ib = rig.index(a), rig.index(b)
+            perm[ia], perm[ib] = ib, ia
+            gone |= {ia, ib}
+    return heads[:, perm], gone
+
+
 def _bake_own(fc, solver, mode, device, iterations=None):
     """Bake a foreign clip's keypoints onto its own skeleton (network prior, smoothing off).
 
@@ -311,6 +325,11 @@ def _bake_own(fc, solver, mode, device, iterations=None):
     _, h_src = pose_rig(src.rig, src.quaternions, src.locations)
     _, h_out = pose_rig(src.rig, res.quaternions, res.locations)
     body, child = body_bones(src.rig, src.mapping)
+    if job.swapped is not None:
+        # a chain whose sides the file swaps, swapped back by the bake: its joints are measured against
+        # the other side's, its rotations (the file's turn the chain through the body) not at all
+        h_src, gone = _swapped_reference(src, h_src, *job.swapped)
+        body, child = [b for b in body if b not in gone], [b for b in child if b not in gone]
     q_src = np.asarray(src.quaternions, dtype=np.float64)
     q_out = np.asarray(res.quaternions, dtype=np.float64)
     q_src = q_src / np.linalg.norm(q_src, axis=-1, keepdims=True)

@@ -4,6 +4,7 @@ converter's slip): found, and swapped back onto another rig; onto its own skelet
 import dataclasses
 
 import numpy as np
+import pytest
 
 import rigs
 from _pkg import pkg
@@ -13,7 +14,7 @@ pkg()
 from neural_ik.cli.demo_motion import walk_keypoints  # noqa: E402
 from neural_ik.model.skeleton import KEYPOINTS, SPARSE_EFFECTORS  # noqa: E402
 from neural_ik.pipeline import BakeOptions, RigBake  # noqa: E402
-from neural_ik.pipeline.prepare import SIDE_PARTS, swap_sides, swapped_sides  # noqa: E402
+from neural_ik.pipeline.prepare import SIDE_PARTS, swap_sides, swapped_parts, swapped_sides  # noqa: E402
 from neural_ik.readers.source_rig import SourceRig  # noqa: E402
 from neural_ik.retarget.mapping import auto_map  # noqa: E402
 from neural_ik.retarget.solve import target_keypoints  # noqa: E402
@@ -52,17 +53,22 @@ def test_the_swapped_chain_is_named():
     assert swapped_sides(eff, _valid(eff)) is None
 
 
-def test_swapped_arms_are_baked_as_the_body_moves():
+@pytest.mark.parametrize("clavicles", [True, False])
+def test_swapped_arms_are_baked_as_the_body_moves(clavicles):
     """Onto the meta-rig, a walk whose arms' sides are swapped bakes as the walk itself: the rig's left
-    hand where the body's left hand is (before: on its right, the chest turned round), with a warning."""
+    hand where the body's left hand is (before: on its right, the chest turned round), with a warning.
+    The clavicles' heads are swapped with the arms (names swapped) or stay on the hips' sides (the
+    clavicles turned the arms through the body): either way they come back to their sides."""
     rig = rigs.rigify_metarig_description()
     kp = walk_keypoints(2.0, FPS)
+    parts = SIDE_PARTS["arms"] if clavicles else tuple(p for p in SIDE_PARTS["arms"] if p != "clavicle")
+    assert swapped_parts(swap_sides(kp, "arms", parts), _valid(kp), "arms") == parts
     jobs = []
-    for src in (kp, swap_sides(kp, "arms")):
+    for src in (kp, swap_sides(kp, "arms", parts)):
         job = RigBake(rig, auto_map(rig), src, None, FPS, BakeOptions(device="cpu"))
         job.run()
         jobs.append(job)
-    hands = [_heads(j, ("hand_l", "hand_r", "upperarm_l")) for j in jobs]
+    hands = [_heads(j, ("hand_l", "hand_r", "upperarm_l", "clavicle_l")) for j in jobs]
     err = np.linalg.norm(hands[1] - hands[0], axis=-1) * 1000.0
     assert err.max() < 5.0, err.max()
     apart = np.linalg.norm(hands[0][:, 0] - hands[0][:, 1], axis=-1).min() * 1000.0
