@@ -239,8 +239,8 @@ def _stances_apart(kp, valid, fps) -> list:
     if spread is None or spread <= tuning.STANCE_SPREAD_WARN:
         return []
     return [f"where the feet stand, their heights lie {spread * 100.0:.0f} cm apart over the clip (raised ground, "
-            "tiptoe, or a markerless capture's height drifting): one floor is kept, where they stand most, so "
-            "some stances go through it or stand above it"]
+            "tiptoe, or a markerless capture's height drifting): one floor is kept for the clip, so some stances "
+            "go through it or stand above it"]
 
 
 def ground_keypoints(kp, valid):

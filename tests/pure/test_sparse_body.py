@@ -195,3 +195,20 @@ def test_placed_effectors_keep_their_heights():
     one = RigBake(job.full_rig, job.mapping, _sunk_walk(0.04)[:1], None, 30.0, BakeOptions(device="cpu", mode="sparse"))
     one.run()
     assert one.path.lift == 0.0 and one.figures.effector_reach_mm[1] < 1.0
+
+
+def test_ankles_standing_high_keep_their_heights_unless_the_stances_lie_apart(monkeypatch):
+    """Another body's ankles standing 25 cm up on every stance (tiptoe, or in the air): kept where they
+    are, with a warning. Where the clip's stances lie far apart in height (raised ground, a markerless
+    capture's drift: stance_spread over STANCE_SPREAD_WARN), no height is its floor: the ankles go to the
+    rig's standing height where they stand most, as a dense clip's feet do."""
+    from neural_ik.pipeline import stances
+
+    job = _bake_sunk(-0.25)
+    assert job.path.lift == 0.0
+    assert any("on tiptoe or in the air" in w for w in job.warnings), job.warnings
+    monkeypatch.setattr(stances, "stance_spread", lambda *a, **k: 0.2)
+    apart = _bake_sunk(-0.25)
+    assert apart.path.lift * apart.unit == pytest.approx(-0.25, abs=0.02)
+    assert not any("on tiptoe" in w for w in apart.warnings), apart.warnings
+    assert abs(apart.figures.floor_error_cm) < 0.5, apart.figures.floor_error_cm
