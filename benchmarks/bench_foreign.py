@@ -47,7 +47,10 @@ Per folder a table (frame-weighted means over clips):
   above the pelvis; **knees back**: leg-frames whose knee bends backwards
   (more than 2% of the leg's length behind the hip-ankle line, against the
   source's foot direction, as the bake's own figure; knees folded more than
-  120 degrees are not judged);
+  120 degrees are not judged); **knees own**: the same against the rig's own
+  feet (a knee seen bent backwards; six effectors give no foot heading, so
+  a leg turned along a foot heading off the source's counts in *knees back*
+  only);
 - **jitter mm/f^2**: mean second difference of the joints per frame;
   **skate mm/f**: horizontal movement per frame of the ankles and toe tips on
   the source's contact frames (both rows on the same frames).
@@ -381,11 +384,15 @@ def rig_figures(posed, fps, *, contact, floor, stand, foot_from=None):
         ref_ankle = foot_from.heads(foot_from.roles["foot_" + s])
         return posed.heads(posed.roles["foot_" + s]) + (foot_from.toe_point(s) - ref_ankle)
 
-    knees = sum(knees_backwards(posed.heads(posed.roles["thigh_" + s]), posed.heads(posed.roles["calf_" + s]),
-                                posed.heads(posed.roles["foot_" + s]), toe(s)) for s in "lr")
+    def knees(toe_of):
+        return sum(knees_backwards(posed.heads(posed.roles["thigh_" + s]), posed.heads(posed.roles["calf_" + s]),
+                                   posed.heads(posed.roles["foot_" + s]), toe_of(s)) for s in "lr")
+
     return {"floor": floor_error(posed.foot(), floor, stand.any(axis=1)),
             "upright": upright_share(posed.heads(posed.roles["pelvis"]), posed.heads(posed.roles["head"])),
-            "knees": knees,
+            "knees": knees(toe),
+            # (against the rig's own feet: a knee bent backwards as seen, not a leg turned off the source's heading)
+            "knees_own": knees(posed.toe_point),
             "skate": foot_skate(posed.ankles_toes(), contact)}
 
 
@@ -395,7 +402,7 @@ def rig_figures(posed, fps, *, contact, floor, stand, foot_from=None):
 COLUMNS = (("joint", "joint mm", "{:.1f}"), ("rot_all", "rot deg", "{:.1f}"), ("rot_child", "rot child", "{:.1f}"),
            ("reach", "reach mm", "{:.1f}"), ("reach_max", "reach max", "{:.1f}"), ("floor", "floor cm", "{:+.1f}"),
            ("upright", "upright %", "{:.0f}"),
-           ("knees", "knees back", "{:d}"), ("jitter", "jitter mm/f2", "{:.2f}"), ("skate", "skate mm/f", "{:.2f}"))
+           ("knees", "knees back", "{:d}"), ("knees_own", "knees own", "{:d}"), ("jitter", "jitter mm/f2", "{:.2f}"), ("skate", "skate mm/f", "{:.2f}"))
 
 
 def aggregate(rows):
@@ -409,7 +416,7 @@ def aggregate(rows):
         vals = [(r[key], wi) for r, wi in zip(rows, w) if key in r and r[key] is not None and np.isfinite(r[key])]
         if not vals:
             continue
-        if key == "knees":
+        if key in ("knees", "knees_own"):
             out[key] = int(sum(v for v, _ in vals))
         elif key == "reach_max":
             out[key] = float(max(v for v, _ in vals))

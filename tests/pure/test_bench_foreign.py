@@ -214,6 +214,25 @@ def test_knee_backwards_upright_skate_jitter_can_fail():
     assert bf.jitter(noisy) > 1.0
 
 
+def test_knees_against_the_source_feet_and_the_rig_own():
+    """A rig turned half round about the vertical (its legs turned with their feet): its knees bend
+    backwards against the source's feet on every judged frame, never against its own."""
+    import dataclasses
+
+    ref, _ = _walk()
+    contact = np.ones((ref.world.shape[0], 4), bool)
+    floor = float(np.nanmin(ref.foot()[..., 2]))
+    turned = ref.world.copy()
+    turned[:, :, :3, :] = _rot((0, 0, 1), 180.0)[None, None] @ ref.world[:, :, :3, :]
+    pred = dataclasses.replace(ref, world=turned)
+    same = bf.measure(ref, ref, 30.0, own=True, sparse=False, contact=contact, floor=floor, stand=contact)
+    row = bf.measure(pred, ref, 30.0, own=True, sparse=False, contact=contact, floor=floor, stand=contact)
+    assert same["knees"] == same["knees_own"] == 0
+    assert row["knees_own"] == 0 and row["knees"] > 0.5 * 2 * len(turned), row
+    agg = bf.aggregate([dict(row, frames=10), dict(row, frames=20)])
+    assert agg["knees_own"] == 0 and agg["knees"] == 2 * row["knees"]
+
+
 def test_contacts_find_the_planted_foot_only():
     T, fps = 60, 30.0
     planted = np.zeros((T, 3))
