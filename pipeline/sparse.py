@@ -173,7 +173,10 @@ class SparsePath(BakePath):
         # (once a clip: the lift and both passes' targets read them)
         self.stances = ankle_stances(src, job.mask, n, job.fps) if self._clip() else None
         self.lift = self._lift(src, n, scale)
-        targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=init.heads, n=n, fps=job.fps,
+        heads = init.heads
+        if self.lift:   # the start pose's knees, elbows and chain roots go with the effectors they were placed for
+            heads = heads + (self.lift * np.asarray(n)).astype(heads.dtype)
+        targets, info = sparse_targets(job.plan, src, job.mask, scale, init_heads=heads, n=n, fps=job.fps,
                                        lift=self.lift, sole=self.sole or 0.0, stances=self.stances)
         if self.lift:
             job.warnings.append(f"the effectors were moved {self.lift * job.unit * 100.0:+.1f} cm vertically so "

@@ -212,3 +212,30 @@ def test_ankles_standing_high_keep_their_heights_unless_the_stances_lie_apart(mo
     assert apart.path.lift * apart.unit == pytest.approx(-0.25, abs=0.02)
     assert not any("on tiptoe" in w for w in apart.warnings), apart.warnings
     assert abs(apart.figures.floor_error_cm) < 0.5, apart.figures.floor_error_cm
+
+
+def test_a_lifted_body_is_posed_as_on_the_ground(monkeypatch):
+    """The walk's six effectors 25 cm up, lowered as one onto the rig's standing height (its stances
+    taken to lie apart): posed as the walk on the ground, every joint moved by the lift's residual
+    alone. The start pose's knees and elbows (weak pole targets) and its chain roots (the reach of a
+    far effector) go with the effectors: left where the start pose had them, the elbows ended up to
+    86 mm off."""
+    from neural_ik.pipeline import stances
+
+    monkeypatch.setattr(stances, "stance_spread", lambda *a, **k: 0.2)
+    rig = rigs.humanoid("mixamo")
+    mapping = auto_map(rig)
+    walk = walk_keypoints(3.0, 30.0)
+    idx = [rig.index(mapping.entries[j]) for j in ("pelvis", "calf_l", "calf_r", "forearm_l", "forearm_r")]
+    heads = []
+    for dz in (0.0, 0.25):
+        kp = walk.copy()
+        kp[..., 2] += dz
+        job = RigBake(rig, mapping, _six(kp), None, 30.0, BakeOptions(device="cpu", mode="sparse"))
+        job.run()
+        heads.append(job.full_result().heads[:, idx])
+        if dz:
+            assert job.path.lift * job.unit == pytest.approx(-0.25, abs=0.02)
+    moved = heads[1] - heads[0]
+    off = np.linalg.norm(moved - moved[:, :1], axis=-1) * 1000.0     # (less the pelvis' shift: the residual)
+    assert off.max() < 2.0, off.max(axis=0)
