@@ -114,8 +114,9 @@ def check_body_size(path, points: np.ndarray, names, size: float | None = None) 
 _GUESS_UNITS = {"m": 0.0, "cm": 0.0, "mm": 0.0, "in": 0.1, "cmu": 0.5}
 #: Reference standing height for unit guessing (metres).
 _TYPICAL_HEIGHT = 1.7
-#: Heights (metres) outside which a warning names the ``--units`` flag.
-HEIGHT_RANGE = (1.0, 2.5)
+#: Heights (metres) outside which a warning names the ``--units`` flag (a small child stands 0.9 m;
+#: an adult in inches read as centimetres, 0.7 m).
+HEIGHT_RANGE = (0.8, 2.5)
 
 
 def _guess_units(size: float) -> str | None:

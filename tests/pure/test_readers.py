@@ -669,3 +669,14 @@ def test_frame_extents_are_numpys_nan_ignoring_bounding_boxes():
     for a, b in ((5, 6), (0, 8), (9, 17), (10, 11)):   # a few frames (a dragged pose) take another path
         with np.errstate(invalid="ignore", over="ignore"):
             np.testing.assert_array_equal(frame_extents(p[a:b]), ref[a:b])
+
+
+def test_a_child_is_no_unit_mistake(tmp_path):
+    """A body 0.9 m tall (a small child, as foreign/fair1's five-year-old) reads with no units warning; an
+    adult's clip in inches taken for centimetres (0.69 m) and a body 2.7 m tall still get one."""
+    pos = motion(6)
+    size = float(np.ptp(pos[..., 2]))
+    for height, units, warned in ((0.9, "m", False), (1.75 / 2.54, "m", True), (2.7, "m", True)):
+        f = write_npz(tmp_path / f"h{height:.2f}.npz", pos * (height / size), NAMES, fps=30, units=units)
+        said = [w for w in read_keypoints(f).warnings if "check the units" in w]
+        assert bool(said) == warned, (height, said)
