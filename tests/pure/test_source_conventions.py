@@ -86,10 +86,12 @@ def test_mixed_units_refused(tmp_path):
 
 
 def test_small_body_warns_with_the_units_flag(tmp_path):
+    """A body 0.70 m tall (an adult's clip in inches read as centimetres) warns; a small child's does not
+    (tests/pure/test_readers.py)."""
     f = tmp_path / "small.npz"
-    np.savez(f, positions=WALK * 0.5, joint_names=np.array(KEYPOINTS), fps=30.0, units="m")
+    np.savez(f, positions=WALK * 0.4, joint_names=np.array(KEYPOINTS), fps=30.0, units="m")
     clip = read_keypoints(f)
-    assert any("0.88 m tall" in w and "--units" in w for w in clip.warnings)
+    assert any("0.70 m tall" in w and "--units" in w for w in clip.warnings), clip.warnings
 
 
 def test_non_humanoid_skeleton_refused(tmp_path):
