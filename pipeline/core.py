@@ -110,6 +110,8 @@ class RigBake:
         self.fps = src.fps
         self.source_fps = float(source_fps)
         self.source_rig = src.source_rig
+        #: How far apart in height (metres) the clip's stances stand (:func:`.stances.stance_spread`), or None.
+        self.stance_spread = src.stance_spread
         self._plan_rig(rig, mapping)
         #: The keypoints swapped back (:meth:`_swapped_back`): ``(chain, parts)``, or None.
         self.swapped = None

@@ -44,6 +44,9 @@ class PreparedSource:
         ``"arms"`` or ``"legs"``: the chain whose left and right the source
         swaps on nearly every frame (:func:`swapped_sides`), for the bake to
         swap back (its keypoints are as read).
+    stance_spread : float or None
+        How far apart in height (metres) the clip's stances stand
+        (:func:`.stances.stance_spread`).
     """
 
     keypoints: np.ndarray
@@ -54,6 +57,7 @@ class PreparedSource:
     first_source_frame: int
     source_frames: int
     swapped: str | None = None
+    stance_spread: float | None = None
 
 
 def prepare_keypoints(keypoints, mask):
@@ -113,13 +117,6 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
     missing = [f"{n} ({c} frames)" for n, c in missing if c]
     if missing:
         warnings.append("missing and inferred by the network: " + ", ".join(missing))
-    twisted = facing_apart(kp, valid)
-    if twisted.any() and swapped_sides(kp, valid) is None:
-        bad = np.flatnonzero(twisted)
-        warnings.append(f"the chest faces away from the hips (their left-to-right lines over {FACING_APART_DEGREES:g} "
-                        f"degrees apart) on {bad.size} of {len(kp)} frames (first: source frame {int(bad[0]) + offset}): "
-                        "the source's left and right of the arms or of the legs may be swapped there, and no body "
-                        "turns so; the bake follows the points")
     # a body that is not there: every point at one place
     from ..readers.measure import frame_sides
 
@@ -135,6 +132,19 @@ def check_required(kp, valid, offset: int, mode: str) -> list:
 #: left and right are swapped (a pose estimator's flip, a mislabelled skeleton) reads near 180
 #: (foreign/fair1's hist_5yr_old__skipping: 144-180 on every frame, the only one of 31 clips).
 FACING_APART_DEGREES = 140.0
+
+
+def _facing_warnings(kp, valid, offset: int, swapped) -> list:
+    """A warning where the chest faces away from the hips on some frames and no chain is swapped all clip long
+    (``swapped``, :func:`swapped_sides`: the bake swaps that one back and says so)."""
+    twisted = facing_apart(kp, valid)
+    if swapped is not None or not twisted.any():
+        return []
+    bad = np.flatnonzero(twisted)
+    return [f"the chest faces away from the hips (their left-to-right lines over {FACING_APART_DEGREES:g} degrees "
+            f"apart) on {bad.size} of {len(kp)} frames (first: source frame {int(bad[0]) + offset}): the source's "
+            "left and right of the arms or of the legs may be swapped there, and no body turns so; the bake follows "
+            "the points"]
 
 
 def _side_lines(kp, valid):
@@ -157,9 +167,11 @@ def facing_apart(kp, valid) -> np.ndarray:
     """Frames (T,) bool on which the shoulders' left-to-right line points over
     :data:`FACING_APART_DEGREES` away from the hips' (thighs' heads; upper arms' heads, else the
     clavicles'); False where a point is missing."""
-    hips, arms, ok = _side_lines(kp, valid)
-    if not ok.any():   # (effectors alone: neither line)
-        return ok
+    return _apart(*_side_lines(kp, valid))
+
+
+def _apart(hips, arms, ok) -> np.ndarray:
+    """Frames (T,) bool of :func:`facing_apart` from :func:`_side_lines`."""
     n = np.linalg.norm(hips, axis=-1) * np.linalg.norm(arms, axis=-1)
     cos = np.einsum("ti,ti->t", hips, arms) / np.where(ok, n, 1.0)
     return ok & (cos < np.cos(np.radians(FACING_APART_DEGREES)))
@@ -185,7 +197,7 @@ def swapped_sides(kp, valid) -> str | None:
     toes: nothing says which.
     """
     hips, arms, ok = _side_lines(kp, valid)
-    twisted = facing_apart(kp, valid)
+    twisted = _apart(hips, arms, ok)
     if not ok.any() or twisted.sum() < SWAPPED_SHARE * ok.sum():
         return None
     fwd = np.zeros((len(kp), 3))
@@ -230,12 +242,10 @@ def swapped_parts(kp, valid, chain) -> tuple:
     return tuple(p for p in parts if p != "clavicle") if np.mean(agree) >= SWAPPED_SHARE else parts
 
 
-def _stances_apart(kp, valid, fps) -> list:
-    """A warning where the clip's stances stand far apart in height (:func:`.stances.stance_spread`)."""
+def _stances_apart(spread) -> list:
+    """A warning where the clip's stances stand far apart in height (``spread``, :func:`.stances.stance_spread`)."""
     from . import tuning
-    from .stances import stance_spread
 
-    spread = stance_spread(kp, valid, fps)
     if spread is None or spread <= tuning.STANCE_SPREAD_WARN:
         return []
     return [f"where the feet stand, their heights lie {spread * 100.0:.0f} cm apart over the clip (raised ground, "
@@ -284,6 +294,8 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
     """
     import math
 
+    from .stances import stance_spread
+
     if not (source_fps and source_fps > 0 and math.isfinite(source_fps)):
         raise BakeError(f"the source frame rate must be positive, got {source_fps}")
     fps = float(source_fps if fps is None else fps)
@@ -296,6 +308,8 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
     if source_rig is not None and (a, b) != (0, total):
         source_rig = source_rig.frames(a, b)
     warnings = check_required(kp, valid, a, options.mode)
+    swapped = swapped_sides(kp, valid)
+    warnings += _facing_warnings(kp, valid, a, swapped)
     if options.ground:
         kp, shift = ground_keypoints(kp, valid)
         if shift is not None:
@@ -303,7 +317,8 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
                 source_rig = source_rig.translated((0.0, 0.0, shift))
             warnings.append(f"grounded: the motion was moved {shift * 100.0:+.1f} cm vertically "
                             "so that the feet touch the floor")
-    warnings += _stances_apart(kp, valid, source_fps)
+    spread = stance_spread(kp, valid, source_fps)
+    warnings += _stances_apart(spread)
     n = b - a
     if abs(fps - source_fps) > 1e-6 and n >= 2:
         from ..readers import KeypointClip, resample
@@ -312,4 +327,4 @@ def prepare_source(keypoints, mask, source_fps, options, *, fps=None, source_rig
         kp, source_rig = clip.positions, clip.source_rig
         warnings.append(f"resampled {n} frames at {source_fps:g} fps to {kp.shape[0]} frames at {fps:g} fps")
     valid = np.isfinite(kp).all(-1)
-    return PreparedSource(kp, valid, fps, source_rig, warnings, a, n, swapped_sides(kp, valid))
+    return PreparedSource(kp, valid, fps, source_rig, warnings, a, n, swapped, spread)

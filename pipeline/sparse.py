@@ -198,9 +198,9 @@ class SparsePath(BakePath):
         its hips keeps the source's heights), ankles never seen standing, a
         shift under :data:`.tuning.SPARSE_LIFT_MIN` or over
         :data:`.tuning.SPARSE_LIFT_MAX` (said in a warning) unless the clip's
-        stances lie far apart in height (:meth:`_stances_apart`: raised ground,
-        a markerless capture's drift), where no height of the source's is its
-        floor and the ankles go where they stand most.
+        stances lie far apart in height (:attr:`.core.RigBake.stance_spread`:
+        raised ground, a markerless capture's drift), where no height of the
+        source's is its floor and the ankles go where they stand most.
         """
         from .targets import foot_points
 
@@ -213,20 +213,13 @@ class SparsePath(BakePath):
             if s in fp and on.sum() >= 3:
                 out.append(fp[s][0][3] + self.sole - scale * float(np.median(src[on, _K[f"foot_{s}"]] @ n)))
         lift = float(np.mean(out)) if out else 0.0
-        if abs(lift) > tuning.SPARSE_LIFT_MAX * job.plan.leg_length and not self._stances_apart(src, n):
+        apart = job.stance_spread is not None and job.stance_spread > tuning.STANCE_SPREAD_WARN
+        if abs(lift) > tuning.SPARSE_LIFT_MAX * job.plan.leg_length and not apart:
             where = "above" if lift < 0 else "below"
             job.warnings.append(f"where they stand, the ankles are {abs(lift) * job.unit * 100.0:.1f} cm {where} the "
                                 "rig's standing ankle height (on tiptoe or in the air?): the effectors keep their heights")
             return 0.0
         return lift if abs(lift) >= tuning.SPARSE_LIFT_MIN / job.unit else 0.0
-
-    def _stances_apart(self, src, n) -> bool:
-        """Whether the clip's stances lie far apart in height (:func:`.stances.stance_spread`): no one height
-        is the source's floor, so its ankles go where they stand most, as a dense clip's feet do."""
-        from .stances import stance_spread
-
-        spread = stance_spread(src, self.job.mask, self.job.fps, n)
-        return spread is not None and spread > tuning.STANCE_SPREAD_WARN
 
     def _sole(self):
         """How far (armature units) the rig's floor lies under its lowest rest foot point where its rest stands
